@@ -1,0 +1,62 @@
+"""The one source of time. Every component reads ``clock.now()``; tests inject a fake."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timedelta, timezone
+from typing import Protocol
+
+
+class Clock(Protocol):
+    """What the scheduler needs of a clock: the current instant, aware, in UTC."""
+
+    def now(self) -> datetime: ...
+
+
+class SystemClock:
+    """The machine's clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+
+class FakeClock:
+    """A clock that moves only when told to; it may be set backwards, for tests of clock skew."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        if start is not None and start.tzinfo is None:
+            raise ValueError("FakeClock needs an aware start time")
+        self._now = (start or datetime(2026, 1, 1, tzinfo=timezone.utc)).astimezone(timezone.utc)
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def set(self, when: datetime) -> None:
+        if when.tzinfo is None:
+            raise ValueError("FakeClock.set needs an aware time")
+        with self._lock:
+            self._now = when.astimezone(timezone.utc)
+
+    def advance(self, seconds: float | timedelta) -> datetime:
+        delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
+        with self._lock:
+            self._now += delta
+            return self._now
+
+
+def to_millis(when: datetime) -> int:
+    """An aware datetime as integer milliseconds since the Unix epoch (how the store keeps time)."""
+    if when.tzinfo is None:
+        raise ValueError(f"naive datetime {when!r}: celery-quartz needs aware datetimes")
+    delta = when - _EPOCH
+    return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
+
+
+def from_millis(millis: int) -> datetime:
+    """Integer milliseconds since the epoch as an aware UTC datetime."""
+    return _EPOCH + timedelta(milliseconds=millis)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

@@ -1,0 +1,55 @@
+"""Exceptions raised by celery-quartz.
+
+Every error names the object at fault (a job, a trigger, a field, an expression) so that the
+message alone tells an operator what to fix.
+"""
+
+from __future__ import annotations
+
+
+class QuartzError(Exception):
+    """Base class of every exception celery-quartz raises on purpose."""
+
+
+class ConfigurationError(QuartzError, ValueError):
+    """A ``quartz_*`` setting is missing or has a value we cannot use."""
+
+
+class ValidationError(QuartzError, ValueError):
+    """An object given to the scheduler is not valid; the message names the object and field."""
+
+
+class CronSyntaxError(ValidationError):
+    """A cron expression cannot be parsed; the message names the field and the offending token."""
+
+
+class InvalidTriggerError(ValidationError):
+    """A trigger's definition is inconsistent (for example an end before its start)."""
+
+
+class JobDataError(ValidationError):
+    """Job data is not a JSON object of JSON values, or is larger than the configured bound."""
+
+
+class UnknownTaskError(ValidationError):
+    """A job names a Celery task that the application has not registered."""
+
+
+class ObjectAlreadyExistsError(QuartzError):
+    """A job or trigger with this key is already stored."""
+
+
+class JobNotFoundError(QuartzError, LookupError):
+    """No job with this key is stored."""
+
+
+class TriggerNotFoundError(QuartzError, LookupError):
+    """No trigger with this key is stored."""
+
+
+class JobPersistenceError(QuartzError):
+    """The store cannot complete an operation (schema missing or too old, database refused)."""
+
+
+class SchedulerStateError(QuartzError):
+    """The scheduler is not in a state that allows the requested operation."""

@@ -1,0 +1,60 @@
+"""Job and trigger keys: a (name, group) pair, as in Quartz."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from celery_quartz.errors import ValidationError
+
+DEFAULT_GROUP = "DEFAULT"
+#: Group of the one-off triggers that recover a dead worker's executions (Quartz's name).
+RECOVERING_JOBS_GROUP = "RECOVERING_JOBS"
+#: Group of the jobs and triggers imported from Celery's ``beat_schedule``.
+BEAT_SCHEDULE_GROUP = "celery.beat_schedule"
+#: Longest name or group the store accepts.
+MAX_KEY_LENGTH = 200
+
+
+def _check_part(kind: str, what: str, value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(f"{kind} {what} must be a non-empty string, got {value!r}")
+    if len(value) > MAX_KEY_LENGTH:
+        raise ValidationError(
+            f"{kind} {what} {value[:40]!r}... is {len(value)} characters; at most {MAX_KEY_LENGTH}"
+        )
+
+
+@dataclass(frozen=True, order=True)
+class JobKey:
+    """Identifies a job within a scheduler: ``JobKey("report", "nightly")``."""
+
+    name: str
+    group: str = DEFAULT_GROUP
+
+    def __post_init__(self) -> None:
+        _check_part("job key", "name", self.name)
+        _check_part("job key", "group", self.group)
+
+    def __str__(self) -> str:
+        return f"{self.group}.{self.name}"
+
+
+@dataclass(frozen=True, order=True)
+class TriggerKey:
+    """Identifies a trigger within a scheduler: ``TriggerKey("report-2am", "nightly")``."""
+
+    name: str
+    group: str = DEFAULT_GROUP
+
+    def __post_init__(self) -> None:
+        _check_part("trigger key", "name", self.name)
+        _check_part("trigger key", "group", self.group)
+
+    def __str__(self) -> str:
+        return f"{self.group}.{self.name}"
+
+    @classmethod
+    def generate(cls, group: str = DEFAULT_GROUP) -> TriggerKey:
+        """A unique key, as Quartz's TriggerBuilder gives a trigger built without one."""
+        return cls(uuid.uuid4().hex, group)

@@ -1,0 +1,163 @@
+"""What every trigger kind is: its common fields, its state, and the computations the store calls.
+
+A trigger is an entity, not a value: beside its definition (schedule, priority, start and end,
+misfire instruction, data) it carries the state the scheduler advances (``next_fire_time``,
+``previous_fire_time``, ``times_triggered``). The store persists the common fields as columns and
+the kind-specific definition as the JSON object returned by :meth:`Trigger.detail`.
+
+Every method here is pure computation: no database, no clock. Where "now" matters it is passed in.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from celery_quartz.errors import InvalidTriggerError
+from celery_quartz.keys import JobKey, TriggerKey
+
+if TYPE_CHECKING:
+    from celery_quartz.calendars import Calendar
+
+#: Quartz's default trigger priority; among triggers due at the same instant, higher fires first.
+DEFAULT_PRIORITY = 5
+
+
+class MisfireInstruction(IntEnum):
+    """The two misfire instructions every trigger kind understands (Quartz's values).
+
+    Each kind adds its own (``SimpleTrigger.MisfireInstruction`` and so on); the store keeps the
+    integer, interpreted by the trigger's kind.
+    """
+
+    IGNORE_MISFIRE_POLICY = -1
+    SMART_POLICY = 0
+
+
+#: Every concrete trigger class, by its stored ``kind`` name.
+TRIGGER_KINDS: dict[str, type[Trigger]] = {}
+
+
+@dataclass(kw_only=True, eq=False)
+class Trigger(ABC):
+    """The part of a trigger that every kind shares."""
+
+    #: Stored in the trigger row; names the class that reads :meth:`detail` back.
+    kind: ClassVar[str]
+    #: The misfire instructions this kind accepts (its own plus the two shared ones).
+    misfire_instructions: ClassVar[frozenset[int]] = frozenset(MisfireInstruction)
+
+    key: TriggerKey = field(default_factory=TriggerKey.generate)
+    job_key: JobKey | None = None
+    description: str | None = None
+    priority: int = DEFAULT_PRIORITY
+    #: First instant the trigger may fire; ``None`` means "when it is scheduled" (the client fills it
+    #: in from the scheduler's clock before storing).
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    misfire_instruction: int = MisfireInstruction.SMART_POLICY
+    #: Trigger-level job data, merged over the job's data for each firing.
+    data: dict[str, Any] = field(default_factory=dict)
+    calendar_name: str | None = None
+
+    # State, advanced by the scheduler.
+    next_fire_time: datetime | None = None
+    previous_fire_time: datetime | None = None
+    times_triggered: int = 0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        kind = cls.__dict__.get("kind")
+        if isinstance(kind, str):
+            TRIGGER_KINDS[kind] = cls
+
+    # -- the schedule ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def next_fire_time_after(self, after: datetime) -> datetime | None:
+        """The first instant strictly after ``after`` at which this trigger's schedule fires.
+
+        Honours ``start_at`` and ``end_at``; ignores calendars and ``times_triggered``-independent
+        state. Aware in, aware (UTC) out; ``None`` when the schedule has no later fire time.
+        """
+
+    @abstractmethod
+    def detail(self) -> dict[str, Any]:
+        """The kind-specific definition as a JSON object (what :meth:`from_detail` reads back)."""
+
+    @classmethod
+    @abstractmethod
+    def from_detail(cls, detail: dict[str, Any], **common: Any) -> Trigger:
+        """Rebuild a trigger from :meth:`detail` and the common fields (keyword arguments)."""
+
+    def validate(self) -> None:
+        """Raise :class:`InvalidTriggerError` naming this trigger and the field at fault."""
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise InvalidTriggerError(f"trigger {self.key}: priority must be an integer")
+        for name in ("start_at", "end_at"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+                raise InvalidTriggerError(f"trigger {self.key}: {name} must be an aware datetime")
+        if self.start_at and self.end_at and self.end_at < self.start_at:
+            raise InvalidTriggerError(f"trigger {self.key}: end_at {self.end_at} is before start_at")
+        if self.misfire_instruction not in self.misfire_instructions:
+            raise InvalidTriggerError(
+                f"trigger {self.key}: misfire instruction {self.misfire_instruction!r} "
+                f"is not one of a {self.kind} trigger's"
+            )
+        if not isinstance(self.data, dict):
+            raise InvalidTriggerError(f"trigger {self.key}: data must be a dict")
+
+    # -- the state machine (Quartz's OperableTrigger) -------------------------------------------
+
+    def compute_first_fire_time(self, calendar: Calendar | None = None) -> datetime | None:
+        """Set and return the first fire time at or after ``start_at`` that the calendar allows."""
+        if self.start_at is None:
+            raise InvalidTriggerError(f"trigger {self.key}: start_at must be set before scheduling")
+        first = self.start_at if self.fires_at(self.start_at) else self.next_fire_time_after(
+            self.start_at
+        )
+        self.next_fire_time = self._skip_excluded(first, calendar)
+        return self.next_fire_time
+
+    def triggered(self, calendar: Calendar | None = None) -> None:
+        """Advance past the fire time that has just fired (Quartz's ``triggered``)."""
+        self.times_triggered += 1
+        self.previous_fire_time = self.next_fire_time
+        if self.next_fire_time is not None:
+            self.next_fire_time = self._skip_excluded(
+                self.next_fire_time_after(self.next_fire_time), calendar
+            )
+
+    @abstractmethod
+    def update_after_misfire(self, now: datetime, calendar: Calendar | None = None) -> None:
+        """Apply this trigger's misfire instruction: set ``next_fire_time`` (``None`` ends it)."""
+
+    def may_fire_again(self) -> bool:
+        return self.next_fire_time is not None
+
+    def fires_at(self, when: datetime) -> bool:
+        """Whether ``when`` is one of the schedule's fire times (ignoring calendars)."""
+        from datetime import timedelta
+
+        before = when - timedelta(microseconds=1)
+        return self.next_fire_time_after(before) == when
+
+    def _skip_excluded(
+        self, candidate: datetime | None, calendar: Calendar | None
+    ) -> datetime | None:
+        # Quartz walks forward until the calendar includes the time; a bound stops a calendar
+        # that excludes everything from spinning forever.
+        for _ in range(_MAX_CALENDAR_SKIPS):
+            if candidate is None or calendar is None or calendar.is_time_included(candidate):
+                return candidate
+            candidate = self.next_fire_time_after(candidate)
+        raise InvalidTriggerError(
+            f"trigger {self.key}: calendar {self.calendar_name!r} excludes every fire time tried"
+        )
+
+
+_MAX_CALENDAR_SKIPS = 100_000

@@ -1,0 +1,95 @@
+"""Settings, read from Celery's ``app.conf`` (``quartz_*`` keys), with documented defaults."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, fields
+from typing import Any
+
+from celery_quartz.errors import ConfigurationError
+from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
+from celery_quartz.store.schema import DEFAULT_TABLE_PREFIX
+
+AUTO = "AUTO"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every ``quartz_*`` setting; the README's settings table lists the same names and defaults."""
+
+    #: SQLAlchemy URL of the store. ``sqlite:///quartz.db`` is the embedded default.
+    store_url: str = "sqlite:///quartz.db"
+    #: Logical scheduler (cluster) name: processes with the same name share the work.
+    scheduler_name: str = ""  # empty: the Celery app's main name, or "celery"
+    #: Unique per process; ``AUTO`` generates host-pid-milliseconds.
+    instance_id: str = AUTO
+    table_prefix: str = DEFAULT_TABLE_PREFIX
+    #: Clustered (several schedulers on one database) is the default.
+    clustered: bool = True
+    #: Longest sleep when nothing is due, seconds; also how far ahead a trigger may be acquired.
+    idle_wait: float = 1.0
+    #: Most triggers acquired in one transaction.
+    batch_size: int = 100
+    #: Triggers due up to this many seconds after the first of a batch fire with it (early).
+    fire_ahead_window: float = 0.0
+    #: A trigger this many seconds late is handled by its misfire instruction.
+    misfire_threshold: float = 60.0
+    #: Most misfired triggers handled in one round of the misfire handler.
+    max_misfires_per_round: int = 20
+    #: Seconds between check-ins of a scheduler or worker.
+    checkin_interval: float = 7.5
+    #: Extra seconds of silence, beyond the check-in interval, before a peer is declared dead.
+    checkin_misfire_threshold: float = 7.5
+    #: Bound on the JSON encoding of job data, args, kwargs, options and trigger data.
+    max_job_data_bytes: int = DEFAULT_MAX_DATA_BYTES
+    #: Create or upgrade the tables (Alembic) when a scheduler starts.
+    schema_auto_upgrade: bool = True
+    #: Import ``beat_schedule`` into the store when a scheduler starts.
+    import_beat_schedule: bool = True
+
+    @classmethod
+    def from_app(cls, app: Any) -> Settings:
+        conf = app.conf
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            key = f"quartz_{f.name}"
+            value = conf.get(key)
+            if value is not None:
+                values[f.name] = value
+        settings = cls(**values)
+        if not settings.scheduler_name:
+            settings = _replace(settings, scheduler_name=app.main or "celery")
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        def positive(name: str, allow_zero: bool = False) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigurationError(f"quartz_{name} must be a number, got {value!r}")
+            if value < 0 or (value == 0 and not allow_zero):
+                raise ConfigurationError(f"quartz_{name} must be positive, got {value!r}")
+
+        for name in ("idle_wait", "misfire_threshold", "checkin_interval", "batch_size",
+                     "max_misfires_per_round", "max_job_data_bytes"):
+            positive(name)
+        for name in ("fire_ahead_window", "checkin_misfire_threshold"):
+            positive(name, allow_zero=True)
+        if not isinstance(self.store_url, str) or "://" not in self.store_url:
+            raise ConfigurationError(f"quartz_store_url must be a SQLAlchemy URL, got {self.store_url!r}")
+        if not self.instance_id or len(self.instance_id) > 200:
+            raise ConfigurationError(f"quartz_instance_id {self.instance_id!r}: 1 to 200 characters")
+
+    def resolve_instance_id(self) -> str:
+        """This process's instance id: the configured one, or a generated one for ``AUTO``."""
+        if self.instance_id != AUTO:
+            return self.instance_id
+        return f"{socket.gethostname()}-{os.getpid()}-{time.time_ns() // 1_000_000}"
+
+
+def _replace(settings: Settings, **changes: Any) -> Settings:
+    from dataclasses import replace
+
+    return replace(settings, **changes)

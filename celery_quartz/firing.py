@@ -1,0 +1,85 @@
+"""A firing: one occurrence of a trigger, from acquisition to the message a worker runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from celery_quartz.clock import from_millis
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.triggers.base import Trigger
+
+#: The message header that carries a firing's identity to the worker.
+HEADER = "quartz"
+
+
+@dataclass
+class JobRecord:
+    """The parts of a stored job that a firing's message needs."""
+
+    key: JobKey
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    data: dict[str, Any]
+    options: dict[str, Any]
+    durable: bool
+    requests_recovery: bool
+    disallow_concurrent: bool
+    persist_job_data: bool
+
+
+@dataclass
+class AcquiredFiring:
+    """A trigger this scheduler has claimed (state ACQUIRED) and will fire at ``scheduled_millis``."""
+
+    fire_instance_id: str
+    trigger: Trigger
+    job: JobRecord
+    scheduled_millis: int
+
+    @property
+    def scheduled_fire_time(self) -> datetime:
+        return from_millis(self.scheduled_millis)
+
+
+@dataclass
+class Firing:
+    """A fired trigger, ready to publish as a Celery task message (task id = fire instance id)."""
+
+    fire_instance_id: str
+    scheduler_name: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+    job_key: JobKey
+    trigger_key: TriggerKey
+    scheduled_millis: int
+    fired_millis: int
+    data: dict[str, Any] = field(default_factory=dict)
+    recovering: bool = False
+    retry_attempt: int = 0
+    refire_count: int = 0
+    origin_trigger_key: TriggerKey | None = None
+    origin_scheduled_millis: int | None = None
+
+    def header(self) -> dict[str, Any]:
+        """What the worker reads back into a :class:`~celery_quartz.context.JobExecutionContext`."""
+        header: dict[str, Any] = {
+            "scheduler": self.scheduler_name,
+            "fire_instance_id": self.fire_instance_id,
+            "job": [self.job_key.name, self.job_key.group],
+            "trigger": [self.trigger_key.name, self.trigger_key.group],
+            "scheduled_fire_time": self.scheduled_millis,
+            "fire_time": self.fired_millis,
+            "data": self.data,
+            "recovering": self.recovering,
+            "retry_attempt": self.retry_attempt,
+            "refire_count": self.refire_count,
+        }
+        if self.origin_trigger_key is not None:
+            header["origin_trigger"] = [self.origin_trigger_key.name, self.origin_trigger_key.group]
+            header["origin_scheduled_fire_time"] = self.origin_scheduled_millis
+        return header

@@ -1,0 +1,63 @@
+"""Engines for the store's databases: PostgreSQL (psycopg2 or psycopg 3) and SQLite."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+
+from celery_quartz.errors import ConfigurationError
+
+SUPPORTED_BACKENDS = ("postgresql", "sqlite")
+
+
+def create_store_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url`` set up for the store's transactions.
+
+    SQLite has no row locks: every transaction starts with ``BEGIN IMMEDIATE``, so the write lock
+    is taken at the start and two processes never race between a read and the write it decides
+    (the race ``FOR UPDATE SKIP LOCKED`` settles on PostgreSQL). WAL lets readers run beside it.
+    """
+    try:
+        parsed = make_url(url)
+    except Exception as exc:  # sqlalchemy raises ArgumentError with a terse message
+        raise ConfigurationError(f"quartz_store_url {url!r} is not a SQLAlchemy URL: {exc}") from None
+    backend = parsed.get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:
+        raise ConfigurationError(
+            f"quartz_store_url {parsed.render_as_string(hide_password=True)!r}: backend {backend!r} "
+            f"is not supported (use one of {', '.join(SUPPORTED_BACKENDS)})"
+        )
+    if backend == "sqlite":
+        return _sqlite_engine(parsed, **kwargs)
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_engine(parsed, **kwargs)
+
+
+def _sqlite_engine(url: Any, **kwargs: Any) -> Engine:
+    memory = url.database in (None, "", ":memory:")
+    if memory:
+        # One private database per engine: every connection must be the same one.
+        kwargs.setdefault("poolclass", StaticPool)
+    kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
+    engine = create_engine(url, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # The driver must not begin transactions itself; the "begin" hook below does.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        if not memory:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine

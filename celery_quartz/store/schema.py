@@ -1,0 +1,269 @@
+"""The tables, declared once, after Quartz's ``QRTZ_*`` schema.
+
+Every table carries ``sched_name`` so several logical schedulers (clusters) can share one set of
+tables; every name starts with a configurable prefix (``quartz_`` by default). Times are integer
+milliseconds since the Unix epoch, UTC, as Quartz stores them: exact, cheap to index and to compare.
+
+Differences from Quartz, and why:
+
+* One trigger table with a ``trigger_type`` and a JSON ``detail`` column instead of
+  ``QRTZ_SIMPLE_TRIGGERS``/``QRTZ_CRON_TRIGGERS``/…: acquisition reads and advances a trigger with
+  no join, in one statement per batch.
+* Columns Quartz 4.x has in other forms or not at all: ``execution_group``, ``preferred_node`` with
+  its auto-claim flag, ``retry_policy``/``retry_attempt``, the ``origin_*`` columns of recovery and
+  retry firings, ``misfire_orig_fire_time``, a fencing ``epoch`` on scheduler state and locks.
+* ``fired_triggers`` follows a firing to its completion on a Celery worker (``worker_name``,
+  ``published_time``, ``started_time``, ``expires_time``).
+* ``jobs`` names a registered Celery task and keeps JSON only: ``job_data``, ``args``, ``kwargs``,
+  ``options`` (Celery publish options such as ``queue``). Never pickle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    false,
+    text,
+    true,
+)
+
+DEFAULT_TABLE_PREFIX = "quartz_"
+
+# Column widths shared by every table (Quartz's are 120/190/200; we keep room for Celery names).
+SCHED_NAME = 120
+KEY_PART = 200
+TASK_NAME = 255
+NODE_NAME = 255
+STATE = 16
+
+
+class TriggerState:
+    """The values of ``triggers.trigger_state`` (Quartz's)."""
+
+    WAITING = "WAITING"
+    ACQUIRED = "ACQUIRED"
+    EXECUTING = "EXECUTING"  # not stored on triggers; kept for the vocabulary of get_trigger_state
+    COMPLETE = "COMPLETE"
+    PAUSED = "PAUSED"
+    BLOCKED = "BLOCKED"
+    PAUSED_BLOCKED = "PAUSED_BLOCKED"
+    ERROR = "ERROR"
+
+
+class FiringState:
+    """The values of ``fired_triggers.state``: a firing from acquisition to completion."""
+
+    ACQUIRED = "ACQUIRED"  # claimed by a scheduler, not yet fired
+    FIRED = "FIRED"  # trigger advanced; the message is being published (may or may not be out)
+    PUBLISHED = "PUBLISHED"  # the broker accepted the message
+    EXECUTING = "EXECUTING"  # a worker started it (exactly one worker: conditional update)
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The tables of one prefix, bound to one :class:`MetaData`."""
+
+    metadata: MetaData
+    jobs: Table
+    triggers: Table
+    fired_triggers: Table
+    scheduler_state: Table
+    locks: Table
+    paused_trigger_groups: Table
+    calendars: Table
+    prefix: str
+
+
+def _sched_name() -> Column[str]:
+    return Column("sched_name", String(SCHED_NAME), primary_key=True)
+
+
+def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
+    """Declare every table under ``prefix``; the same call always yields the same schema."""
+    if not prefix.replace("_", "").isalnum() or not prefix[0].isalpha():
+        from celery_quartz.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"quartz_table_prefix {prefix!r}: use letters, digits and underscores, starting with a letter"
+        )
+    md = MetaData()
+    p = prefix
+
+    jobs = Table(
+        f"{p}jobs",
+        md,
+        _sched_name(),
+        Column("job_name", String(KEY_PART), primary_key=True),
+        Column("job_group", String(KEY_PART), primary_key=True),
+        Column("description", String(250)),
+        Column("task_name", String(TASK_NAME), nullable=False),
+        Column("job_data", Text, nullable=False, server_default="{}"),
+        Column("args", Text, nullable=False, server_default="[]"),
+        Column("kwargs", Text, nullable=False, server_default="{}"),
+        Column("options", Text, nullable=False, server_default="{}"),
+        Column("is_durable", Boolean, nullable=False, server_default=false()),
+        Column("is_nonconcurrent", Boolean, nullable=False, server_default=false()),
+        Column("is_update_data", Boolean, nullable=False, server_default=false()),
+        Column("requests_recovery", Boolean, nullable=False, server_default=false()),
+        # What produced the row (e.g. a beat_schedule entry): lets an import tell "unchanged".
+        Column("definition_hash", String(64)),
+    )
+
+    triggers = Table(
+        f"{p}triggers",
+        md,
+        _sched_name(),
+        Column("trigger_name", String(KEY_PART), primary_key=True),
+        Column("trigger_group", String(KEY_PART), primary_key=True),
+        Column("job_name", String(KEY_PART), nullable=False),
+        Column("job_group", String(KEY_PART), nullable=False),
+        Column("description", String(250)),
+        Column("next_fire_time", BigInteger),
+        Column("prev_fire_time", BigInteger),
+        Column("priority", Integer, nullable=False, server_default=text("5")),
+        Column("trigger_state", String(STATE), nullable=False),
+        Column("trigger_type", String(8), nullable=False),
+        Column("start_time", BigInteger, nullable=False),
+        Column("end_time", BigInteger),
+        Column("calendar_name", String(KEY_PART)),
+        Column("misfire_instr", SmallInteger, nullable=False, server_default=text("0")),
+        Column("job_data", Text, nullable=False, server_default="{}"),
+        Column("detail", Text, nullable=False, server_default="{}"),
+        Column("times_triggered", Integer, nullable=False, server_default=text("0")),
+        Column("execution_group", String(KEY_PART)),
+        Column("preferred_node", String(NODE_NAME)),
+        Column("preferred_node_auto", Boolean, nullable=False, server_default=false()),
+        Column("retry_policy", String(200)),
+        Column("retry_attempt", Integer, nullable=False, server_default=text("0")),
+        # A recovery or retry firing names the occurrence it stands for.
+        Column("origin_trigger_name", String(KEY_PART)),
+        Column("origin_trigger_group", String(KEY_PART)),
+        Column("origin_fire_time", BigInteger),
+        Column("origin_sched_time", BigInteger),
+        Column("recovering", Boolean, nullable=False, server_default=false()),
+        Column("misfire_orig_fire_time", BigInteger),
+        Column("definition_hash", String(64)),
+        ForeignKeyConstraint(
+            ["sched_name", "job_name", "job_group"],
+            [jobs.c.sched_name, jobs.c.job_name, jobs.c.job_group],
+            name=f"fk_{p}triggers_job",
+        ),
+    )
+    # Acquisition: "WAITING triggers due by T, by next fire time then priority" is a range scan.
+    Index(
+        f"ix_{p}triggers_acquire",
+        triggers.c.sched_name,
+        triggers.c.trigger_state,
+        triggers.c.next_fire_time,
+        triggers.c.priority,
+    )
+    Index(f"ix_{p}triggers_job", triggers.c.sched_name, triggers.c.job_name, triggers.c.job_group)
+    Index(
+        f"ix_{p}triggers_group",
+        triggers.c.sched_name,
+        triggers.c.trigger_group,
+        triggers.c.trigger_state,
+    )
+    Index(
+        f"ix_{p}triggers_exec_group",
+        triggers.c.sched_name,
+        triggers.c.execution_group,
+        triggers.c.trigger_state,
+    )
+
+    fired = Table(
+        f"{p}fired_triggers",
+        md,
+        _sched_name(),
+        # The fire instance id; also the Celery task id of the firing's message.
+        Column("entry_id", String(95), primary_key=True),
+        Column("trigger_name", String(KEY_PART), nullable=False),
+        Column("trigger_group", String(KEY_PART), nullable=False),
+        Column("instance_name", String(NODE_NAME), nullable=False),
+        Column("fired_time", BigInteger, nullable=False),
+        Column("sched_time", BigInteger, nullable=False),
+        Column("priority", Integer, nullable=False),
+        Column("state", String(STATE), nullable=False),
+        Column("job_name", String(KEY_PART)),
+        Column("job_group", String(KEY_PART)),
+        Column("is_nonconcurrent", Boolean, nullable=False, server_default=false()),
+        Column("requests_recovery", Boolean, nullable=False, server_default=false()),
+        Column("execution_group", String(KEY_PART)),
+        Column("worker_name", String(NODE_NAME)),
+        Column("published_time", BigInteger),
+        Column("started_time", BigInteger),
+        Column("expires_time", BigInteger),
+        Column("retry_attempt", Integer, nullable=False, server_default=text("0")),
+        Column("refire_count", Integer, nullable=False, server_default=text("0")),
+        Column("recovering", Boolean, nullable=False, server_default=false()),
+    )
+    Index(f"ix_{p}fired_instance", fired.c.sched_name, fired.c.instance_name, fired.c.state)
+    Index(f"ix_{p}fired_trigger", fired.c.sched_name, fired.c.trigger_name, fired.c.trigger_group)
+    Index(f"ix_{p}fired_job", fired.c.sched_name, fired.c.job_name, fired.c.job_group)
+    Index(f"ix_{p}fired_worker", fired.c.sched_name, fired.c.worker_name)
+    Index(f"ix_{p}fired_exec_group", fired.c.sched_name, fired.c.execution_group, fired.c.state)
+
+    scheduler_state = Table(
+        f"{p}scheduler_state",
+        md,
+        _sched_name(),
+        Column("instance_name", String(NODE_NAME), primary_key=True),
+        # "scheduler" for a beat process, "worker" for a Celery worker.
+        Column("kind", String(16), nullable=False, server_default="scheduler"),
+        Column("last_checkin_time", BigInteger, nullable=False),
+        Column("checkin_interval", BigInteger, nullable=False),
+        Column("clustered", Boolean, nullable=False, server_default=true()),
+        Column("epoch", BigInteger, nullable=False, server_default=text("0")),
+        Column("hostname", String(255)),
+        Column("pid", Integer),
+        Column("started_time", BigInteger),
+        Column("queues", Text),  # a worker's consumed queues, JSON list
+        Column("concurrency", Integer),
+    )
+
+    locks = Table(
+        f"{p}locks",
+        md,
+        _sched_name(),
+        Column("lock_name", String(40), primary_key=True),
+        Column("epoch", BigInteger, nullable=False, server_default=text("0")),
+    )
+
+    paused = Table(
+        f"{p}paused_trigger_grps",
+        md,
+        _sched_name(),
+        Column("trigger_group", String(KEY_PART), primary_key=True),
+    )
+
+    calendars = Table(
+        f"{p}calendars",
+        md,
+        _sched_name(),
+        Column("calendar_name", String(KEY_PART), primary_key=True),
+        Column("calendar", Text, nullable=False),
+    )
+
+    return Tables(
+        metadata=md,
+        jobs=jobs,
+        triggers=triggers,
+        fired_triggers=fired,
+        scheduler_state=scheduler_state,
+        locks=locks,
+        paused_trigger_groups=paused,
+        calendars=calendars,
+        prefix=prefix,
+    )

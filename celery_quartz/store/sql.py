@@ -1,0 +1,1190 @@
+"""The SQL job store: every decision two processes could race on is one transaction.
+
+PostgreSQL settles races with row locks (``FOR UPDATE SKIP LOCKED`` when acquiring) and
+conditional updates; SQLite with a write lock taken at ``BEGIN IMMEDIATE`` (see
+:mod:`celery_quartz.store.engine`). Nothing here holds a lock while waiting for a fire time: an
+acquisition is a committed state change (WAITING → ACQUIRED) plus a fired-trigger row naming the
+scheduler instance that owns it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    and_,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from celery_quartz.clock import Clock, SystemClock, from_millis, to_millis
+from celery_quartz.errors import (
+    InvalidTriggerError,
+    JobNotFoundError,
+    ObjectAlreadyExistsError,
+    TriggerNotFoundError,
+)
+from celery_quartz.firing import AcquiredFiring, Firing, JobRecord
+from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json, encode_json_object
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.store.engine import create_store_engine
+from celery_quartz.store.schema import (
+    DEFAULT_TABLE_PREFIX,
+    FiringState,
+    Tables,
+    TriggerState,
+    build_tables,
+)
+from celery_quartz.triggers.base import TRIGGER_KINDS, MisfireInstruction, Trigger
+
+logger = logging.getLogger(__name__)
+
+#: ``get_trigger_state`` of a key that is not stored (Quartz's ``TriggerState.None``).
+NONE_STATE = "NONE"
+
+
+@dataclass(frozen=True)
+class CheckIn:
+    """A row of ``scheduler_state``: a scheduler or worker process and its last check-in."""
+
+    instance_name: str
+    kind: str
+    last_checkin_millis: int
+    checkin_interval_millis: int
+    clustered: bool
+    hostname: str | None
+    pid: int | None
+
+
+class SqlStore:
+    """Jobs, triggers and firings of one scheduler name, in SQL tables under one prefix."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        scheduler_name: str,
+        table_prefix: str = DEFAULT_TABLE_PREFIX,
+        clock: Clock | None = None,
+        max_data_bytes: int = DEFAULT_MAX_DATA_BYTES,
+        engine: Engine | None = None,
+    ) -> None:
+        if engine is None:
+            if url is None:
+                raise ValueError("SqlStore needs a url or an engine")
+            engine = create_store_engine(url)
+        self.engine = engine
+        self.scheduler_name = scheduler_name
+        self.tables: Tables = build_tables(table_prefix)
+        self.clock = clock or SystemClock()
+        self.max_data_bytes = max_data_bytes
+        # Trigger kinds register themselves on import.
+        import celery_quartz.triggers  # noqa: F401
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    def create_tables(self) -> None:
+        """Create the tables directly (tests, the RAM store); production uses the migrations."""
+        self.tables.metadata.create_all(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def _now(self) -> int:
+        return to_millis(self.clock.now())
+
+    def _lock(self, conn: Connection, name: str) -> None:
+        """Take the named lock row until the transaction ends (SQLite: the write lock already is)."""
+        if self.dialect == "sqlite":
+            return
+        locks = self.tables.locks
+        key = and_(locks.c.sched_name == self.scheduler_name, locks.c.lock_name == name)
+        if conn.execute(select(locks.c.lock_name).where(key).with_for_update()).first() is None:
+            try:
+                with conn.begin_nested():
+                    conn.execute(insert(locks).values(sched_name=self.scheduler_name, lock_name=name))
+            except IntegrityError:
+                pass  # another process created it first; the select below waits for its lock
+            conn.execute(select(locks.c.lock_name).where(key).with_for_update())
+
+    # -- conversions ----------------------------------------------------------------------------
+
+    def _trigger_key_clause(self, key: TriggerKey) -> Any:
+        t = self.tables.triggers
+        return and_(
+            t.c.sched_name == self.scheduler_name,
+            t.c.trigger_name == key.name,
+            t.c.trigger_group == key.group,
+        )
+
+    def _job_key_clause(self, key: JobKey) -> Any:
+        j = self.tables.jobs
+        return and_(
+            j.c.sched_name == self.scheduler_name, j.c.job_name == key.name, j.c.job_group == key.group
+        )
+
+    def _job_values(self, job: Job) -> dict[str, Any]:
+        owner = f"job {job.key}"
+        limit = self.max_data_bytes
+        return {
+            "sched_name": self.scheduler_name,
+            "job_name": job.key.name,
+            "job_group": job.key.group,
+            "description": job.description,
+            "task_name": job.task,
+            "job_data": encode_json_object(owner, "data", job.data, limit),
+            "args": encode_json(owner, "args", list(job.args), limit),
+            "kwargs": encode_json_object(owner, "kwargs", job.kwargs, limit),
+            "options": encode_json_object(owner, "options", job.options, limit),
+            "is_durable": bool(job.durable),
+            "is_nonconcurrent": bool(job.disallow_concurrent),
+            "is_update_data": bool(job.persist_job_data),
+            "requests_recovery": bool(job.requests_recovery),
+        }
+
+    @staticmethod
+    def _job_from_row(row: Row[Any]) -> Job:
+        return Job(
+            key=JobKey(row.job_name, row.job_group),
+            task=row.task_name,
+            args=tuple(json.loads(row.args)),
+            kwargs=json.loads(row.kwargs),
+            data=json.loads(row.job_data),
+            options=json.loads(row.options),
+            description=row.description,
+            durable=row.is_durable,
+            requests_recovery=row.requests_recovery,
+            disallow_concurrent=row.is_nonconcurrent,
+            persist_job_data=row.is_update_data,
+        )
+
+    @staticmethod
+    def _job_record_from_row(row: Row[Any]) -> JobRecord:
+        return JobRecord(
+            key=JobKey(row.job_name, row.job_group),
+            task=row.task_name,
+            args=json.loads(row.args),
+            kwargs=json.loads(row.kwargs),
+            data=json.loads(row.jobs_job_data),
+            options=json.loads(row.options),
+            durable=row.is_durable,
+            requests_recovery=row.requests_recovery,
+            disallow_concurrent=row.is_nonconcurrent,
+            persist_job_data=row.is_update_data,
+        )
+
+    def _trigger_values(self, trigger: Trigger, state: str) -> dict[str, Any]:
+        assert trigger.job_key is not None and trigger.start_at is not None
+        owner = f"trigger {trigger.key}"
+        return {
+            "sched_name": self.scheduler_name,
+            "trigger_name": trigger.key.name,
+            "trigger_group": trigger.key.group,
+            "job_name": trigger.job_key.name,
+            "job_group": trigger.job_key.group,
+            "description": trigger.description,
+            "next_fire_time": _millis_or_none(trigger.next_fire_time),
+            "prev_fire_time": _millis_or_none(trigger.previous_fire_time),
+            "priority": trigger.priority,
+            "trigger_state": state,
+            "trigger_type": trigger.kind,
+            "start_time": to_millis(trigger.start_at),
+            "end_time": _millis_or_none(trigger.end_at),
+            "calendar_name": trigger.calendar_name,
+            "misfire_instr": int(trigger.misfire_instruction),
+            "job_data": encode_json_object(owner, "data", trigger.data, self.max_data_bytes),
+            "detail": encode_json_object(owner, "detail", trigger.detail(), self.max_data_bytes),
+            "times_triggered": trigger.times_triggered,
+        }
+
+    @staticmethod
+    def _trigger_from_row(row: Row[Any], data_column: str = "job_data") -> Trigger:
+        cls = TRIGGER_KINDS.get(row.trigger_type)
+        if cls is None:
+            raise InvalidTriggerError(
+                f"trigger {row.trigger_group}.{row.trigger_name}: unknown kind {row.trigger_type!r}"
+            )
+        return cls.from_detail(
+            json.loads(row.detail),
+            key=TriggerKey(row.trigger_name, row.trigger_group),
+            job_key=JobKey(row.job_name, row.job_group),
+            description=row.description,
+            priority=row.priority,
+            start_at=from_millis(row.start_time),
+            end_at=_datetime_or_none(row.end_time),
+            misfire_instruction=row.misfire_instr,
+            data=json.loads(getattr(row, data_column)),
+            calendar_name=row.calendar_name,
+            next_fire_time=_datetime_or_none(row.next_fire_time),
+            previous_fire_time=_datetime_or_none(row.prev_fire_time),
+            times_triggered=row.times_triggered,
+        )
+
+    # -- jobs and triggers (the client's operations) ---------------------------------------------
+
+    def store_jobs_and_triggers(
+        self,
+        items: Sequence[tuple[Job | None, Sequence[Trigger]]],
+        *,
+        replace: bool = False,
+        definition_hashes: dict[JobKey, str] | None = None,
+    ) -> None:
+        """Store jobs and their triggers in one transaction: all of them, or none.
+
+        A job of ``None`` means the triggers refer to jobs already stored. Raises
+        :class:`ObjectAlreadyExistsError` when a key exists and ``replace`` is false,
+        :class:`JobNotFoundError` when a trigger names a job that is not stored.
+        """
+        now = self.clock.now()
+        with self.transaction() as conn:
+            for job, triggers in items:
+                if job is not None:
+                    self._store_job(conn, job, replace, (definition_hashes or {}).get(job.key))
+                for trigger in triggers:
+                    self._store_trigger(conn, trigger, replace, now)
+
+    def _store_job(self, conn: Connection, job: Job, replace: bool, definition_hash: str | None) -> None:
+        j = self.tables.jobs
+        values = self._job_values(job)
+        values["definition_hash"] = definition_hash
+        exists = conn.execute(select(j.c.job_name).where(self._job_key_clause(job.key))).first()
+        if exists is not None:
+            if not replace:
+                raise ObjectAlreadyExistsError(f"job {job.key} already exists")
+            conn.execute(update(j).where(self._job_key_clause(job.key)).values(values))
+        else:
+            conn.execute(insert(j).values(values))
+
+    def _store_trigger(self, conn: Connection, trigger: Trigger, replace: bool, now: datetime) -> None:
+        t, j = self.tables.triggers, self.tables.jobs
+        if trigger.job_key is None:
+            raise InvalidTriggerError(f"trigger {trigger.key} names no job")
+        job_row = conn.execute(
+            select(j.c.is_nonconcurrent).where(self._job_key_clause(trigger.job_key))
+        ).first()
+        if job_row is None:
+            raise JobNotFoundError(f"trigger {trigger.key}: job {trigger.job_key} is not stored")
+        if trigger.start_at is None:
+            trigger.start_at = now
+        trigger.validate()
+        calendar = self._calendar(conn, trigger.calendar_name, trigger.key)
+        if trigger.compute_first_fire_time(calendar) is None:
+            raise InvalidTriggerError(
+                f"trigger {trigger.key}: based on its schedule it will never fire"
+            )
+        state = self._initial_state(conn, trigger, bool(job_row.is_nonconcurrent))
+        values = self._trigger_values(trigger, state)
+        existing = conn.execute(
+            select(t.c.trigger_state).where(self._trigger_key_clause(trigger.key))
+        ).first()
+        if existing is not None:
+            if not replace:
+                raise ObjectAlreadyExistsError(f"trigger {trigger.key} already exists")
+            conn.execute(update(t).where(self._trigger_key_clause(trigger.key)).values(values))
+        else:
+            conn.execute(insert(t).values(values))
+
+    def _initial_state(self, conn: Connection, trigger: Trigger, nonconcurrent: bool) -> str:
+        paused = self.tables.paused_trigger_groups
+        group_paused = conn.execute(
+            select(paused.c.trigger_group).where(
+                paused.c.sched_name == self.scheduler_name,
+                paused.c.trigger_group.in_([trigger.key.group, "_$_ALL_GROUPS_PAUSED_$_"]),
+            )
+        ).first()
+        blocked = nonconcurrent and self._job_in_flight(conn, trigger.job_key)
+        if group_paused is not None:
+            return TriggerState.PAUSED_BLOCKED if blocked else TriggerState.PAUSED
+        return TriggerState.BLOCKED if blocked else TriggerState.WAITING
+
+    def _job_in_flight(self, conn: Connection, job_key: JobKey | None) -> bool:
+        if job_key is None:
+            return False
+        f = self.tables.fired_triggers
+        return (
+            conn.execute(
+                select(f.c.entry_id)
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.job_name == job_key.name,
+                    f.c.job_group == job_key.group,
+                    f.c.state != FiringState.ACQUIRED,
+                )
+                .limit(1)
+            ).first()
+            is not None
+        )
+
+    def _calendar(self, conn: Connection, name: str | None, owner: TriggerKey) -> Any:
+        if name is None:
+            return None
+        from celery_quartz.calendars import calendar_from_dict
+
+        c = self.tables.calendars
+        row = conn.execute(
+            select(c.c.calendar).where(c.c.sched_name == self.scheduler_name, c.c.calendar_name == name)
+        ).first()
+        if row is None:
+            raise InvalidTriggerError(f"trigger {owner}: calendar {name!r} is not stored")
+        return calendar_from_dict(json.loads(row.calendar))
+
+    def store_calendar(self, name: str, calendar: Any, *, replace: bool = False) -> None:
+        c = self.tables.calendars
+        encoded = encode_json_object(f"calendar {name!r}", "definition", calendar.to_dict(), self.max_data_bytes)
+        clause = and_(c.c.sched_name == self.scheduler_name, c.c.calendar_name == name)
+        with self.transaction() as conn:
+            if conn.execute(select(c.c.calendar_name).where(clause)).first() is not None:
+                if not replace:
+                    raise ObjectAlreadyExistsError(f"calendar {name!r} already exists")
+                conn.execute(update(c).where(clause).values(calendar=encoded))
+            else:
+                conn.execute(
+                    insert(c).values(sched_name=self.scheduler_name, calendar_name=name, calendar=encoded)
+                )
+
+    def retrieve_job(self, key: JobKey) -> Job | None:
+        j = self.tables.jobs
+        with self.transaction() as conn:
+            row = conn.execute(select(j).where(self._job_key_clause(key))).first()
+        return None if row is None else self._job_from_row(row)
+
+    def retrieve_trigger(self, key: TriggerKey) -> Trigger | None:
+        t = self.tables.triggers
+        with self.transaction() as conn:
+            row = conn.execute(select(t).where(self._trigger_key_clause(key))).first()
+        return None if row is None else self._trigger_from_row(row)
+
+    def get_trigger_state(self, key: TriggerKey) -> str:
+        t = self.tables.triggers
+        with self.transaction() as conn:
+            row = conn.execute(select(t.c.trigger_state).where(self._trigger_key_clause(key))).first()
+        if row is None:
+            return NONE_STATE
+        # Quartz reports ACQUIRED as NORMAL to users; we keep the store's own word.
+        return str(row.trigger_state)
+
+    def get_triggers_of_job(self, key: JobKey) -> list[Trigger]:
+        t = self.tables.triggers
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(t)
+                .where(
+                    t.c.sched_name == self.scheduler_name,
+                    t.c.job_name == key.name,
+                    t.c.job_group == key.group,
+                )
+                .order_by(t.c.trigger_group, t.c.trigger_name)
+            ).all()
+        return [self._trigger_from_row(r) for r in rows]
+
+    def job_keys(self, group: str | None = None) -> list[JobKey]:
+        j = self.tables.jobs
+        q = select(j.c.job_name, j.c.job_group).where(j.c.sched_name == self.scheduler_name)
+        if group is not None:
+            q = q.where(j.c.job_group == group)
+        with self.transaction() as conn:
+            rows = conn.execute(q.order_by(j.c.job_group, j.c.job_name)).all()
+        return [JobKey(r.job_name, r.job_group) for r in rows]
+
+    def job_definition_hashes(self, group: str) -> dict[JobKey, str | None]:
+        j = self.tables.jobs
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(j.c.job_name, j.c.job_group, j.c.definition_hash).where(
+                    j.c.sched_name == self.scheduler_name, j.c.job_group == group
+                )
+            ).all()
+        return {JobKey(r.job_name, r.job_group): r.definition_hash for r in rows}
+
+    def remove_trigger(self, key: TriggerKey) -> bool:
+        """Remove a trigger; a non-durable job left with no trigger goes with it."""
+        with self.transaction() as conn:
+            return self._remove_trigger(conn, key)
+
+    def _remove_trigger(self, conn: Connection, key: TriggerKey) -> bool:
+        t = self.tables.triggers
+        row = conn.execute(
+            delete(t).where(self._trigger_key_clause(key)).returning(t.c.job_name, t.c.job_group)
+        ).first()
+        if row is None:
+            return False
+        self._delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
+        return True
+
+    def _delete_job_if_orphaned(self, conn: Connection, key: JobKey) -> None:
+        t, j = self.tables.triggers, self.tables.jobs
+        remaining = conn.execute(
+            select(func.count())
+            .select_from(t)
+            .where(t.c.sched_name == self.scheduler_name, t.c.job_name == key.name, t.c.job_group == key.group)
+        ).scalar_one()
+        if remaining == 0:
+            conn.execute(delete(j).where(self._job_key_clause(key), j.c.is_durable.is_(False)))
+
+    def remove_job(self, key: JobKey) -> bool:
+        """Remove a job and every trigger of it."""
+        t, j = self.tables.triggers, self.tables.jobs
+        with self.transaction() as conn:
+            conn.execute(
+                delete(t).where(
+                    t.c.sched_name == self.scheduler_name, t.c.job_name == key.name, t.c.job_group == key.group
+                )
+            )
+            return conn.execute(delete(j).where(self._job_key_clause(key))).rowcount > 0
+
+    def remove_jobs(self, keys: Iterable[JobKey]) -> int:
+        """Remove several jobs and their triggers in one transaction; the number removed."""
+        removed = 0
+        t, j = self.tables.triggers, self.tables.jobs
+        with self.transaction() as conn:
+            for key in keys:
+                conn.execute(
+                    delete(t).where(
+                        t.c.sched_name == self.scheduler_name,
+                        t.c.job_name == key.name,
+                        t.c.job_group == key.group,
+                    )
+                )
+                removed += conn.execute(delete(j).where(self._job_key_clause(key))).rowcount
+        return removed
+
+    def replace_trigger(self, key: TriggerKey, new_trigger: Trigger) -> bool:
+        """Replace a stored trigger by ``new_trigger`` (same job unless it names another)."""
+        t = self.tables.triggers
+        now = self.clock.now()
+        with self.transaction() as conn:
+            row = conn.execute(
+                select(t.c.job_name, t.c.job_group).where(self._trigger_key_clause(key))
+            ).first()
+            if row is None:
+                return False
+            if new_trigger.job_key is None:
+                new_trigger.job_key = JobKey(row.job_name, row.job_group)
+            conn.execute(delete(t).where(self._trigger_key_clause(key)))
+            self._store_trigger(conn, new_trigger, replace=False, now=now)
+            if new_trigger.job_key != JobKey(row.job_name, row.job_group):
+                self._delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
+        return True
+
+    def pause_trigger(self, key: TriggerKey) -> None:
+        with self.transaction() as conn:
+            self._pause_triggers(conn, self._trigger_key_clause(key))
+
+    def resume_trigger(self, key: TriggerKey) -> None:
+        with self.transaction() as conn:
+            self._resume_triggers(conn, self._trigger_key_clause(key))
+
+    def pause_job(self, key: JobKey) -> None:
+        with self.transaction() as conn:
+            self._pause_triggers(conn, self._triggers_of_job_clause(key))
+
+    def resume_job(self, key: JobKey) -> None:
+        with self.transaction() as conn:
+            self._resume_triggers(conn, self._triggers_of_job_clause(key))
+
+    def _triggers_of_job_clause(self, key: JobKey) -> Any:
+        t = self.tables.triggers
+        return and_(t.c.sched_name == self.scheduler_name, t.c.job_name == key.name, t.c.job_group == key.group)
+
+    def _pause_triggers(self, conn: Connection, where: Any) -> None:
+        t = self.tables.triggers
+        # An ACQUIRED trigger becomes PAUSED too: the scheduler holding it sees the change when it
+        # fires and drops the firing (the state is no longer ACQUIRED).
+        conn.execute(
+            update(t)
+            .where(where, t.c.trigger_state.in_([TriggerState.WAITING, TriggerState.ACQUIRED]))
+            .values(trigger_state=TriggerState.PAUSED)
+        )
+        conn.execute(
+            update(t)
+            .where(where, t.c.trigger_state == TriggerState.BLOCKED)
+            .values(trigger_state=TriggerState.PAUSED_BLOCKED)
+        )
+
+    def _resume_triggers(self, conn: Connection, where: Any) -> None:
+        t = self.tables.triggers
+        now = self._now()
+        rows = conn.execute(
+            select(t).where(
+                where, t.c.trigger_state.in_([TriggerState.PAUSED, TriggerState.PAUSED_BLOCKED])
+            )
+        ).all()
+        for row in rows:
+            blocked = row.trigger_state == TriggerState.PAUSED_BLOCKED
+            values: dict[str, Any] = {
+                "trigger_state": TriggerState.BLOCKED if blocked else TriggerState.WAITING
+            }
+            # Quartz applies the misfire instruction on resume when the pause made it late.
+            if row.next_fire_time is not None and row.next_fire_time < now - self._misfire_threshold_ms:
+                trigger = self._trigger_from_row(row)
+                trigger.update_after_misfire(
+                    from_millis(now), self._calendar(conn, trigger.calendar_name, trigger.key)
+                )
+                values["next_fire_time"] = _millis_or_none(trigger.next_fire_time)
+                values["times_triggered"] = trigger.times_triggered
+                if trigger.next_fire_time is None:
+                    values["trigger_state"] = TriggerState.COMPLETE
+            conn.execute(
+                update(t)
+                .where(self._trigger_key_clause(TriggerKey(row.trigger_name, row.trigger_group)))
+                .values(values)
+            )
+
+    #: Set by the scheduler from ``quartz_misfire_threshold``; used when resuming paused triggers.
+    _misfire_threshold_ms: int = 60_000
+
+    def set_misfire_threshold(self, seconds: float) -> None:
+        self._misfire_threshold_ms = int(seconds * 1000)
+
+    def count_rows(self) -> dict[str, int]:
+        """Rows per table for this scheduler name (diagnostics, and tests of "store unchanged")."""
+        counts = {}
+        with self.transaction() as conn:
+            for name in ("jobs", "triggers", "fired_triggers", "calendars", "paused_trigger_groups"):
+                table = getattr(self.tables, name)
+                counts[name] = conn.execute(
+                    select(func.count()).select_from(table).where(table.c.sched_name == self.scheduler_name)
+                ).scalar_one()
+        return counts
+
+    # -- acquisition and firing (the scheduling loop) --------------------------------------------
+
+    def acquire_next_triggers(
+        self,
+        instance_name: str,
+        *,
+        no_later_than: datetime,
+        max_count: int,
+        time_window: float,
+        misfire_threshold: float,
+    ) -> list[AcquiredFiring]:
+        """Claim up to ``max_count`` due triggers for ``instance_name``, committed before returning.
+
+        Race settled: two schedulers selecting the same due triggers. On PostgreSQL the select
+        locks the rows it returns and skips rows another transaction holds, so concurrent
+        schedulers claim disjoint batches; the ``state = WAITING`` condition on the update keeps
+        the claim correct even without the lock. Triggers later than the misfire threshold are
+        left to the misfire handler unless they ignore misfires (Quartz does the same).
+        """
+        t, j, f = self.tables.triggers, self.tables.jobs, self.tables.fired_triggers
+        now = self._now()
+        limit_ms = to_millis(no_later_than)
+        misfire_before = now - int(misfire_threshold * 1000)
+        query = (
+            select(t, j.c.task_name, j.c.args, j.c.kwargs, j.c.options, j.c.is_durable,
+                   j.c.is_nonconcurrent, j.c.is_update_data, j.c.requests_recovery,
+                   j.c.job_data.label("jobs_job_data"))
+            .join(j, and_(j.c.sched_name == t.c.sched_name, j.c.job_name == t.c.job_name,
+                          j.c.job_group == t.c.job_group))
+            .where(
+                t.c.sched_name == self.scheduler_name,
+                t.c.trigger_state == TriggerState.WAITING,
+                t.c.next_fire_time <= limit_ms,
+                or_(
+                    t.c.misfire_instr == MisfireInstruction.IGNORE_MISFIRE_POLICY,
+                    t.c.next_fire_time >= misfire_before,
+                ),
+            )
+            .order_by(t.c.next_fire_time, t.c.priority.desc())
+            .limit(max_count)
+            .with_for_update(skip_locked=True, of=t)
+        )
+        with self.transaction() as conn:
+            rows = conn.execute(query).all()
+            if not rows:
+                return []
+            # Quartz's batch rule: after the first trigger, take the others only while they are due
+            # no later than max(first fire time, now) + the fire-ahead window.
+            batch_end = max(rows[0].next_fire_time, now) + int(time_window * 1000)
+            rows = [r for r in rows if r.next_fire_time <= batch_end]
+            keys = [(r.trigger_name, r.trigger_group) for r in rows]
+            claimed = {
+                (r.trigger_name, r.trigger_group)
+                for r in conn.execute(
+                    update(t)
+                    .where(
+                        t.c.sched_name == self.scheduler_name,
+                        tuple_(t.c.trigger_name, t.c.trigger_group).in_(keys),
+                        t.c.trigger_state == TriggerState.WAITING,
+                    )
+                    .values(trigger_state=TriggerState.ACQUIRED)
+                    .returning(t.c.trigger_name, t.c.trigger_group)
+                )
+            }
+            acquired: list[AcquiredFiring] = []
+            fired_rows: list[dict[str, Any]] = []
+            for row in rows:
+                if (row.trigger_name, row.trigger_group) not in claimed:
+                    continue
+                firing = AcquiredFiring(
+                    fire_instance_id=new_fire_instance_id(),
+                    trigger=self._trigger_from_row(row),
+                    job=self._job_record_from_row(row),
+                    scheduled_millis=row.next_fire_time,
+                )
+                acquired.append(firing)
+                fired_rows.append({
+                    "sched_name": self.scheduler_name,
+                    "entry_id": firing.fire_instance_id,
+                    "trigger_name": row.trigger_name,
+                    "trigger_group": row.trigger_group,
+                    "instance_name": instance_name,
+                    "fired_time": now,
+                    "sched_time": row.next_fire_time,
+                    "priority": row.priority,
+                    "state": FiringState.ACQUIRED,
+                    "job_name": row.job_name,
+                    "job_group": row.job_group,
+                    "is_nonconcurrent": row.is_nonconcurrent,
+                    "requests_recovery": row.requests_recovery,
+                    "execution_group": row.execution_group,
+                    "recovering": row.recovering,
+                    "retry_attempt": row.retry_attempt,
+                })
+            if fired_rows:
+                conn.execute(insert(f), fired_rows)
+        logger.debug("%s acquired %d trigger(s)", instance_name, len(acquired))
+        return acquired
+
+    def fire(self, instance_name: str, acquired: Sequence[AcquiredFiring]) -> list[Firing]:
+        """Fire claimed triggers: advance each, and turn its fired row into a message to publish.
+
+        Race settled: a scheduler that was declared dead (and whose claims were released and taken
+        by a survivor) must not fire. Ownership is the fired row with this instance's name in state
+        ACQUIRED, and the trigger still ACQUIRED; both are checked under row locks here. Firings that
+        lost either are dropped, their fired rows removed.
+        """
+        if not acquired:
+            return []
+        t, f = self.tables.triggers, self.tables.fired_triggers
+        now = self._now()
+        by_id = {a.fire_instance_id: a for a in acquired}
+        firings: list[Firing] = []
+        with self.transaction() as conn:
+            owned = {
+                r.entry_id
+                for r in conn.execute(
+                    select(f.c.entry_id)
+                    .where(
+                        f.c.sched_name == self.scheduler_name,
+                        f.c.entry_id.in_(list(by_id)),
+                        f.c.instance_name == instance_name,
+                        f.c.state == FiringState.ACQUIRED,
+                    )
+                    .with_for_update()
+                )
+            }
+            keys = [(a.trigger.key.name, a.trigger.key.group) for a in acquired]
+            still_acquired = {
+                (r.trigger_name, r.trigger_group)
+                for r in conn.execute(
+                    select(t.c.trigger_name, t.c.trigger_group)
+                    .where(
+                        t.c.sched_name == self.scheduler_name,
+                        tuple_(t.c.trigger_name, t.c.trigger_group).in_(keys),
+                        t.c.trigger_state == TriggerState.ACQUIRED,
+                    )
+                    .with_for_update()
+                )
+            }
+            dropped: list[str] = []
+            calendars: dict[str, Any] = {}
+            for fire_id, firing in by_id.items():
+                trigger = firing.trigger
+                if fire_id not in owned or (trigger.key.name, trigger.key.group) not in still_acquired:
+                    dropped.append(fire_id)
+                    continue
+                calendar = None
+                if trigger.calendar_name is not None:
+                    if trigger.calendar_name not in calendars:
+                        calendars[trigger.calendar_name] = self._calendar(
+                            conn, trigger.calendar_name, trigger.key
+                        )
+                    calendar = calendars[trigger.calendar_name]
+                trigger.triggered(calendar)
+                if trigger.next_fire_time is None:
+                    state = TriggerState.COMPLETE
+                elif firing.job.disallow_concurrent:
+                    state = TriggerState.BLOCKED
+                else:
+                    state = TriggerState.WAITING
+                conn.execute(
+                    update(t)
+                    .where(self._trigger_key_clause(trigger.key))
+                    .values(
+                        trigger_state=state,
+                        next_fire_time=_millis_or_none(trigger.next_fire_time),
+                        prev_fire_time=_millis_or_none(trigger.previous_fire_time),
+                        times_triggered=trigger.times_triggered,
+                    )
+                )
+                if firing.job.disallow_concurrent:
+                    self._block_other_triggers(conn, firing.job.key, trigger.key)
+                firings.append(self._firing_message(firing, now))
+            if dropped:
+                conn.execute(delete(f).where(f.c.sched_name == self.scheduler_name, f.c.entry_id.in_(dropped)))
+                logger.info(
+                    "%s dropped %d firing(s) whose trigger changed or was recovered meanwhile",
+                    instance_name,
+                    len(dropped),
+                )
+            if firings:
+                conn.execute(
+                    update(f)
+                    .where(
+                        f.c.sched_name == self.scheduler_name,
+                        f.c.entry_id.in_([m.fire_instance_id for m in firings]),
+                    )
+                    .values(state=FiringState.FIRED, fired_time=now)
+                )
+        return firings
+
+    def _block_other_triggers(self, conn: Connection, job: JobKey, fired: TriggerKey) -> None:
+        t = self.tables.triggers
+        of_job = and_(self._triggers_of_job_clause(job), ~self._trigger_key_clause(fired))
+        conn.execute(
+            update(t)
+            .where(of_job, t.c.trigger_state.in_([TriggerState.WAITING, TriggerState.ACQUIRED]))
+            .values(trigger_state=TriggerState.BLOCKED)
+        )
+        conn.execute(
+            update(t)
+            .where(of_job, t.c.trigger_state == TriggerState.PAUSED)
+            .values(trigger_state=TriggerState.PAUSED_BLOCKED)
+        )
+
+    def _firing_message(self, firing: AcquiredFiring, now: int) -> Firing:
+        job = firing.job
+        return Firing(
+            fire_instance_id=firing.fire_instance_id,
+            scheduler_name=self.scheduler_name,
+            task=job.task,
+            args=job.args,
+            kwargs=job.kwargs,
+            options=job.options,
+            job_key=job.key,
+            trigger_key=firing.trigger.key,
+            scheduled_millis=firing.scheduled_millis,
+            fired_millis=now,
+            data={**job.data, **firing.trigger.data},
+        )
+
+    def mark_published(self, fire_instance_ids: Sequence[str]) -> None:
+        """Record that the broker accepted these firings (FIRED → PUBLISHED)."""
+        if not fire_instance_ids:
+            return
+        f = self.tables.fired_triggers
+        with self.transaction() as conn:
+            # Conditional: a worker may already have started one (EXECUTING) or finished it (gone).
+            conn.execute(
+                update(f)
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.entry_id.in_(list(fire_instance_ids)),
+                    f.c.state == FiringState.FIRED,
+                )
+                .values(state=FiringState.PUBLISHED, published_time=self._now())
+            )
+
+    def release_acquired(self, instance_name: str, acquired: Sequence[AcquiredFiring]) -> int:
+        """Give claimed-but-unfired triggers back (ACQUIRED → WAITING), as at shutdown."""
+        if not acquired:
+            return 0
+        with self.transaction() as conn:
+            return self._release(
+                conn, instance_name, [a.fire_instance_id for a in acquired]
+            )
+
+    def _release(self, conn: Connection, instance_name: str, fire_ids: Sequence[str] | None) -> int:
+        t, f = self.tables.triggers, self.tables.fired_triggers
+        where = [
+            f.c.sched_name == self.scheduler_name,
+            f.c.instance_name == instance_name,
+            f.c.state == FiringState.ACQUIRED,
+        ]
+        if fire_ids is not None:
+            where.append(f.c.entry_id.in_(list(fire_ids)))
+        rows = conn.execute(
+            delete(f).where(*where).returning(f.c.trigger_name, f.c.trigger_group)
+        ).all()
+        if rows:
+            conn.execute(
+                update(t)
+                .where(
+                    t.c.sched_name == self.scheduler_name,
+                    tuple_(t.c.trigger_name, t.c.trigger_group).in_(
+                        [(r.trigger_name, r.trigger_group) for r in rows]
+                    ),
+                    t.c.trigger_state == TriggerState.ACQUIRED,
+                )
+                .values(trigger_state=TriggerState.WAITING)
+            )
+        return len(rows)
+
+    # -- misfires --------------------------------------------------------------------------------
+
+    def handle_misfires(self, *, threshold: float, max_count: int) -> tuple[int, bool]:
+        """Apply the misfire instruction of up to ``max_count`` late triggers, earliest first.
+
+        Returns (handled, more remain). Race settled: two schedulers' misfire handlers picking the
+        same trigger; the rows are locked (skipping those another handler holds) and the update
+        is conditional on the trigger still being WAITING at the fire time that was late.
+        """
+        t = self.tables.triggers
+        now = self._now()
+        late_before = now - int(threshold * 1000)
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(t)
+                .where(
+                    t.c.sched_name == self.scheduler_name,
+                    t.c.trigger_state == TriggerState.WAITING,
+                    t.c.misfire_instr != MisfireInstruction.IGNORE_MISFIRE_POLICY,
+                    t.c.next_fire_time < late_before,
+                )
+                .order_by(t.c.next_fire_time, t.c.priority.desc())
+                .limit(max_count + 1)
+                .with_for_update(skip_locked=True)
+            ).all()
+            more = len(rows) > max_count
+            for row in rows[:max_count]:
+                trigger = self._trigger_from_row(row)
+                late_by = (now - row.next_fire_time) / 1000
+                trigger.update_after_misfire(
+                    from_millis(now), self._calendar(conn, trigger.calendar_name, trigger.key)
+                )
+                if trigger.next_fire_time is None:
+                    self._remove_trigger(conn, trigger.key)
+                    outcome = "will not fire again; removed"
+                else:
+                    conn.execute(
+                        update(t)
+                        .where(
+                            self._trigger_key_clause(trigger.key),
+                            t.c.trigger_state == TriggerState.WAITING,
+                            t.c.next_fire_time == row.next_fire_time,
+                        )
+                        .values(
+                            next_fire_time=to_millis(trigger.next_fire_time),
+                            times_triggered=trigger.times_triggered,
+                            misfire_orig_fire_time=row.next_fire_time,
+                        )
+                    )
+                    outcome = f"next fire time {trigger.next_fire_time.isoformat()}"
+                logger.info(
+                    "misfire: trigger %s was %.1fs late (instruction %s); %s",
+                    trigger.key,
+                    late_by,
+                    trigger.misfire_instruction,
+                    outcome,
+                )
+        return min(len(rows), max_count), more
+
+    # -- check-in and recovery of dead schedulers ------------------------------------------------
+
+    def check_in(
+        self,
+        instance_name: str,
+        *,
+        interval: float,
+        kind: str = "scheduler",
+        clustered: bool = True,
+        hostname: str | None = None,
+        pid: int | None = None,
+        queues: Sequence[str] | None = None,
+        concurrency: int | None = None,
+    ) -> bool:
+        """Write this process's check-in. Returns False when the row had gone: another instance
+        recovered this one (it thought us dead); the row is written anew."""
+        s = self.tables.scheduler_state
+        now = self._now()
+        values: dict[str, Any] = {
+            "last_checkin_time": now,
+            "checkin_interval": int(interval * 1000),
+            "kind": kind,
+            "clustered": clustered,
+            "hostname": hostname,
+            "pid": pid,
+            "queues": None if queues is None else json.dumps(list(queues)),
+            "concurrency": concurrency,
+        }
+        clause = and_(s.c.sched_name == self.scheduler_name, s.c.instance_name == instance_name)
+        with self.transaction() as conn:
+            if conn.execute(update(s).where(clause).values(values)).rowcount:
+                return True
+            conn.execute(
+                insert(s).values(
+                    sched_name=self.scheduler_name, instance_name=instance_name, started_time=now, **values
+                )
+            )
+            return False
+
+    def remove_check_in(self, instance_name: str) -> None:
+        s = self.tables.scheduler_state
+        with self.transaction() as conn:
+            conn.execute(
+                delete(s).where(s.c.sched_name == self.scheduler_name, s.c.instance_name == instance_name)
+            )
+
+    def check_ins(self, kind: str | None = None) -> list[CheckIn]:
+        s = self.tables.scheduler_state
+        q = select(s).where(s.c.sched_name == self.scheduler_name)
+        if kind is not None:
+            q = q.where(s.c.kind == kind)
+        with self.transaction() as conn:
+            rows = conn.execute(q.order_by(s.c.instance_name)).all()
+        return [
+            CheckIn(
+                instance_name=r.instance_name,
+                kind=r.kind,
+                last_checkin_millis=r.last_checkin_time,
+                checkin_interval_millis=r.checkin_interval,
+                clustered=r.clustered,
+                hostname=r.hostname,
+                pid=r.pid,
+            )
+            for r in rows
+        ]
+
+    def orphaned_scheduler_instances(self) -> list[str]:
+        """Instances that own ACQUIRED or FIRED rows but have no check-in row at all."""
+        f, s = self.tables.fired_triggers, self.tables.scheduler_state
+        checked_in = select(s.c.instance_name).where(s.c.sched_name == self.scheduler_name)
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(f.c.instance_name)
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.state.in_([FiringState.ACQUIRED, FiringState.FIRED]),
+                    f.c.instance_name.not_in(checked_in),
+                )
+                .distinct()
+            ).all()
+        return [r.instance_name for r in rows]
+
+    def recover_scheduler(
+        self, dead: str, *, seen_checkin_millis: int | None, recovered_by: str
+    ) -> tuple[int, int] | None:
+        """Take over a dead scheduler's work; (released, to republish) or None if another did it.
+
+        Race settled: several survivors see the same dead peer. Each deletes its check-in row on
+        the condition that it still carries the check-in time it judged stale; only one delete
+        matches, and that survivor does the whole recovery in the same transaction. A peer that
+        came back to life and checked in meanwhile no longer matches, and is left alone.
+
+        Claims the dead scheduler never fired go back to WAITING. Firings it fired but may not have
+        published (FIRED) move to ``recovered_by``, which publishes them again with the same fire
+        instance id: if the first message did go out, the worker's start guard lets only one run.
+        """
+        s, f = self.tables.scheduler_state, self.tables.fired_triggers
+        with self.transaction() as conn:
+            if seen_checkin_millis is not None:
+                gone = conn.execute(
+                    delete(s).where(
+                        s.c.sched_name == self.scheduler_name,
+                        s.c.instance_name == dead,
+                        s.c.last_checkin_time == seen_checkin_millis,
+                    )
+                ).rowcount
+                if not gone:
+                    return None
+            released = self._release(conn, dead, None)
+            moved = conn.execute(
+                update(f)
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.instance_name == dead,
+                    f.c.state == FiringState.FIRED,
+                )
+                .values(instance_name=recovered_by)
+            ).rowcount
+        logger.info(
+            "recovered scheduler instance %s: %d claimed trigger(s) released, %d firing(s) to "
+            "publish again (by %s)",
+            dead,
+            released,
+            moved,
+            recovered_by,
+        )
+        return released, moved
+
+    def unpublished_firings(self, instance_name: str) -> list[Firing]:
+        """Firings this instance fired (or took over) whose publication is not recorded."""
+        f, j, t = self.tables.fired_triggers, self.tables.jobs, self.tables.triggers
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(
+                    f.c.entry_id, f.c.sched_time, f.c.fired_time, f.c.trigger_name, f.c.trigger_group,
+                    f.c.retry_attempt, f.c.refire_count, f.c.recovering,
+                    j.c.job_name, j.c.job_group, j.c.task_name, j.c.args, j.c.kwargs, j.c.options,
+                    j.c.job_data, t.c.job_data.label("trigger_data"),
+                )
+                .join(j, and_(j.c.sched_name == f.c.sched_name, j.c.job_name == f.c.job_name,
+                              j.c.job_group == f.c.job_group))
+                .outerjoin(t, and_(t.c.sched_name == f.c.sched_name,
+                                   t.c.trigger_name == f.c.trigger_name,
+                                   t.c.trigger_group == f.c.trigger_group))
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.instance_name == instance_name,
+                    f.c.state == FiringState.FIRED,
+                )
+            ).all()
+        return [
+            Firing(
+                fire_instance_id=r.entry_id,
+                scheduler_name=self.scheduler_name,
+                task=r.task_name,
+                args=json.loads(r.args),
+                kwargs=json.loads(r.kwargs),
+                options=json.loads(r.options),
+                job_key=JobKey(r.job_name, r.job_group),
+                trigger_key=TriggerKey(r.trigger_name, r.trigger_group),
+                scheduled_millis=r.sched_time,
+                fired_millis=r.fired_time,
+                data={**json.loads(r.job_data), **json.loads(r.trigger_data or "{}")},
+                recovering=r.recovering,
+                retry_attempt=r.retry_attempt,
+                refire_count=r.refire_count,
+            )
+            for r in rows
+        ]
+
+    # -- the worker's side -----------------------------------------------------------------------
+
+    def start_execution(self, fire_instance_id: str, worker_name: str) -> bool:
+        """Mark a firing EXECUTING on ``worker_name``; False when it must not run here.
+
+        Race settled: the same firing delivered twice (a broker redelivery, a republish after a
+        scheduler died between publishing and recording). Only the first conditional update from
+        FIRED/PUBLISHED matches; every later delivery finds EXECUTING, or no row once complete.
+        """
+        f = self.tables.fired_triggers
+        with self.transaction() as conn:
+            started = conn.execute(
+                update(f)
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.entry_id == fire_instance_id,
+                    f.c.state.in_([FiringState.FIRED, FiringState.PUBLISHED]),
+                )
+                .values(state=FiringState.EXECUTING, worker_name=worker_name, started_time=self._now())
+            ).rowcount
+        return bool(started)
+
+    def return_to_published(self, fire_instance_id: str) -> None:
+        """The task asked Celery to retry it: the same firing will be delivered again."""
+        f = self.tables.fired_triggers
+        with self.transaction() as conn:
+            conn.execute(
+                update(f)
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.entry_id == fire_instance_id,
+                    f.c.state == FiringState.EXECUTING,
+                )
+                .values(state=FiringState.PUBLISHED, worker_name=None)
+            )
+
+    def complete_execution(
+        self, fire_instance_id: str, *, job_data: dict[str, Any] | None = None
+    ) -> bool:
+        """Finish a firing: remove its row and release what waited on it (Quartz's
+        ``triggeredJobComplete``). Returns False if the firing was not executing (already done).
+
+        Race settled: completion against recovery of the same firing; the delete is conditional on
+        EXECUTING, so exactly one of them acts.
+        """
+        f, t, j = self.tables.fired_triggers, self.tables.triggers, self.tables.jobs
+        with self.transaction() as conn:
+            row = conn.execute(
+                delete(f)
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.entry_id == fire_instance_id,
+                    f.c.state == FiringState.EXECUTING,
+                )
+                .returning(
+                    f.c.trigger_name, f.c.trigger_group, f.c.job_name, f.c.job_group, f.c.is_nonconcurrent
+                )
+            ).first()
+            if row is None:
+                return False
+            job_key = JobKey(row.job_name, row.job_group)
+            trigger_key = TriggerKey(row.trigger_name, row.trigger_group)
+            if job_data is not None:
+                encoded = encode_json_object(f"job {job_key}", "data", job_data, self.max_data_bytes)
+                conn.execute(
+                    update(j)
+                    .where(self._job_key_clause(job_key), j.c.is_update_data.is_(True))
+                    .values(job_data=encoded)
+                )
+            if row.is_nonconcurrent:
+                self._unblock_triggers(conn, job_key)
+            state = conn.execute(
+                select(t.c.trigger_state).where(self._trigger_key_clause(trigger_key))
+            ).scalar_one_or_none()
+            if state == TriggerState.COMPLETE:
+                self._remove_trigger(conn, trigger_key)
+        return True
+
+    def _unblock_triggers(self, conn: Connection, job: JobKey) -> None:
+        t = self.tables.triggers
+        of_job = self._triggers_of_job_clause(job)
+        conn.execute(
+            update(t)
+            .where(of_job, t.c.trigger_state == TriggerState.BLOCKED)
+            .values(trigger_state=TriggerState.WAITING)
+        )
+        conn.execute(
+            update(t)
+            .where(of_job, t.c.trigger_state == TriggerState.PAUSED_BLOCKED)
+            .values(trigger_state=TriggerState.PAUSED)
+        )
+
+    def firing_states(self) -> dict[str, str]:
+        """Every fired row of this scheduler: fire instance id → state (diagnostics and tests)."""
+        f = self.tables.fired_triggers
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(f.c.entry_id, f.c.state).where(f.c.sched_name == self.scheduler_name)
+            ).all()
+        return {r.entry_id: r.state for r in rows}
+
+
+def new_fire_instance_id() -> str:
+    """A fire instance id; it is also the Celery task id of the firing's message."""
+    return str(uuid.uuid4())
+
+
+def _millis_or_none(value: datetime | None) -> int | None:
+    return None if value is None else to_millis(value)
+
+
+def _datetime_or_none(value: int | None) -> datetime | None:
+    return None if value is None else from_millis(value)

@@ -1,0 +1,34 @@
+# make test: lint + the whole suite against real PostgreSQL and Redis started by the tests themselves.
+# The server binaries come from the machine (apt packages postgresql, redis-server; .ci/run installs
+# them when run as root).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# A hung test must fail the run, not hang it.
+PYTEST_FLAGS ?= --timeout=900
+
+.PHONY: venv check-services test lint
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -e '.[dev]'
+	touch $@
+
+# Fails early, naming the apt packages to install, when a server binary is missing.
+check-services:
+	$(PYTHON) -m tests.services check
+
+# CQ_REQUIRE_SERVICES=1: tests/conftest.py turns a skipped integration test into a failure.
+test: check-services venv
+	CQ_REQUIRE_SERVICES=1 $(PY) -m pytest tests $(PYTEST_FLAGS)
+	$(MAKE) lint
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+# demo: added by the end-to-end work

@@ -1,0 +1,89 @@
+"""Shared fixtures. The servers start on first use, so unit-only runs start none; their logic is in
+tests/services.py."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.services import PostgresServer, RedisServer, postgres_server, redis_server
+
+# Tests using these fixtures get the `integration` marker (`-m "not integration"` leaves them out).
+SERVICE_FIXTURES = {"postgres", "redis", "pg_url", "pg_url_psycopg3", "redis_url"}
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def redis() -> Iterator[RedisServer]:
+    with redis_server() as server:
+        yield server
+
+
+_database_numbers = itertools.count(1)
+
+
+def _fresh_database(
+    postgres: PostgresServer, request: pytest.FixtureRequest, driver: str
+) -> Iterator[str]:
+    slug = re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())
+    name = f"t{next(_database_numbers)}_{slug}"[:63]
+    yield postgres.create_database(name, driver)
+    # Disk cleanup only: a test that left the server stopped must not turn into a teardown error.
+    with contextlib.suppress(Exception):
+        postgres.drop_database(name)
+
+
+@pytest.fixture
+def pg_url(postgres: PostgresServer, request: pytest.FixtureRequest) -> Iterator[str]:
+    """SQLAlchemy URL (psycopg2) of a new empty database on the session server."""
+    yield from _fresh_database(postgres, request, "psycopg2")
+
+
+@pytest.fixture
+def pg_url_psycopg3(postgres: PostgresServer, request: pytest.FixtureRequest) -> Iterator[str]:
+    """SQLAlchemy URL (psycopg 3) of a new empty database on the session server."""
+    yield from _fresh_database(postgres, request, "psycopg")
+
+
+_redis_dbs = itertools.cycle(range(1, 16))
+
+
+@pytest.fixture
+def redis_url(redis: RedisServer) -> str:
+    """URL of an emptied Redis database, a different number (1..15) from the previous test's."""
+    db = next(_redis_dbs)
+    redis.flushdb(db)
+    return redis.url(db)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Iterator[None]:
+    # `make test` sets CQ_REQUIRE_SERVICES=1: there an integration test may not skip itself quietly.
+    outcome: Any = yield
+    report = outcome.get_result()
+    if (
+        report.skipped
+        and not hasattr(report, "wasxfail")
+        and os.environ.get("CQ_REQUIRE_SERVICES") == "1"
+        and item.get_closest_marker("integration") is not None
+    ):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"integration test skipped under CQ_REQUIRE_SERVICES=1: {reason}"

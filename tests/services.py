@@ -1,0 +1,617 @@
+"""Throwaway PostgreSQL and Redis servers started from the machine's own binaries.
+
+Used by the test suite (``tests/conftest.py``) and by the benchmarks (``from tests.services import
+postgres_server``). Each server lives in its own temporary folder on a free port of 127.0.0.1, is
+tuned for speed rather than durability, and is stopped and deleted when its context manager exits,
+also on errors.
+
+PostgreSQL refuses to run as root; when this process is root the server runs as the ``postgres``
+system user (the one the Debian ``postgresql`` package creates).
+
+A missing binary is an error (:class:`ServiceBinaryNotFound`) naming the apt package to install:
+the suite fails rather than skips when a service cannot start.
+
+    python -m tests.services check    # exit 1 and name the apt packages when a binary is missing
+    python -m tests.services run      # start both servers, print their URLs, wait for Ctrl-C
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from glob import glob
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "PostgresServer",
+    "RedisServer",
+    "ServiceBinaryNotFound",
+    "ServiceError",
+    "find_postgres_bindir",
+    "find_redis_server",
+    "free_port",
+    "missing_apt_packages",
+    "postgres_server",
+    "redis_server",
+]
+
+POSTGRES_APT_PACKAGE = "postgresql"
+REDIS_APT_PACKAGE = "redis-server"
+
+# Where PostgreSQL server binaries live when they are not on PATH (Debian/Ubuntu first). The newest
+# version found wins. Tests monkeypatch these lists to simulate a machine without the binaries.
+PG_BINDIR_GLOBS: list[str] = [
+    "/usr/lib/postgresql/*/bin",
+    "/usr/pgsql-*/bin",
+    "/usr/local/pgsql/bin",
+]
+REDIS_SEARCH_DIRS: list[str] = ["/usr/bin", "/usr/local/bin", "/usr/sbin"]
+
+# Explicit overrides, for machines with binaries in unusual places.
+PG_BINDIR_ENV = "CQ_PG_BINDIR"
+REDIS_SERVER_ENV = "CQ_REDIS_SERVER"
+
+POSTGRES_SYSTEM_USER = "postgres"
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 20.0
+PORT_ATTEMPTS = 5
+LOG_TAIL_LINES = 40
+
+# Durability off (the data is thrown away), enough connections for many scheduler processes.
+POSTGRES_SETTINGS: dict[str, str] = {
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "300",
+    "shared_buffers": "128MB",
+    "logging_collector": "off",
+}
+
+
+class ServiceError(RuntimeError):
+    """A test service could not be found, started or stopped."""
+
+
+class ServiceBinaryNotFound(ServiceError):
+    """A server binary is not installed; the message names the apt package that provides it."""
+
+    def __init__(self, binary: str, package: str, searched: Sequence[str]) -> None:
+        self.binary = binary
+        self.package = package
+        self.searched = list(searched)
+        where = ", ".join(self.searched) or "nowhere"
+        super().__init__(
+            f"{binary} not found (searched: {where}). Install it with "
+            f"`apt-get install -y {package}` (or run .ci/run as root, which does that)."
+        )
+
+
+# --------------------------------------------------------------------------- finding binaries
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", path))
+
+
+def _has_pg_server(bindir: Path) -> bool:
+    return all(os.access(bindir / name, os.X_OK) for name in ("initdb", "postgres"))
+
+
+def find_postgres_bindir() -> Path:
+    """The folder holding ``initdb`` and ``postgres``, newest version first."""
+    searched: list[str] = []
+    override = os.environ.get(PG_BINDIR_ENV)
+    if override:
+        searched.append(f"${PG_BINDIR_ENV}={override}")
+        if _has_pg_server(Path(override)):
+            return Path(override)
+    for pattern in PG_BINDIR_GLOBS:
+        searched.append(pattern)
+        for candidate in sorted(glob(pattern), key=_version_key, reverse=True):
+            if _has_pg_server(Path(candidate)):
+                return Path(candidate)
+    searched.append("pg_config --bindir")
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(
+                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
+            ).stdout.strip()
+            if out and _has_pg_server(Path(out)):
+                return Path(out)
+    searched.append("PATH")
+    initdb = shutil.which("initdb")
+    if initdb:
+        # Follow symlinks such as /usr/local/bin/initdb -> /usr/lib/postgresql/15/bin/initdb.
+        bindir = Path(initdb).resolve().parent
+        if _has_pg_server(bindir):
+            return bindir
+    raise ServiceBinaryNotFound(
+        "PostgreSQL server (initdb, postgres)", POSTGRES_APT_PACKAGE, searched
+    )
+
+
+def find_redis_server() -> Path:
+    """The ``redis-server`` binary."""
+    searched: list[str] = []
+    override = os.environ.get(REDIS_SERVER_ENV)
+    if override:
+        searched.append(f"${REDIS_SERVER_ENV}={override}")
+        if os.access(override, os.X_OK):
+            return Path(override)
+    searched.append("PATH")
+    found = shutil.which("redis-server")
+    if found:
+        return Path(found)
+    for folder in REDIS_SEARCH_DIRS:
+        searched.append(folder)
+        candidate = Path(folder) / "redis-server"
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise ServiceBinaryNotFound("redis-server", REDIS_APT_PACKAGE, searched)
+
+
+def missing_apt_packages() -> list[str]:
+    """The apt packages whose server binaries this machine lacks."""
+    missing = []
+    for finder, package in (
+        (find_postgres_bindir, POSTGRES_APT_PACKAGE),
+        (find_redis_server, REDIS_APT_PACKAGE),
+    ):
+        try:
+            finder()
+        except ServiceBinaryNotFound:
+            missing.append(package)
+    return missing
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port the kernel just handed out as free. Another process may still take it before the
+    server binds it; the servers retry on a fresh port when that happens."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    tail = text.splitlines()[-lines:]
+    return "\n".join(f"    {line}" for line in tail) or "    (empty log)"
+
+
+def _run_as_user_kwargs(user: str | None) -> dict[str, Any]:
+    """Popen arguments that drop from root to ``user``; none when ``user`` is None.
+
+    subprocess does setgid/setgroups/setuid in the child just before exec, so the Popen pid is the
+    server itself and signals reach it directly (a runuser/su wrapper would stand in between).
+    """
+    if user is None:
+        return {}
+    entry = pwd.getpwnam(user)
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
+
+
+def _postgres_run_user() -> str | None:
+    """None when PostgreSQL can run as the current user; the system user to switch to as root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam(POSTGRES_SYSTEM_USER)
+    except KeyError:
+        raise ServiceError(
+            f"running as root, which PostgreSQL refuses, and there is no '{POSTGRES_SYSTEM_USER}' "
+            f"system user to run it as; install the {POSTGRES_APT_PACKAGE} package (it creates "
+            "the user) or run the tests as an ordinary user"
+        ) from None
+    return POSTGRES_SYSTEM_USER
+
+
+def _temp_base(for_other_user: bool) -> str:
+    # Unix socket paths are limited to ~107 bytes; another user must be able to reach the folder.
+    base = tempfile.gettempdir()
+    if len(base) > 60 or (for_other_user and not _others_can_traverse(base)):
+        base = "/tmp"
+    return base
+
+
+def _others_can_traverse(path: str) -> bool:
+    current = Path(path).resolve()
+    return all(os.stat(folder).st_mode & stat.S_IXOTH for folder in (current, *current.parents))
+
+
+def _stop_process(proc: subprocess.Popen[bytes] | None, first_signal: int, timeout: float) -> None:
+    """Signal ``proc``, wait, escalate to SIGKILL after ``timeout``."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(first_signal)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        proc.wait(timeout)
+
+
+def _port_clash(log: Path) -> bool:
+    text = _log_tail(log, 15).lower()
+    return "address already in use" in text or "could not create any tcp/ip sockets" in text
+
+
+class _Server:
+    """Start/stop/restart of one server process on a fixed host, with port-clash retries."""
+
+    name = "server"
+    stop_signal = signal.SIGTERM
+
+    def __init__(self, basedir: Path, port: int | None = None) -> None:
+        self.host = "127.0.0.1"
+        self.basedir = basedir
+        self.port = port or free_port(self.host)
+        self.log_path = basedir / f"{self.name}.log"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # Subclasses provide the command line, the Popen user and the readiness probe.
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def _popen_kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc and self._proc.poll() is None else None
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def start(self, timeout: float = START_TIMEOUT, *, keep_port: bool = False) -> None:
+        """Start and wait until the server answers. On a port clash at first start another free
+        port is tried; ``keep_port`` (used by restart) retries the same port instead."""
+        if self.running:
+            raise ServiceError(f"{self.name} already running (pid {self.pid})")
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if self._try_start(timeout):
+                return
+            if attempt == PORT_ATTEMPTS:
+                break
+            if keep_port:
+                time.sleep(0.5)
+            else:
+                self.port = free_port(self.host)
+        raise ServiceError(
+            f"{self.name} could not bind 127.0.0.1:{self.port} after {PORT_ATTEMPTS} attempts; "
+            f"log {self.log_path}:\n{_log_tail(self.log_path)}"
+        )
+
+    def _try_start(self, timeout: float) -> bool:
+        """True when ready, False on a port clash; raises on any other failure."""
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- starting on port {self.port}\n".encode())
+            log.flush()
+            self._proc = subprocess.Popen(
+                self._command(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.basedir,
+                start_new_session=True,  # Ctrl-C in the terminal must not reach the server first
+                **self._popen_kwargs(),
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                if _port_clash(self.log_path):
+                    return False
+                raise ServiceError(
+                    f"{self.name} exited with status {code} while starting on port {self.port}; "
+                    f"log {self.log_path}:\n{_log_tail(self.log_path)}"
+                )
+            if self._ready():
+                return True
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServiceError(
+                    f"{self.name} did not accept connections on 127.0.0.1:{self.port} within "
+                    f"{timeout:.0f}s; log {self.log_path}:\n{_log_tail(self.log_path)}"
+                )
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop the server (idempotent); its data folder stays until the context manager exits."""
+        _stop_process(self._proc, self.stop_signal, timeout)
+        self._proc = None
+
+    def restart(self, timeout: float = START_TIMEOUT) -> None:
+        """Stop and start again on the same port and data."""
+        self.stop()
+        self.start(timeout, keep_port=True)
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+_DRIVERS = {"psycopg2": "psycopg2", "psycopg": "psycopg", "psycopg3": "psycopg"}
+
+
+class PostgresServer(_Server):
+    """A PostgreSQL cluster in a temporary folder; superuser ``user`` with trust authentication."""
+
+    name = "postgres"
+    stop_signal = signal.SIGINT  # PostgreSQL's "fast" shutdown: roll back sessions, stop cleanly
+
+    def __init__(
+        self,
+        bindir: Path,
+        basedir: Path,
+        *,
+        user: str = "quartz",
+        dbname: str = "quartz",
+        run_as: str | None = None,
+        settings: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(basedir)
+        self.bindir = bindir
+        self.user = user
+        self.dbname = dbname
+        self.run_as = run_as
+        self.datadir = basedir / "data"
+        self.socket_dir = basedir
+        self.settings = {**POSTGRES_SETTINGS, **(settings or {})}
+
+    def url(self, driver: str = "psycopg2", dbname: str | None = None) -> str:
+        """SQLAlchemy URL; ``driver``: ``psycopg2``, or ``psycopg``/``psycopg3`` for psycopg 3."""
+        try:
+            dialect = _DRIVERS[driver]
+        except KeyError:
+            raise ValueError(f"unknown driver {driver!r}; use one of {sorted(_DRIVERS)}") from None
+        return f"postgresql+{dialect}://{self.user}@{self.host}:{self.port}/{dbname or self.dbname}"
+
+    def dsn(self, dbname: str | None = None) -> str:
+        """libpq connection string, for psycopg2.connect / psycopg.connect."""
+        return f"host={self.host} port={self.port} user={self.user} dbname={dbname or self.dbname}"
+
+    def connect(self, dbname: str | None = None, *, connect_timeout: int = 5) -> Any:
+        """A psycopg2 connection in autocommit mode (close it yourself)."""
+        import psycopg2
+
+        conn = psycopg2.connect(self.dsn(dbname), connect_timeout=connect_timeout)
+        conn.autocommit = True
+        return conn
+
+    def execute(
+        self, sql: Any, params: Sequence[Any] | None = None, *, dbname: str = "postgres"
+    ) -> None:
+        """Run one administrative statement in autocommit mode."""
+        conn = self.connect(dbname)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, params)
+        finally:
+            conn.close()
+
+    def create_database(self, name: str, driver: str = "psycopg2") -> str:
+        """Create an empty database and return its SQLAlchemy URL."""
+        from psycopg2 import sql
+
+        self.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return self.url(driver, name)
+
+    def drop_database(self, name: str) -> None:
+        """Drop a database, disconnecting its sessions first."""
+        from psycopg2 import sql
+
+        self.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+    def initdb(self) -> None:
+        command = [
+            str(self.bindir / "initdb"),
+            "--pgdata", str(self.datadir),
+            "--username", self.user,
+            "--auth", "trust",
+            "--encoding", "UTF8",
+            "--no-locale",
+            "--no-sync",
+        ]  # fmt: skip
+        with open(self.log_path, "ab") as log:
+            result = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.basedir,
+                timeout=120,
+                check=False,
+                **self._popen_kwargs(),
+            )
+        if result.returncode != 0:
+            raise ServiceError(
+                f"initdb failed with status {result.returncode}; log {self.log_path}:\n"
+                f"{_log_tail(self.log_path)}"
+            )
+
+    def _command(self) -> list[str]:
+        command = [
+            str(self.bindir / "postgres"),
+            "-D", str(self.datadir),
+            "-p", str(self.port),
+            "-c", f"listen_addresses={self.host}",
+            "-c", f"unix_socket_directories={self.socket_dir}",
+        ]  # fmt: skip
+        for key, value in self.settings.items():
+            command += ["-c", f"{key}={value}"]
+        return command
+
+    def _popen_kwargs(self) -> dict[str, Any]:
+        return _run_as_user_kwargs(self.run_as)
+
+    def _ready(self) -> bool:
+        import psycopg2
+
+        try:
+            self.connect("postgres", connect_timeout=2).close()
+        except psycopg2.OperationalError:
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def postgres_server(
+    *,
+    user: str = "quartz",
+    dbname: str = "quartz",
+    settings: dict[str, str] | None = None,
+    start_timeout: float = START_TIMEOUT,
+) -> Iterator[PostgresServer]:
+    """Start a throwaway PostgreSQL holding database ``dbname``; stop and delete it on exit."""
+    bindir = find_postgres_bindir()
+    run_as = _postgres_run_user()
+    basedir = Path(tempfile.mkdtemp(prefix="cq-pg-", dir=_temp_base(run_as is not None)))
+    try:
+        if run_as is not None:
+            entry = pwd.getpwnam(run_as)
+            os.chown(basedir, entry.pw_uid, entry.pw_gid)
+        server = PostgresServer(
+            bindir, basedir, user=user, dbname=dbname, run_as=run_as, settings=settings
+        )
+        try:
+            server.initdb()
+            server.start(start_timeout)
+            if dbname != "postgres":
+                server.create_database(dbname)
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(basedir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+class RedisServer(_Server):
+    """A Redis server without persistence in a temporary folder."""
+
+    name = "redis"
+
+    def __init__(self, binary: Path, basedir: Path) -> None:
+        super().__init__(basedir)
+        self.binary = binary
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://{self.host}:{self.port}/{db}"
+
+    def client(self, db: int = 0) -> Any:
+        """A redis-py client (close it yourself)."""
+        import redis
+
+        return redis.Redis(host=self.host, port=self.port, db=db, socket_connect_timeout=2)
+
+    def flushdb(self, db: int) -> None:
+        with contextlib.closing(self.client(db)) as client:
+            client.flushdb()
+
+    def _command(self) -> list[str]:
+        return [
+            str(self.binary),
+            "--port", str(self.port),
+            "--bind", self.host,
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(self.basedir),
+            "--daemonize", "no",
+            "--databases", "16",
+        ]  # fmt: skip
+
+    def _ready(self) -> bool:
+        import redis
+
+        try:
+            with contextlib.closing(self.client()) as client:
+                return bool(client.ping())
+        except redis.ConnectionError:
+            return False
+
+
+@contextlib.contextmanager
+def redis_server(*, start_timeout: float = START_TIMEOUT) -> Iterator[RedisServer]:
+    """Start a throwaway Redis; stop it and delete its folder on exit."""
+    binary = find_redis_server()
+    basedir = Path(tempfile.mkdtemp(prefix="cq-redis-", dir=_temp_base(False)))
+    try:
+        server = RedisServer(binary, basedir)
+        try:
+            server.start(start_timeout)
+            yield server
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(basedir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _check() -> int:
+    missing = missing_apt_packages()
+    if missing:
+        print(
+            "missing server binaries for the test suite; install them with:\n"
+            f"    apt-get install -y {' '.join(missing)}\n"
+            "(.ci/run does this when run as root)",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"PostgreSQL: {find_postgres_bindir()}  Redis: {find_redis_server()}")
+    return 0
+
+
+def _run() -> int:
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    with postgres_server() as pg, redis_server() as rd:
+        print(
+            f"postgres: {pg.url()}\n          {pg.url('psycopg')}\nredis:    {rd.url()}", flush=True
+        )
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    commands: dict[str, Callable[[], int]] = {"check": _check, "run": _run}
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1 or args[0] not in commands:
+        print(f"usage: python -m tests.services {{{'|'.join(commands)}}}", file=sys.stderr)
+        return 2
+    return commands[args[0]]()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

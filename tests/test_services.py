@@ -1,0 +1,211 @@
+"""The test services really start, answer, restart, clean up, and fail loudly when absent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests import services
+from tests.services import (
+    PostgresServer,
+    RedisServer,
+    ServiceBinaryNotFound,
+    ServiceError,
+    postgres_server,
+    redis_server,
+)
+
+
+def _select_one(url: str) -> object:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.text("select 1")).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def test_pg_url_answers_select_1_through_psycopg2(pg_url: str) -> None:
+    assert pg_url.startswith("postgresql+psycopg2://")
+    assert _select_one(pg_url) == 1
+
+
+def test_pg_url_psycopg3_answers_select_1_through_psycopg3(pg_url_psycopg3: str) -> None:
+    assert pg_url_psycopg3.startswith("postgresql+psycopg://")
+    assert _select_one(pg_url_psycopg3) == 1
+
+
+def test_session_database_answers_through_both_drivers(postgres: PostgresServer) -> None:
+    assert _select_one(postgres.url()) == 1
+    assert _select_one(postgres.url("psycopg3")) == 1
+
+
+def test_pg_url_is_a_new_empty_database(postgres: PostgresServer, pg_url: str) -> None:
+    engine = sa.create_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            name = conn.execute(sa.text("select current_database()")).scalar_one()
+            tables = conn.execute(
+                sa.text("select count(*) from pg_tables where schemaname = 'public'")
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    assert name != postgres.dbname
+    assert pg_url.endswith("/" + name)
+    assert tables == 0
+
+
+def test_postgres_runs_with_the_fast_unsafe_settings(postgres: PostgresServer) -> None:
+    conn = postgres.connect()
+    try:
+        with conn.cursor() as cur:
+            settings = {}
+            for key in ("fsync", "synchronous_commit", "full_page_writes", "max_connections"):
+                cur.execute(f"show {key}")
+                settings[key] = cur.fetchone()[0]
+    finally:
+        conn.close()
+    assert (
+        settings["fsync"] == settings["synchronous_commit"] == settings["full_page_writes"] == "off"
+    )
+    assert int(settings["max_connections"]) >= 200
+
+
+def test_redis_url_answers_ping_set_get(redis_url: str) -> None:
+    import redis as redis_py
+
+    client = redis_py.Redis.from_url(redis_url)
+    try:
+        assert client.ping()
+        client.set("k", "v")
+        assert client.get("k") == b"v"
+    finally:
+        client.close()
+
+
+def test_redis_url_is_an_emptied_database_other_than_0(redis: RedisServer, redis_url: str) -> None:
+    db = int(redis_url.rsplit("/", 1)[1])
+    assert 1 <= db <= 15
+    with redis.client(db) as client:
+        assert client.dbsize() == 0
+
+
+@pytest.mark.integration
+def test_postgres_restart_keeps_port_and_data() -> None:
+    with postgres_server() as pg:
+        pg.execute("create table kept (x int)", dbname=pg.dbname)
+        pg.execute("insert into kept values (42)", dbname=pg.dbname)
+        port, pid = pg.port, pg.pid
+        pg.restart()
+        assert pg.port == port
+        assert pg.pid != pid
+        engine = sa.create_engine(pg.url("psycopg"))
+        try:
+            with engine.connect() as conn:
+                assert conn.execute(sa.text("select x from kept")).scalar_one() == 42
+        finally:
+            engine.dispose()
+
+
+@pytest.mark.integration
+def test_postgres_stop_refuses_connections_until_started_again() -> None:
+    with postgres_server() as pg:
+        pg.stop()
+        assert not pg.running
+        with pytest.raises(sa.exc.OperationalError):
+            _select_one(pg.url())
+        pg.start(keep_port=True)
+        assert _select_one(pg.url()) == 1
+
+
+@pytest.mark.integration
+def test_redis_restart_keeps_port_and_forgets_data() -> None:
+    with redis_server() as rd:
+        with rd.client() as client:
+            client.set("k", "v")
+        port = rd.port
+        rd.restart()
+        assert rd.port == port
+        with rd.client() as client:
+            assert client.ping()
+            assert client.get("k") is None  # no persistence: --save '' --appendonly no
+
+
+@pytest.mark.integration
+def test_postgres_is_stopped_and_deleted_even_when_the_body_raises() -> None:
+    with pytest.raises(ZeroDivisionError), postgres_server() as pg:
+        basedir, pid = pg.basedir, pg.pid
+        1 / 0  # noqa: B018
+    assert pid is not None
+    assert not basedir.exists()
+    assert not _alive(pid)
+
+
+@pytest.mark.integration
+def test_redis_is_stopped_and_deleted_on_exit() -> None:
+    with redis_server() as rd:
+        basedir, pid = rd.basedir, rd.pid
+    assert pid is not None
+    assert not basedir.exists()
+    assert not _alive(pid)
+
+
+@pytest.mark.integration
+def test_a_server_that_cannot_start_raises_with_its_log_tail() -> None:
+    with (
+        pytest.raises(ServiceError, match="max_connections"),
+        postgres_server(settings={"max_connections": "not-a-number"}),
+    ):
+        pass
+
+
+def test_missing_postgres_names_the_apt_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _hide_binaries(monkeypatch, tmp_path)
+    with pytest.raises(ServiceBinaryNotFound) as caught, postgres_server():
+        pass
+    assert isinstance(caught.value, RuntimeError)
+    assert "initdb" in str(caught.value)
+    assert "apt-get install -y postgresql" in str(caught.value)
+
+
+def test_missing_redis_names_the_apt_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _hide_binaries(monkeypatch, tmp_path)
+    with pytest.raises(ServiceBinaryNotFound) as caught, redis_server():
+        pass
+    assert isinstance(caught.value, RuntimeError)
+    assert "redis-server" in str(caught.value)
+    assert "apt-get install -y redis-server" in str(caught.value)
+
+
+def test_missing_apt_packages_lists_both_when_nothing_is_installed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _hide_binaries(monkeypatch, tmp_path)
+    assert services.missing_apt_packages() == ["postgresql", "redis-server"]
+
+
+def _hide_binaries(monkeypatch: pytest.MonkeyPatch, empty_dir: Path) -> None:
+    monkeypatch.setattr(services, "PG_BINDIR_GLOBS", [str(empty_dir / "*")])
+    monkeypatch.setattr(services, "REDIS_SEARCH_DIRS", [str(empty_dir)])
+    monkeypatch.setenv("PATH", str(empty_dir))
+    monkeypatch.delenv(services.PG_BINDIR_ENV, raising=False)
+    monkeypatch.delenv(services.REDIS_SERVER_ENV, raising=False)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie not yet reaped still answers kill(0); look at its state.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False

@@ -1,7 +1,40 @@
-"""celery-quartz: Quartz's clustered scheduler for Celery."""
+"""celery-quartz: Quartz's clustered scheduler for Celery.
+
+Run ``celery -A proj beat -S celery_quartz.Scheduler`` on as many machines as you like against
+one SQL database; every occurrence fires once. See the README and docs/.
+"""
 
 from celery_quartz.clock import Clock, FakeClock, SystemClock
+from celery_quartz.client import Quartz
+from celery_quartz.context import JobExecutionContext, current_context
+from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.triggers import CronTrigger, SimpleTrigger, Trigger
+from celery_quartz.worker import install
 
-__all__ = ["Clock", "FakeClock", "JobKey", "SystemClock", "TriggerKey"]
+__all__ = [
+    "Clock",
+    "CronTrigger",
+    "FakeClock",
+    "Job",
+    "JobExecutionContext",
+    "JobKey",
+    "Quartz",
+    "Scheduler",
+    "SimpleTrigger",
+    "SystemClock",
+    "Trigger",
+    "TriggerKey",
+    "current_context",
+    "install",
+]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # celery.beat is imported only by processes that run a scheduler.
+    if name == "Scheduler":
+        from celery_quartz.beat import Scheduler
+
+        return Scheduler
+    raise AttributeError(f"module 'celery_quartz' has no attribute {name!r}")

@@ -58,6 +58,8 @@ class Firing:
     trigger_key: TriggerKey
     scheduled_millis: int
     fired_millis: int
+    #: The scheduler instance that fired (or republished) it.
+    fired_by: str = ""
     data: dict[str, Any] = field(default_factory=dict)
     recovering: bool = False
     retry_attempt: int = 0
@@ -74,6 +76,7 @@ class Firing:
             "trigger": [self.trigger_key.name, self.trigger_key.group],
             "scheduled_fire_time": self.scheduled_millis,
             "fire_time": self.fired_millis,
+            "fired_by": self.fired_by,
             "data": self.data,
             "recovering": self.recovering,
             "retry_attempt": self.retry_attempt,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -57,6 +57,16 @@ logger = logging.getLogger(__name__)
 
 #: ``get_trigger_state`` of a key that is not stored (Quartz's ``TriggerState.None``).
 NONE_STATE = "NONE"
+
+
+@dataclass
+class SyncResult:
+    """What :meth:`SqlStore.sync_job_group` did, by job key."""
+
+    added: list[JobKey] = field(default_factory=list)
+    updated: list[JobKey] = field(default_factory=list)
+    removed: list[JobKey] = field(default_factory=list)
+    unchanged: list[JobKey] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -268,6 +278,54 @@ class SqlStore:
                 for trigger in triggers:
                     self._store_trigger(conn, trigger, replace, now)
 
+    def sync_job_group(
+        self, group: str, desired: dict[JobKey, tuple[Job, Sequence[Trigger], str]]
+    ) -> SyncResult:
+        """Make the jobs of ``group`` exactly ``desired`` (job, its triggers, a definition hash).
+
+        Used to import configuration (``beat_schedule``) idempotently. A job whose stored hash
+        equals the desired one is left alone, so its triggers keep their fire times across
+        restarts; a changed one is replaced with its triggers; one no longer desired is removed.
+
+        Race settled: several schedulers importing the same configuration at start. The whole
+        comparison and write is one transaction under the TRIGGER_ACCESS lock row, so the second
+        importer sees the first one's rows and finds nothing to do.
+        """
+        now = self.clock.now()
+        result = SyncResult()
+        j = self.tables.jobs
+        with self.transaction() as conn:
+            self._lock(conn, "TRIGGER_ACCESS")
+            stored = {
+                JobKey(r.job_name, r.job_group): r.definition_hash
+                for r in conn.execute(
+                    select(j.c.job_name, j.c.job_group, j.c.definition_hash).where(
+                        j.c.sched_name == self.scheduler_name, j.c.job_group == group
+                    )
+                )
+            }
+            for key, (job, triggers, definition_hash) in desired.items():
+                if key in stored and stored[key] == definition_hash:
+                    result.unchanged.append(key)
+                    continue
+                if key in stored:
+                    self._delete_job(conn, key)
+                    result.updated.append(key)
+                else:
+                    result.added.append(key)
+                self._store_job(conn, job, False, definition_hash)
+                for trigger in triggers:
+                    self._store_trigger(conn, trigger, False, now)
+            for key in stored.keys() - desired.keys():
+                self._delete_job(conn, key)
+                result.removed.append(key)
+        return result
+
+    def _delete_job(self, conn: Connection, key: JobKey) -> bool:
+        t, j = self.tables.triggers, self.tables.jobs
+        conn.execute(delete(t).where(self._triggers_of_job_clause(key)))
+        return conn.execute(delete(j).where(self._job_key_clause(key))).rowcount > 0
+
     def _store_job(self, conn: Connection, job: Job, replace: bool, definition_hash: str | None) -> None:
         j = self.tables.jobs
         values = self._job_values(job)
@@ -411,16 +469,6 @@ class SqlStore:
             rows = conn.execute(q.order_by(j.c.job_group, j.c.job_name)).all()
         return [JobKey(r.job_name, r.job_group) for r in rows]
 
-    def job_definition_hashes(self, group: str) -> dict[JobKey, str | None]:
-        j = self.tables.jobs
-        with self.transaction() as conn:
-            rows = conn.execute(
-                select(j.c.job_name, j.c.job_group, j.c.definition_hash).where(
-                    j.c.sched_name == self.scheduler_name, j.c.job_group == group
-                )
-            ).all()
-        return {JobKey(r.job_name, r.job_group): r.definition_hash for r in rows}
-
     def remove_trigger(self, key: TriggerKey) -> bool:
         """Remove a trigger; a non-durable job left with no trigger goes with it."""
         with self.transaction() as conn:
@@ -448,30 +496,8 @@ class SqlStore:
 
     def remove_job(self, key: JobKey) -> bool:
         """Remove a job and every trigger of it."""
-        t, j = self.tables.triggers, self.tables.jobs
         with self.transaction() as conn:
-            conn.execute(
-                delete(t).where(
-                    t.c.sched_name == self.scheduler_name, t.c.job_name == key.name, t.c.job_group == key.group
-                )
-            )
-            return conn.execute(delete(j).where(self._job_key_clause(key))).rowcount > 0
-
-    def remove_jobs(self, keys: Iterable[JobKey]) -> int:
-        """Remove several jobs and their triggers in one transaction; the number removed."""
-        removed = 0
-        t, j = self.tables.triggers, self.tables.jobs
-        with self.transaction() as conn:
-            for key in keys:
-                conn.execute(
-                    delete(t).where(
-                        t.c.sched_name == self.scheduler_name,
-                        t.c.job_name == key.name,
-                        t.c.job_group == key.group,
-                    )
-                )
-                removed += conn.execute(delete(j).where(self._job_key_clause(key))).rowcount
-        return removed
+            return self._delete_job(conn, key)
 
     def replace_trigger(self, key: TriggerKey, new_trigger: Trigger) -> bool:
         """Replace a stored trigger by ``new_trigger`` (same job unless it names another)."""
@@ -745,7 +771,7 @@ class SqlStore:
                 )
                 if firing.job.disallow_concurrent:
                     self._block_other_triggers(conn, firing.job.key, trigger.key)
-                firings.append(self._firing_message(firing, now))
+                firings.append(self._firing_message(firing, now, instance_name))
             if dropped:
                 conn.execute(delete(f).where(f.c.sched_name == self.scheduler_name, f.c.entry_id.in_(dropped)))
                 logger.info(
@@ -778,7 +804,7 @@ class SqlStore:
             .values(trigger_state=TriggerState.PAUSED_BLOCKED)
         )
 
-    def _firing_message(self, firing: AcquiredFiring, now: int) -> Firing:
+    def _firing_message(self, firing: AcquiredFiring, now: int, instance_name: str) -> Firing:
         job = firing.job
         return Firing(
             fire_instance_id=firing.fire_instance_id,
@@ -791,6 +817,7 @@ class SqlStore:
             trigger_key=firing.trigger.key,
             scheduled_millis=firing.scheduled_millis,
             fired_millis=now,
+            fired_by=instance_name,
             data={**job.data, **firing.trigger.data},
         )
 
@@ -811,14 +838,18 @@ class SqlStore:
                 .values(state=FiringState.PUBLISHED, published_time=self._now())
             )
 
-    def release_acquired(self, instance_name: str, acquired: Sequence[AcquiredFiring]) -> int:
-        """Give claimed-but-unfired triggers back (ACQUIRED → WAITING), as at shutdown."""
-        if not acquired:
+    def release_acquired(
+        self, instance_name: str, acquired: Sequence[AcquiredFiring] | None = None
+    ) -> int:
+        """Give claimed-but-unfired triggers back (ACQUIRED → WAITING), as at shutdown.
+
+        ``None`` releases every claim of the instance (a restart under a fixed instance id).
+        """
+        if acquired is not None and not acquired:
             return 0
+        ids = None if acquired is None else [a.fire_instance_id for a in acquired]
         with self.transaction() as conn:
-            return self._release(
-                conn, instance_name, [a.fire_instance_id for a in acquired]
-            )
+            return self._release(conn, instance_name, ids)
 
     def _release(self, conn: Connection, instance_name: str, fire_ids: Sequence[str] | None) -> int:
         t, f = self.tables.triggers, self.tables.fired_triggers
@@ -1067,6 +1098,7 @@ class SqlStore:
                 trigger_key=TriggerKey(r.trigger_name, r.trigger_group),
                 scheduled_millis=r.sched_time,
                 fired_millis=r.fired_time,
+                fired_by=instance_name,
                 data={**json.loads(r.job_data), **json.loads(r.trigger_data or "{}")},
                 recovering=r.recovering,
                 retry_attempt=r.retry_attempt,

@@ -1,0 +1,97 @@
+"""``celery beat -S celery_quartz.Scheduler``: a thin adapter from beat's ``tick()`` to our loop.
+
+Everything that decides what fires lives in :class:`~celery_quartz.loop.SchedulingLoop`; this
+class only builds it from the app's ``quartz_*`` settings, imports ``beat_schedule`` at start,
+and hands beat the number of seconds to sleep.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import beat
+
+from celery_quartz.beat_schedule import import_beat_schedule
+from celery_quartz.clock import Clock, SystemClock
+from celery_quartz.config import Settings
+from celery_quartz.loop import SchedulingLoop
+from celery_quartz.publisher import Publisher
+from celery_quartz.store import migrate
+from celery_quartz.store.sql import SqlStore
+
+logger = logging.getLogger(__name__)
+
+
+class Scheduler(beat.Scheduler):
+    """A celery-quartz scheduler instance inside ``celery beat``; run as many as you like."""
+
+    #: beat sleeps what tick() returns, never longer than this.
+    max_interval = 5.0
+
+    def __init__(self, app: Any, *args: Any, clock: Clock | None = None, **kwargs: Any) -> None:
+        self._clock = clock or SystemClock()
+        self.loop: SchedulingLoop | None = None
+        self.quartz_settings = Settings.from_app(app)
+        kwargs.setdefault("max_interval", self.max_interval)
+        super().__init__(app, *args, **kwargs)
+
+    def setup_schedule(self) -> None:
+        settings = self.quartz_settings
+        store = SqlStore(
+            settings.store_url,
+            scheduler_name=settings.scheduler_name,
+            table_prefix=settings.table_prefix,
+            clock=self._clock,
+            max_data_bytes=settings.max_job_data_bytes,
+        )
+        if settings.schema_auto_upgrade:
+            migrate.upgrade(store.engine, settings.table_prefix)
+        if settings.import_beat_schedule:
+            entries: dict[str, Any] = dict(self.app.conf.beat_schedule or {})
+            # celery.backend_cleanup, when the result backend needs it, as stock beat adds it.
+            self.data = {}
+            self.install_default_entries(self.data)
+            for name, entry in self.data.items():
+                entries.setdefault(name, entry)
+            import_beat_schedule(
+                self.app, store, self._clock, entries, max_data_bytes=settings.max_job_data_bytes
+            )
+        self.data = {}
+        self.loop = SchedulingLoop(
+            store,
+            Publisher(self.app, batch_size=settings.batch_size),
+            settings,
+            self._clock,
+            settings.resolve_instance_id(),
+        )
+        self.loop.start()
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        assert self.loop is not None, "setup_schedule() has not run"
+        return self.loop.run_once()
+
+    def sync(self) -> None:
+        """Nothing to sync: every decision is already committed to the store."""
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.shutdown()
+            self.loop.store.dispose()
+            self.loop = None
+
+    @property
+    def info(self) -> str:
+        settings = self.quartz_settings
+        instance = self.loop.instance_id if self.loop else "?"
+        return (
+            f"    . store -> {_safe_url(settings.store_url)}\n"
+            f"    . scheduler -> {settings.scheduler_name} (instance {instance}, "
+            f"{'clustered' if settings.clustered else 'not clustered'})"
+        )
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,126 @@
+"""Celery's ``beat_schedule`` read into the store, idempotently.
+
+Each entry becomes a job and a trigger in the group ``celery.beat_schedule``, both named after the
+entry. The import compares a hash of each entry's definition with the one stored beside its job:
+unchanged entries are left alone (a restart keeps their fire times), changed ones are replaced,
+entries no longer configured are removed. Several schedulers importing at once produce one job
+and one trigger per entry (see :meth:`SqlStore.sync_job_group`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from celery import Celery
+from celery.beat import ScheduleEntry
+from celery.schedules import maybe_schedule
+
+from celery_quartz.celery_schedules import trigger_from_celery_schedule
+from celery_quartz.client import check_task_registered
+from celery_quartz.clock import Clock
+from celery_quartz.errors import ValidationError
+from celery_quartz.job import Job
+from celery_quartz.keys import BEAT_SCHEDULE_GROUP, JobKey, TriggerKey
+from celery_quartz.store.sql import SqlStore, SyncResult
+from celery_quartz.triggers.base import Trigger
+
+logger = logging.getLogger(__name__)
+
+_ENTRY_FIELDS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative"})
+
+
+def import_beat_schedule(
+    app: Celery,
+    store: SqlStore,
+    clock: Clock,
+    entries: Mapping[str, Mapping[str, Any] | ScheduleEntry],
+    *,
+    max_data_bytes: int,
+) -> SyncResult:
+    """Make the store's ``celery.beat_schedule`` jobs match ``entries``; raises before writing
+    anything if an entry is invalid (the error names the entry)."""
+    default_tz = str(app.conf.timezone or "UTC")
+    now = clock.now()
+    desired: dict[JobKey, tuple[Job, list[Trigger], str]] = {}
+    for name, raw in entries.items():
+        job, trigger = entry_to_job(app, name, raw, default_tz, now, max_data_bytes)
+        desired[job.key] = (job, [trigger], definition_hash(job, trigger))
+    result = store.sync_job_group(BEAT_SCHEDULE_GROUP, desired)
+    logger.info(
+        "beat_schedule: %d added, %d updated, %d removed, %d unchanged",
+        len(result.added),
+        len(result.updated),
+        len(result.removed),
+        len(result.unchanged),
+    )
+    return result
+
+
+def entry_to_job(
+    app: Celery,
+    name: str,
+    raw: Mapping[str, Any] | ScheduleEntry,
+    default_time_zone: str,
+    now: Any,
+    max_data_bytes: int,
+) -> tuple[Job, Trigger]:
+    where = f"beat entry {name!r}"
+    if isinstance(raw, ScheduleEntry):
+        fields: dict[str, Any] = {
+            "task": raw.task,
+            "schedule": raw.schedule,
+            "args": raw.args,
+            "kwargs": raw.kwargs,
+            "options": raw.options,
+        }
+    elif isinstance(raw, Mapping):
+        unknown = set(raw) - _ENTRY_FIELDS
+        if unknown:
+            raise ValidationError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        fields = dict(raw)
+    else:
+        raise ValidationError(f"{where}: expected a dict, got {type(raw).__name__}")
+    for required in ("task", "schedule"):
+        if fields.get(required) is None:
+            raise ValidationError(f"{where}: {required!r} is required")
+    try:
+        schedule = maybe_schedule(fields["schedule"], fields.get("relative", False), app=app)
+    except Exception as exc:
+        raise ValidationError(f"{where}: schedule {fields['schedule']!r} is not valid: {exc}") from None
+    key = JobKey(name, BEAT_SCHEDULE_GROUP)
+    job = Job(
+        key=key,
+        task=fields["task"],
+        args=tuple(fields.get("args") or ()),
+        kwargs=dict(fields.get("kwargs") or {}),
+        options=dict(fields.get("options") or {}),
+        description=f"beat_schedule entry {name}",
+    )
+    job.validate(max_data_bytes)
+    check_task_registered(app, job.task, where)
+    trigger = trigger_from_celery_schedule(
+        schedule,
+        entry_name=name,
+        key=TriggerKey(name, BEAT_SCHEDULE_GROUP),
+        default_time_zone=default_time_zone,
+        now=now,
+    )
+    trigger.job_key = key
+    return job, trigger
+
+
+def definition_hash(job: Job, trigger: Trigger) -> str:
+    """What the entry says, hashed: equal hashes mean the stored job and trigger stand as they are."""
+    definition = {
+        "task": job.task,
+        "args": list(job.args),
+        "kwargs": dict(job.kwargs),
+        "options": dict(job.options),
+        "trigger": [trigger.kind, trigger.detail(), trigger.priority, int(trigger.misfire_instruction)],
+    }
+    encoded = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(encoded.encode()).hexdigest()

@@ -1,0 +1,184 @@
+"""The scheduler client: schedule, change and inspect jobs and triggers from application code.
+
+``Quartz(app)`` talks to the store only; any scheduler process of the cluster fires what it
+stores. Every call is one transaction: it happens whole, or raises and leaves the store as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+
+from celery import Celery
+
+from celery_quartz.clock import Clock, SystemClock
+from celery_quartz.config import Settings
+from celery_quartz.errors import (
+    InvalidTriggerError,
+    JobNotFoundError,
+    TriggerNotFoundError,
+    UnknownTaskError,
+    ValidationError,
+)
+from celery_quartz.job import Job
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.store import migrate
+from celery_quartz.store.sql import SqlStore
+from celery_quartz.triggers.base import Trigger
+
+
+class Quartz:
+    """Schedule jobs for the cluster of ``app`` (same ``quartz_*`` settings as its schedulers)."""
+
+    def __init__(
+        self,
+        app: Celery,
+        *,
+        clock: Clock | None = None,
+        store: SqlStore | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.app = app
+        self.settings = settings or Settings.from_app(app)
+        self.clock = clock or SystemClock()
+        if store is None:
+            store = SqlStore(
+                self.settings.store_url,
+                scheduler_name=self.settings.scheduler_name,
+                table_prefix=self.settings.table_prefix,
+                clock=self.clock,
+                max_data_bytes=self.settings.max_job_data_bytes,
+            )
+            if self.settings.schema_auto_upgrade:
+                migrate.upgrade(store.engine, self.settings.table_prefix)
+        self.store = store
+
+    # -- scheduling ------------------------------------------------------------------------------
+
+    def schedule_job(self, job: Job, trigger: Trigger, *, replace: bool = False) -> None:
+        """Store ``job`` and ``trigger`` together; the trigger's job key is set to the job's."""
+        self.schedule_jobs([(job, [trigger])], replace=replace)
+
+    def schedule_jobs(
+        self, items: Iterable[tuple[Job, Sequence[Trigger]]], *, replace: bool = False
+    ) -> None:
+        """Store many jobs, each with its triggers, in one transaction: all of them or none."""
+        items = list(items)
+        for job, triggers in items:
+            self._check_job(job)
+            for trigger in triggers:
+                self._attach(trigger, job.key)
+        self.store.store_jobs_and_triggers(items, replace=replace)
+
+    def add_job(self, job: Job, *, replace: bool = False) -> None:
+        """Store a job with no trigger; it must be ``durable`` (Quartz refuses otherwise)."""
+        self._check_job(job)
+        if not job.durable:
+            raise ValidationError(f"job {job.key}: a job stored without a trigger must be durable")
+        self.store.store_jobs_and_triggers([(job, [])], replace=replace)
+
+    def schedule_trigger(self, trigger: Trigger) -> None:
+        """Store a trigger for a job already stored (its ``job_key``)."""
+        if trigger.job_key is None:
+            raise InvalidTriggerError(f"trigger {trigger.key} names no job (job_key)")
+        self.store.store_jobs_and_triggers([(None, [trigger])])
+
+    def unschedule_job(self, key: TriggerKey) -> bool:
+        """Remove a trigger (and its job, if not durable and now without triggers)."""
+        return self.store.remove_trigger(key)
+
+    def reschedule_job(self, key: TriggerKey, new_trigger: Trigger) -> bool:
+        """Replace the trigger ``key`` by ``new_trigger`` for the same job; False if not stored."""
+        return self.store.replace_trigger(key, new_trigger)
+
+    def delete_job(self, key: JobKey) -> bool:
+        """Remove a job and all its triggers; False if it was not stored."""
+        return self.store.remove_job(key)
+
+    def trigger_job(self, key: JobKey, data: dict | None = None) -> Trigger:
+        """Fire a stored job now, once, through the cluster (a one-shot trigger)."""
+        from celery_quartz.triggers import SimpleTrigger
+
+        if self.store.retrieve_job(key) is None:
+            raise JobNotFoundError(f"job {key} is not stored")
+        trigger = SimpleTrigger(
+            key=TriggerKey.generate("MANUAL_TRIGGER"),
+            job_key=key,
+            start_at=self.clock.now(),
+            repeat_count=0,
+            repeat_interval=timedelta(0),
+            data=dict(data or {}),
+        )
+        self.store.store_jobs_and_triggers([(None, [trigger])])
+        return trigger
+
+    # -- pausing ---------------------------------------------------------------------------------
+
+    def pause_trigger(self, key: TriggerKey) -> None:
+        self._require_trigger(key)
+        self.store.pause_trigger(key)
+
+    def resume_trigger(self, key: TriggerKey) -> None:
+        self._require_trigger(key)
+        self.store.resume_trigger(key)
+
+    def pause_job(self, key: JobKey) -> None:
+        self._require_job(key)
+        self.store.pause_job(key)
+
+    def resume_job(self, key: JobKey) -> None:
+        self._require_job(key)
+        self.store.resume_job(key)
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def get_job(self, key: JobKey) -> Job | None:
+        return self.store.retrieve_job(key)
+
+    def get_trigger(self, key: TriggerKey) -> Trigger | None:
+        return self.store.retrieve_trigger(key)
+
+    def get_trigger_state(self, key: TriggerKey) -> str:
+        """WAITING, ACQUIRED, PAUSED, BLOCKED, PAUSED_BLOCKED, COMPLETE, ERROR, or NONE."""
+        return self.store.get_trigger_state(key)
+
+    def get_triggers_of_job(self, key: JobKey) -> list[Trigger]:
+        return self.store.get_triggers_of_job(key)
+
+    def get_job_keys(self, group: str | None = None) -> list[JobKey]:
+        return self.store.job_keys(group)
+
+    # -- checks ----------------------------------------------------------------------------------
+
+    def _check_job(self, job: Job) -> None:
+        if not isinstance(job, Job):
+            raise ValidationError(f"expected a Job, got {type(job).__name__}")
+        job.validate(self.settings.max_job_data_bytes)
+        check_task_registered(self.app, job.task, f"job {job.key}")
+
+    @staticmethod
+    def _attach(trigger: Trigger, job_key: JobKey) -> None:
+        if not isinstance(trigger, Trigger):
+            raise ValidationError(f"expected a Trigger, got {type(trigger).__name__}")
+        if trigger.job_key is not None and trigger.job_key != job_key:
+            raise InvalidTriggerError(
+                f"trigger {trigger.key} names job {trigger.job_key}, but is scheduled with job {job_key}"
+            )
+        trigger.job_key = job_key
+
+    def _require_trigger(self, key: TriggerKey) -> None:
+        if self.store.get_trigger_state(key) == "NONE":
+            raise TriggerNotFoundError(f"trigger {key} is not stored")
+
+    def _require_job(self, key: JobKey) -> None:
+        if self.store.retrieve_job(key) is None:
+            raise JobNotFoundError(f"job {key} is not stored")
+
+
+def check_task_registered(app: Celery, task: str, owner: str) -> None:
+    """Job types are limited to the app's registered Celery tasks (DESIGN, invariant 7)."""
+    app.loader.import_default_modules()
+    if task not in app.tasks:
+        raise UnknownTaskError(
+            f"{owner}: task {task!r} is not registered with Celery app {app.main!r}"
+        )

@@ -1,0 +1,127 @@
+"""Cluster membership: check-in, failure detection, recovery of dead scheduler instances.
+
+Processes never talk to each other. Each writes its own check-in row; each looks at the others'
+rows and declares a peer dead by Quartz's rule; the recovery of a dead peer is one transaction
+that only one survivor can win (see :meth:`SqlStore.recover_scheduler`).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from celery_quartz.clock import Clock, from_millis, to_millis
+from celery_quartz.firing import Firing
+from celery_quartz.store.sql import CheckIn, SqlStore
+
+logger = logging.getLogger(__name__)
+
+
+def failed_after(peer: CheckIn, *, now_millis: int, my_last_checkin_millis: int | None,
+                 threshold_millis: int) -> int:
+    """The instant (ms) after which ``peer`` counts as dead (Quartz's ``calcFailedIfAfter``).
+
+    A peer gets its own check-in interval, stretched by however long it has been since *our*
+    last check-in (if we were paused, so might everyone have been), plus the threshold.
+    """
+    since_mine = 0 if my_last_checkin_millis is None else now_millis - my_last_checkin_millis
+    return peer.last_checkin_millis + max(peer.checkin_interval_millis, since_mine) + threshold_millis
+
+
+class ClusterManager:
+    """One scheduler instance's view of the cluster."""
+
+    def __init__(
+        self,
+        store: SqlStore,
+        clock: Clock,
+        instance_id: str,
+        *,
+        checkin_interval: float,
+        checkin_misfire_threshold: float,
+        clustered: bool = True,
+        hostname: str | None = None,
+        pid: int | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.instance_id = instance_id
+        self.checkin_interval = checkin_interval
+        self.threshold_millis = int(checkin_misfire_threshold * 1000)
+        self.clustered = clustered
+        self.hostname = hostname
+        self.pid = pid
+        self.next_check_in: datetime | None = None
+        self._previous_checkin_millis: int | None = None
+        self._last_checkin_millis: int | None = None
+
+    def check_in_due(self, now: datetime) -> bool:
+        return self.next_check_in is None or now >= self.next_check_in
+
+    def check_in(self) -> None:
+        """Write this instance's check-in row; warn if another instance had recovered us."""
+        first = self._last_checkin_millis is None
+        row_was_there = self.store.check_in(
+            self.instance_id,
+            interval=self.checkin_interval,
+            clustered=self.clustered,
+            hostname=self.hostname,
+            pid=self.pid,
+        )
+        if not first and not row_was_there:
+            logger.warning(
+                "scheduler instance %s is still active but was recovered by another instance",
+                self.instance_id,
+            )
+        now = self.clock.now()
+        self._previous_checkin_millis = self._last_checkin_millis
+        self._last_checkin_millis = to_millis(now)
+        self.next_check_in = now + timedelta(seconds=self.checkin_interval)
+
+    def failed_peers(self) -> list[CheckIn]:
+        """Scheduler instances whose check-in is too old by Quartz's rule."""
+        now = to_millis(self.clock.now())
+        return [
+            peer
+            for peer in self.store.check_ins(kind="scheduler")
+            if peer.instance_name != self.instance_id
+            and now
+            > failed_after(
+                peer,
+                now_millis=now,
+                my_last_checkin_millis=self._previous_checkin_millis,
+                threshold_millis=self.threshold_millis,
+            )
+        ]
+
+    def recover_failed_peers(self) -> int:
+        """Recover every dead peer and every orphan (fired rows with no check-in row at all)."""
+        if not self.clustered:
+            return 0
+        recovered = 0
+        for peer in self.failed_peers():
+            logger.info(
+                "scheduler instance %s last checked in at %s; recovering it",
+                peer.instance_name,
+                from_millis(peer.last_checkin_millis).isoformat(),
+            )
+            result = self.store.recover_scheduler(
+                peer.instance_name,
+                seen_checkin_millis=peer.last_checkin_millis,
+                recovered_by=self.instance_id,
+            )
+            recovered += result is not None
+        for orphan in self.store.orphaned_scheduler_instances():
+            if orphan == self.instance_id:
+                continue
+            self.store.recover_scheduler(orphan, seen_checkin_millis=None, recovered_by=self.instance_id)
+            recovered += 1
+        return recovered
+
+    def take_over_unpublished(self) -> list[Firing]:
+        """Firings assigned to this instance (its own from a previous life, or a dead peer's)
+        that are fired but not recorded as published: they are to be published (again)."""
+        return self.store.unpublished_firings(self.instance_id)
+
+    def leave(self) -> None:
+        self.store.remove_check_in(self.instance_id)

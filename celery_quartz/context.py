@@ -1,0 +1,80 @@
+"""What a task can know about the firing it runs: Quartz's IJobExecutionContext."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from celery_quartz.clock import from_millis
+from celery_quartz.firing import HEADER
+from celery_quartz.keys import JobKey, TriggerKey
+
+
+@dataclass
+class JobExecutionContext:
+    """The firing a task is running. Read it with :func:`current_context`.
+
+    ``job_data`` is the job's data merged with the trigger's (the trigger wins). For a job with
+    ``persist_job_data``, what the task leaves in it is written back to the job at completion.
+    """
+
+    scheduler_name: str
+    fire_instance_id: str
+    job_key: JobKey
+    trigger_key: TriggerKey
+    #: The occurrence: when the trigger was scheduled to fire.
+    scheduled_fire_time: datetime
+    #: When the scheduler fired it (published the message).
+    fire_time: datetime
+    #: The scheduler instance that published the message.
+    fired_by: str = ""
+    job_data: dict[str, Any] = field(default_factory=dict)
+    #: A recovery firing: the worker that ran the original died mid-job.
+    recovering: bool = False
+    #: For a recovery or retry firing, the trigger of the original occurrence.
+    recovering_trigger_key: TriggerKey | None = None
+    retry_attempt: int = 0
+    refire_count: int = 0
+    worker_name: str | None = None
+
+    @classmethod
+    def from_header(cls, header: dict[str, Any], worker_name: str | None = None) -> JobExecutionContext:
+        origin = header.get("origin_trigger")
+        return cls(
+            scheduler_name=header["scheduler"],
+            fire_instance_id=header["fire_instance_id"],
+            job_key=JobKey(*header["job"]),
+            trigger_key=TriggerKey(*header["trigger"]),
+            scheduled_fire_time=from_millis(header["scheduled_fire_time"]),
+            fire_time=from_millis(header["fire_time"]),
+            fired_by=str(header.get("fired_by", "")),
+            job_data=dict(header.get("data") or {}),
+            recovering=bool(header.get("recovering", False)),
+            recovering_trigger_key=TriggerKey(*origin) if origin else None,
+            retry_attempt=int(header.get("retry_attempt", 0)),
+            refire_count=int(header.get("refire_count", 0)),
+            worker_name=worker_name,
+        )
+
+
+def firing_header(request: Any) -> dict[str, Any] | None:
+    """The firing header of a Celery task request, if the message came from celery-quartz."""
+    header = getattr(request, HEADER, None)
+    if header is None:
+        header = (getattr(request, "headers", None) or {}).get(HEADER)
+    return header if isinstance(header, dict) else None
+
+
+def current_context() -> JobExecutionContext | None:
+    """The firing the current task runs, or ``None`` outside a task or for a message we did not send."""
+    from celery import current_task
+
+    if current_task is None:
+        return None
+    request = current_task.request
+    context = getattr(request, "quartz_context", None)
+    if isinstance(context, JobExecutionContext):
+        return context
+    header = firing_header(request)
+    return None if header is None else JobExecutionContext.from_header(header, request.hostname)

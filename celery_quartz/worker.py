@@ -1,0 +1,119 @@
+"""Worker-side hooks: one execution start per firing, and completion of every firing.
+
+``celery_quartz.install(app)`` (one line, in the module that creates the app) wraps every task's
+``before_start`` with a guard and listens to ``task_postrun``:
+
+* at start, the firing's row goes FIRED/PUBLISHED → EXECUTING with this worker's node name, by a
+  conditional update; a second delivery of the same firing matches nothing and is dropped
+  (``Ignore``) before the task body runs;
+* at the end (success or failure), the row is removed and what waited on it is released; a task
+  that asked Celery to retry it keeps its firing in flight for the next delivery.
+
+Messages that did not come from celery-quartz pass through untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+from celery import Celery, Task
+from celery.exceptions import Ignore
+from celery.signals import task_postrun
+from celery.states import RETRY
+
+from celery_quartz.config import Settings
+from celery_quartz.context import JobExecutionContext, firing_header
+from celery_quartz.store.sql import SqlStore
+
+logger = logging.getLogger(__name__)
+
+_GUARDED = "_celery_quartz_guarded"
+
+
+def install(app: Celery) -> None:
+    """Install the worker-side hooks on ``app``; idempotent. Call it where the app is created."""
+    if getattr(app, "_celery_quartz_installed", False):
+        return
+    app._celery_quartz_installed = True  # type: ignore[attr-defined]
+    hooks = _WorkerHooks(app)
+    app._celery_quartz_hooks = hooks  # type: ignore[attr-defined]
+    app.on_after_finalize.connect(lambda sender, **_: hooks.guard_tasks(), weak=False)
+    if app.finalized:
+        hooks.guard_tasks()
+    task_postrun.connect(hooks.on_postrun, weak=False)
+
+
+class _WorkerHooks:
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+        self._stores: dict[tuple[int, str], SqlStore] = {}
+        self._lock = threading.Lock()
+
+    def store(self, scheduler_name: str) -> SqlStore:
+        """This process's store for ``scheduler_name`` (engines are not shared across a fork)."""
+        key = (os.getpid(), scheduler_name)
+        with self._lock:
+            store = self._stores.get(key)
+            if store is None:
+                settings = Settings.from_app(self.app)
+                store = SqlStore(
+                    settings.store_url,
+                    scheduler_name=scheduler_name,
+                    table_prefix=settings.table_prefix,
+                    max_data_bytes=settings.max_job_data_bytes,
+                )
+                self._stores[key] = store
+            return store
+
+    def guard_tasks(self) -> None:
+        for task in list(self.app.tasks.values()):
+            _guard_class(type(task), self)
+
+    def before_start(self, task: Task, task_id: str) -> None:
+        request = task.request
+        header = firing_header(request)
+        if header is None or getattr(request, "quartz_fire_instance_id", None) == task_id:
+            return
+        worker = request.hostname or "unknown"
+        if not self.store(header["scheduler"]).start_execution(task_id, worker):
+            logger.info(
+                "firing %s of trigger %s is already executing or complete: not starting it again",
+                task_id,
+                ".".join(reversed(header["trigger"])),
+            )
+            raise Ignore()
+        request.quartz_fire_instance_id = task_id
+        request.quartz_context = JobExecutionContext.from_header(header, worker)
+
+    def on_postrun(
+        self, sender: Any = None, task_id: str | None = None, task: Task | None = None,
+        state: str | None = None, **_: Any,
+    ) -> None:
+        if task is None or task.app is not self.app:
+            return
+        request = task.request
+        if task_id is None or getattr(request, "quartz_fire_instance_id", None) != task_id:
+            return
+        context: JobExecutionContext = request.quartz_context
+        store = self.store(context.scheduler_name)
+        request.quartz_fire_instance_id = None
+        if state == RETRY:
+            store.return_to_published(task_id)
+            return
+        store.complete_execution(task_id, job_data=context.job_data)
+
+
+def _guard_class(cls: type[Task], hooks: _WorkerHooks) -> None:
+    if cls.__dict__.get(_GUARDED):
+        return
+    original = cls.before_start
+
+    def before_start(self: Task, task_id: str, args: Any, kwargs: Any) -> None:
+        hooks.before_start(self, task_id)
+        original(self, task_id, args, kwargs)
+
+    cls.before_start = before_start  # type: ignore[method-assign]
+    setattr(cls, _GUARDED, True)

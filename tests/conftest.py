@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.services import PostgresServer, RedisServer, postgres_server, redis_server
+from tests.services import (
+    PostgresServer,
+    RedisServer,
+    interrupt_on_sigterm,
+    postgres_server,
+    redis_server,
+)
 
 # Tests using these fixtures get the `integration` marker (`-m "not integration"` leaves them out).
 SERVICE_FIXTURES = {"postgres", "redis", "pg_url", "pg_url_psycopg3", "redis_url"}
@@ -65,6 +71,10 @@ def redis_url(redis: RedisServer) -> str:
     db = next(_redis_dbs)
     redis.flushdb(db)
     return redis.url(db)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    interrupt_on_sigterm()  # a CI timeout's SIGTERM still tears the servers down
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

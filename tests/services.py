@@ -42,6 +42,7 @@ __all__ = [
     "find_postgres_bindir",
     "find_redis_server",
     "free_port",
+    "interrupt_on_sigterm",
     "missing_apt_packages",
     "postgres_server",
     "redis_server",
@@ -317,7 +318,6 @@ class _Server:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.basedir,
-                start_new_session=True,  # Ctrl-C in the terminal must not reach the server first
                 **self._popen_kwargs(),
             )
         deadline = time.monotonic() + timeout
@@ -573,6 +573,18 @@ def redis_server(*, start_timeout: float = START_TIMEOUT) -> Iterator[RedisServe
         shutil.rmtree(basedir, ignore_errors=True)
 
 
+def interrupt_on_sigterm() -> None:
+    """Make SIGTERM raise KeyboardInterrupt, as Ctrl-C does, so that context managers (and pytest's
+    fixture teardown) stop the servers and delete their folders when a CI timeout terminates the
+    run. Leaves a handler someone else installed alone."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, interrupt)
+
+
 # --------------------------------------------------------------------------- command line
 
 
@@ -591,10 +603,7 @@ def _check() -> int:
 
 
 def _run() -> int:
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
+    interrupt_on_sigterm()
     with postgres_server() as pg, redis_server() as rd:
         print(
             f"postgres: {pg.url()}\n          {pg.url('psycopg')}\nredis:    {rd.url()}", flush=True

@@ -502,11 +502,11 @@ def _parse_dom(expression: str, token: str, spec: _DaySpec) -> None:
 
 def _parse_dow(expression: str, token: str, spec: _DaySpec) -> None:
     field = _DOW
-    _reject_common(expression, field, token)
     if token.startswith("L-") or token == "LW":
         raise _error(
             expression, field, token, "'L-n' and 'LW' belong to day-of-month; 'L' alone is Saturday"
         )
+    _reject_common(expression, field, token)
     if token == "L":
         spec.dow_values = frozenset({7})
         return
@@ -680,7 +680,7 @@ class CronExpression:
             )
         #: The canonical Quartz spelling: upper case, single spaces, six or seven fields.
         self.expression = " ".join(fields)
-        self._parse(self.expression, fields)
+        self._parse(expression, fields)
         self._day_cache: dict[tuple[int, int], list[int]] = {}
 
     @staticmethod
@@ -710,6 +710,9 @@ class CronExpression:
             self._years: list[int] | None = sorted(years)
         else:
             self._years = None
+        for field, token in ((_DOM, dom), (_DOW, dow)):
+            if "?" in token and token != "?":
+                _reject_common(text, field, token)
         if (dom == "?") == (dow == "?"):
             raise _error(
                 text,

@@ -1,0 +1,112 @@
+"""The Celery app the integration tests run in real beat and worker processes.
+
+Configured from the environment (set by :mod:`tests.integration.processes`):
+``CQ_BROKER_URL``, ``CQ_STORE_URL``, ``CQ_LEDGER_URL`` and optional ``CQ_CHECKIN_INTERVAL``,
+``CQ_CHECKIN_THRESHOLD``, ``CQ_BEAT_SCHEDULE`` (JSON: name -> {"task", "schedule" seconds}).
+
+The task ``ledger.record`` writes one row per execution start into a ledger table whose primary
+key is the occurrence (trigger group, trigger name, scheduled fire time): a second execution of
+the same occurrence cannot insert and is written to ``ledger_duplicates`` instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from celery import Celery
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Engine,
+    Float,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    insert,
+)
+from sqlalchemy.exc import IntegrityError
+
+import celery_quartz
+
+metadata = MetaData()
+ledger = Table(
+    "ledger",
+    metadata,
+    Column("trigger_group", String(200), primary_key=True),
+    Column("trigger_name", String(200), primary_key=True),
+    Column("scheduled_ms", BigInteger, primary_key=True),
+    Column("fire_instance_id", String(95), nullable=False),
+    Column("fired_by", String(255)),
+    Column("worker", String(255)),
+    Column("started", Float, nullable=False),
+    Column("ended", Float),
+)
+duplicates = Table(
+    "ledger_duplicates",
+    metadata,
+    Column("trigger_group", String(200)),
+    Column("trigger_name", String(200)),
+    Column("scheduled_ms", BigInteger),
+    Column("fire_instance_id", String(95)),
+    Column("worker", String(255)),
+)
+
+app = Celery("ledger_app", broker=os.environ.get("CQ_BROKER_URL", "memory://"))
+app.conf.quartz_store_url = os.environ.get("CQ_STORE_URL", "sqlite://")
+app.conf.quartz_checkin_interval = float(os.environ.get("CQ_CHECKIN_INTERVAL", "1"))
+app.conf.quartz_checkin_misfire_threshold = float(os.environ.get("CQ_CHECKIN_THRESHOLD", "1"))
+app.conf.worker_prefetch_multiplier = 1
+app.conf.beat_schedule = {
+    name: {"task": spec["task"], "schedule": float(spec["schedule"])}
+    for name, spec in json.loads(os.environ.get("CQ_BEAT_SCHEDULE", "{}")).items()
+}
+
+_engines: dict[int, Engine] = {}
+
+
+def ledger_engine() -> Engine:
+    pid = os.getpid()
+    if pid not in _engines:
+        _engines[pid] = create_engine(os.environ["CQ_LEDGER_URL"])
+    return _engines[pid]
+
+
+def create_ledger(url: str) -> None:
+    engine = create_engine(url)
+    metadata.create_all(engine)
+    engine.dispose()
+
+
+@app.task(name="ledger.record")
+def record(sleep: float = 0.0) -> None:
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "ledger.record runs only as a celery-quartz firing"
+    row = {
+        "trigger_group": ctx.trigger_key.group,
+        "trigger_name": ctx.trigger_key.name,
+        "scheduled_ms": int(ctx.scheduled_fire_time.timestamp() * 1000),
+        "fire_instance_id": ctx.fire_instance_id,
+    }
+    try:
+        with ledger_engine().begin() as conn:
+            conn.execute(
+                insert(ledger).values(
+                    **row, fired_by=ctx.fired_by, worker=ctx.worker_name, started=time.time()
+                )
+            )
+    except IntegrityError:
+        with ledger_engine().begin() as conn:
+            conn.execute(insert(duplicates).values(**row, worker=ctx.worker_name))
+    if sleep:
+        time.sleep(sleep)
+
+
+@app.task(name="ledger.noop")
+def noop() -> None:
+    """A task that records nothing (for beat_schedule import tests)."""
+
+
+celery_quartz.install(app)

@@ -1,0 +1,100 @@
+"""Real ``celery beat`` and ``celery worker`` processes for the integration tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+APP = "tests.integration.ledger_app"
+
+
+class Processes:
+    """Starts beat and worker processes of the ledger app with one environment; stops them all."""
+
+    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
+        self.workdir = workdir
+        self.env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: list[object] = []
+
+    def _start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop_all
+        self._logs.append(log)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", APP, *argv],
+            cwd=self.workdir,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs[name] = proc
+        return proc
+
+    def beat(self, name: str) -> subprocess.Popen[bytes]:
+        return self._start(
+            name,
+            ["beat", "-S", "celery_quartz.Scheduler", "-l", "info", "--pidfile=",
+             "-s", str(self.workdir / f"{name}-schedule")],
+        )
+
+    def worker(self, name: str, concurrency: int = 4, queues: str | None = None) -> subprocess.Popen[bytes]:
+        argv = ["worker", "-l", "info", "-c", str(concurrency), "-n", f"{name}@%h", "--without-mingle",
+                "--without-gossip"]
+        if queues:
+            argv += ["-Q", queues]
+        return self._start(name, argv)
+
+    def kill(self, name: str) -> None:
+        proc = self.procs[name]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def stop(self, name: str, timeout: float = 30) -> int:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return proc.returncode
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+        for log in self._logs:
+            log.close()  # type: ignore[attr-defined]
+
+    def log(self, name: str) -> str:
+        return (self.workdir / f"{name}.log").read_text(errors="replace")
+
+    def assert_running(self, *names: str) -> None:
+        for name in names:
+            code = self.procs[name].poll()
+            assert code is None, f"{name} exited with {code}:\n{self.log(name)[-4000:]}"
+
+
+@contextmanager
+def processes(workdir: Path, env: dict[str, str]) -> Iterator[Processes]:
+    procs = Processes(workdir, env)
+    try:
+        yield procs
+    finally:
+        procs.stop_all()
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.2, message: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {message}")

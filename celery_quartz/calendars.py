@@ -211,9 +211,7 @@ class WeeklyCalendar(_DayCalendar):
 
     type_name: ClassVar[str] = "weekly"
 
-    def __init__(
-        self, excluded_days: Iterable[int] = (SATURDAY, SUNDAY), **common: Any
-    ) -> None:
+    def __init__(self, excluded_days: Iterable[int] = (SATURDAY, SUNDAY), **common: Any) -> None:
         super().__init__(**common)
         days = set(excluded_days)
         if not days <= set(range(1, 8)):

@@ -671,9 +671,11 @@ class CronExpression:
                 )
             fields = _unix_to_quartz(expression, fields)
         elif len(fields) not in (6, 7):
-            hint = " (a five-field crontab line needs format=CronFormat.UNIX)" if len(
-                fields
-            ) == 5 else ""
+            hint = (
+                " (a five-field crontab line needs format=CronFormat.UNIX)"
+                if len(fields) == 5
+                else ""
+            )
             raise CronSyntaxError(
                 f"cron expression {expression!r}: expected 6 or 7 fields (second minute hour "
                 f"day-of-month month day-of-week [year]), got {len(fields)}{hint}"

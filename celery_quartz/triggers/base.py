@@ -54,8 +54,8 @@ class Trigger(ABC):
     job_key: JobKey | None = None
     description: str | None = None
     priority: int = DEFAULT_PRIORITY
-    #: First instant the trigger may fire; ``None`` means "when it is scheduled" (the client fills it
-    #: in from the scheduler's clock before storing).
+    #: First instant the trigger may fire; ``None`` means "when it is scheduled" (the client fills
+    #: it in from the scheduler's clock before storing).
     start_at: datetime | None = None
     end_at: datetime | None = None
     misfire_instruction: int = MisfireInstruction.SMART_POLICY
@@ -102,7 +102,9 @@ class Trigger(ABC):
             if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
                 raise InvalidTriggerError(f"trigger {self.key}: {name} must be an aware datetime")
         if self.start_at and self.end_at and self.end_at < self.start_at:
-            raise InvalidTriggerError(f"trigger {self.key}: end_at {self.end_at} is before start_at")
+            raise InvalidTriggerError(
+                f"trigger {self.key}: end_at {self.end_at} is before start_at"
+            )
         if self.misfire_instruction not in self.misfire_instructions:
             raise InvalidTriggerError(
                 f"trigger {self.key}: misfire instruction {self.misfire_instruction!r} "

@@ -113,8 +113,10 @@ class RecurrenceTrigger(ScheduleTrigger):
         # A wall time in a spring-forward gap fires later than its wall order says; look back
         # far enough to see one only when a change of offset lies just behind ``after``.
         behind = (after - _MAX_SHIFT).astimezone(zone).utcoffset()
-        search_from = wall_after - _MAX_SHIFT if behind != after.astimezone(zone).utcoffset() else (
-            wall_after
+        search_from = (
+            wall_after - _MAX_SHIFT
+            if behind != after.astimezone(zone).utcoffset()
+            else wall_after
         )
         expansion = self._expansion_from(rule, dtstart, search_from, counted)
         best: datetime | None = None

@@ -92,9 +92,7 @@ def test_every_minute_through_the_gap_fires_once_at_its_end() -> None:
 
 
 def test_new_york_gap() -> None:
-    times = fires_between(
-        "0 30 2 * * ?", "America/New_York", utc(2026, 3, 8), utc(2026, 3, 10)
-    )
+    times = fires_between("0 30 2 * * ?", "America/New_York", utc(2026, 3, 8), utc(2026, 3, 10))
     assert times == [utc(2026, 3, 8, 7, 0), utc(2026, 3, 9, 6, 30)]
 
 

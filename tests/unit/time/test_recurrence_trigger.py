@@ -1,0 +1,357 @@
+"""RecurrenceTrigger: RFC 5545 RRULEs, including the examples of RFC 5545 §3.8.5.3.
+
+The RFC's examples use DTSTART;TZID=America/New_York; each expected fire time below is the
+wall-clock time the RFC lists, read in New York, so the assertion is on the exact instant.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from celery_quartz.errors import InvalidTriggerError
+from celery_quartz.triggers import TRIGGER_KINDS, CronMisfireInstruction, RecurrenceTrigger
+
+UTC = timezone.utc
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def ny(y: int, m: int, d: int, h: int = 9, minute: int = 0) -> datetime:
+    return datetime(y, m, d, h, minute, tzinfo=NEW_YORK)
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=UTC)
+
+
+def occurrences(rule: str, dtstart: datetime, n: int = 500, zone: str = "America/New_York"):  # type: ignore[no-untyped-def]
+    """The first ``n`` fire times, walking the trigger as the scheduler does."""
+    trigger = RecurrenceTrigger(rule=rule, start_at=dtstart, time_zone=zone)
+    out = []
+    t = trigger.compute_first_fire_time()
+    while t is not None and len(out) < n:
+        out.append(t)
+        trigger.triggered()
+        t = trigger.next_fire_time
+    return out
+
+
+# -- RFC 5545 §3.8.5.3 -------------------------------------------------------------------------
+
+
+def test_rfc_daily_for_10_occurrences() -> None:
+    assert occurrences("FREQ=DAILY;COUNT=10", ny(1997, 9, 2)) == [
+        ny(1997, 9, d) for d in range(2, 12)
+    ]
+
+
+def test_rfc_daily_until_december_24_crosses_the_change_to_standard_time() -> None:
+    times = occurrences("FREQ=DAILY;UNTIL=19971224T000000Z", ny(1997, 9, 2))
+    assert len(times) == 113
+    assert times[0] == utc(1997, 9, 2, 13)  # 09:00 EDT
+    assert times[-1] == utc(1997, 12, 23, 14)  # 09:00 EST
+
+
+def test_rfc_every_other_day_forever() -> None:
+    assert occurrences("FREQ=DAILY;INTERVAL=2", ny(1997, 9, 2), n=4) == [
+        ny(1997, 9, 2),
+        ny(1997, 9, 4),
+        ny(1997, 9, 6),
+        ny(1997, 9, 8),
+    ]
+
+
+def test_rfc_every_10_days_5_occurrences() -> None:
+    assert occurrences("FREQ=DAILY;INTERVAL=10;COUNT=5", ny(1997, 9, 2)) == [
+        ny(1997, 9, 2),
+        ny(1997, 9, 12),
+        ny(1997, 9, 22),
+        ny(1997, 10, 2),
+        ny(1997, 10, 12),
+    ]
+
+
+def test_rfc_every_day_in_january_for_3_years() -> None:
+    times = occurrences(
+        "FREQ=YEARLY;UNTIL=20000131T140000Z;BYMONTH=1;BYDAY=SU,MO,TU,WE,TH,FR,SA", ny(1998, 1, 1)
+    )
+    assert len(times) == 93
+    assert times[-1] == ny(2000, 1, 31)
+
+
+def test_rfc_weekly_for_10_occurrences() -> None:
+    assert occurrences("FREQ=WEEKLY;COUNT=10", ny(1997, 9, 2)) == [
+        ny(1997, 9, 2),
+        ny(1997, 9, 9),
+        ny(1997, 9, 16),
+        ny(1997, 9, 23),
+        ny(1997, 9, 30),
+        ny(1997, 10, 7),
+        ny(1997, 10, 14),
+        ny(1997, 10, 21),
+        ny(1997, 10, 28),
+        ny(1997, 11, 4),
+    ]
+
+
+def test_rfc_every_other_week_on_monday_wednesday_friday_until_december_24() -> None:
+    times = occurrences(
+        "FREQ=WEEKLY;INTERVAL=2;UNTIL=19971224T000000Z;WKST=SU;BYDAY=MO,WE,FR", ny(1997, 9, 1)
+    )
+    days = [(t.astimezone(NEW_YORK).month, t.astimezone(NEW_YORK).day) for t in times]
+    assert days == [
+        (9, 1), (9, 3), (9, 5), (9, 15), (9, 17), (9, 19), (9, 29),
+        (10, 1), (10, 3), (10, 13), (10, 15), (10, 17), (10, 27), (10, 29), (10, 31),
+        (11, 10), (11, 12), (11, 14), (11, 24), (11, 26), (11, 28),
+        (12, 8), (12, 10), (12, 12), (12, 22),
+    ]  # fmt: skip
+
+
+def test_rfc_monthly_on_the_first_friday_for_10_occurrences() -> None:
+    assert occurrences("FREQ=MONTHLY;COUNT=10;BYDAY=1FR", ny(1997, 9, 5)) == [
+        ny(1997, 9, 5),
+        ny(1997, 10, 3),
+        ny(1997, 11, 7),
+        ny(1997, 12, 5),
+        ny(1998, 1, 2),
+        ny(1998, 2, 6),
+        ny(1998, 3, 6),
+        ny(1998, 4, 3),
+        ny(1998, 5, 1),
+        ny(1998, 6, 5),
+    ]
+
+
+def test_rfc_monthly_on_the_second_to_last_monday_for_6_months() -> None:
+    assert occurrences("FREQ=MONTHLY;COUNT=6;BYDAY=-2MO", ny(1997, 9, 22)) == [
+        ny(1997, 9, 22),
+        ny(1997, 10, 20),
+        ny(1997, 11, 17),
+        ny(1997, 12, 22),
+        ny(1998, 1, 19),
+        ny(1998, 2, 16),
+    ]
+
+
+def test_rfc_monthly_on_the_third_to_last_day() -> None:
+    assert occurrences("FREQ=MONTHLY;BYMONTHDAY=-3", ny(1997, 9, 28), n=6) == [
+        ny(1997, 9, 28),
+        ny(1997, 10, 29),
+        ny(1997, 11, 28),
+        ny(1997, 12, 29),
+        ny(1998, 1, 29),
+        ny(1998, 2, 26),
+    ]
+
+
+def test_rfc_third_tuesday_wednesday_or_thursday_with_bysetpos() -> None:
+    assert occurrences("FREQ=MONTHLY;COUNT=3;BYDAY=TU,WE,TH;BYSETPOS=3", ny(1997, 9, 4)) == [
+        ny(1997, 9, 4),
+        ny(1997, 10, 7),
+        ny(1997, 11, 6),
+    ]
+
+
+def test_rfc_second_to_last_weekday_of_the_month() -> None:
+    assert occurrences("FREQ=MONTHLY;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-2", ny(1997, 9, 29), 7) == [
+        ny(1997, 9, 29),
+        ny(1997, 10, 30),
+        ny(1997, 11, 27),
+        ny(1997, 12, 30),
+        ny(1998, 1, 29),
+        ny(1998, 2, 26),
+        ny(1998, 3, 30),
+    ]
+
+
+def test_rfc_every_friday_the_13th() -> None:
+    # The RFC's DTSTART (2 September 1997) is not a Friday the 13th, so it does not fire.
+    assert occurrences("FREQ=MONTHLY;BYDAY=FR;BYMONTHDAY=13", ny(1997, 9, 2), n=5) == [
+        ny(1998, 2, 13),
+        ny(1998, 3, 13),
+        ny(1998, 11, 13),
+        ny(1999, 8, 13),
+        ny(2000, 10, 13),
+    ]
+
+
+def test_rfc_every_20_minutes_from_9_to_4_40() -> None:
+    times = occurrences(
+        "FREQ=DAILY;BYHOUR=9,10,11,12,13,14,15,16;BYMINUTE=0,20,40", ny(1997, 9, 2), n=25
+    )
+    assert times[:3] == [ny(1997, 9, 2, 9, 0), ny(1997, 9, 2, 9, 20), ny(1997, 9, 2, 9, 40)]
+    assert times[23] == ny(1997, 9, 2, 16, 40)
+    assert times[24] == ny(1997, 9, 3, 9, 0)
+
+
+def test_rfc_week_start_changes_which_days_are_generated() -> None:
+    monday = occurrences("FREQ=WEEKLY;INTERVAL=2;COUNT=4;BYDAY=TU,SU;WKST=MO", ny(1997, 8, 5))
+    sunday = occurrences("FREQ=WEEKLY;INTERVAL=2;COUNT=4;BYDAY=TU,SU;WKST=SU", ny(1997, 8, 5))
+    assert monday == [ny(1997, 8, 5), ny(1997, 8, 10), ny(1997, 8, 19), ny(1997, 8, 24)]
+    assert sunday == [ny(1997, 8, 5), ny(1997, 8, 17), ny(1997, 8, 19), ny(1997, 8, 31)]
+
+
+def test_rfc_an_invalid_date_is_ignored_and_not_counted() -> None:
+    assert occurrences("FREQ=MONTHLY;BYMONTHDAY=15,30;COUNT=5", ny(2007, 1, 15)) == [
+        ny(2007, 1, 15),
+        ny(2007, 1, 30),
+        ny(2007, 2, 15),
+        ny(2007, 3, 15),
+        ny(2007, 3, 30),
+    ]
+
+
+def test_rfc_every_thursday_in_march() -> None:
+    times = occurrences("FREQ=YEARLY;BYMONTH=3;BYDAY=TH", ny(1997, 3, 13), n=11)
+    assert times == [
+        ny(1997, 3, 13), ny(1997, 3, 20), ny(1997, 3, 27),
+        ny(1998, 3, 5), ny(1998, 3, 12), ny(1998, 3, 19), ny(1998, 3, 26),
+        ny(1999, 3, 4), ny(1999, 3, 11), ny(1999, 3, 18), ny(1999, 3, 25),
+    ]  # fmt: skip
+
+
+def test_rfc_us_presidential_election_day() -> None:
+    rule = "FREQ=YEARLY;INTERVAL=4;BYMONTH=11;BYDAY=TU;BYMONTHDAY=2,3,4,5,6,7,8"
+    assert occurrences(rule, ny(1996, 11, 5), n=3) == [
+        ny(1996, 11, 5),
+        ny(2000, 11, 7),
+        ny(2004, 11, 2),
+    ]
+
+
+def test_rfc_monday_of_week_number_20() -> None:
+    assert occurrences("FREQ=YEARLY;BYWEEKNO=20;BYDAY=MO", ny(1997, 5, 12), n=3) == [
+        ny(1997, 5, 12),
+        ny(1998, 5, 11),
+        ny(1999, 5, 17),
+    ]
+
+
+def test_rfc_every_3_hours_until_a_utc_instant() -> None:
+    # RFC 5545 lists 09:00, 12:00 and 15:00 EDT here, but UNTIL is 17:00 UTC (13:00 EDT): the
+    # published example is a known erratum; the rule's own bound allows the first two.
+    assert occurrences("FREQ=HOURLY;INTERVAL=3;UNTIL=19970902T170000Z", ny(1997, 9, 2)) == [
+        ny(1997, 9, 2, 9),
+        ny(1997, 9, 2, 12),
+    ]
+
+
+# -- the seed's cadences -----------------------------------------------------------------------
+
+
+def test_every_other_monday_is_anchored_on_the_start() -> None:
+    start = datetime(2026, 1, 5, 9, tzinfo=ZoneInfo("Europe/Helsinki"))
+    trigger = RecurrenceTrigger(
+        rule="FREQ=WEEKLY;INTERVAL=2;BYDAY=MO", start_at=start, time_zone="Europe/Helsinki"
+    )
+    # Asked from any later instant, the fortnight keeps the start's phase.
+    assert trigger.next_fire_time_after(utc(2026, 1, 6)) == utc(2026, 1, 19, 7)
+    assert trigger.next_fire_time_after(utc(2026, 1, 13)) == utc(2026, 1, 19, 7)
+    assert trigger.next_fire_time_after(utc(2027, 1, 1)) == utc(2027, 1, 4, 7)
+
+
+def test_second_to_last_friday_of_the_month() -> None:
+    assert occurrences("FREQ=MONTHLY;BYDAY=-2FR", ny(2026, 1, 1), n=3) == [
+        ny(2026, 1, 23),
+        ny(2026, 2, 20),
+        ny(2026, 3, 20),
+    ]
+
+
+def test_every_third_day_does_not_reset_at_month_end() -> None:
+    assert occurrences("FREQ=DAILY;INTERVAL=3", ny(2026, 1, 28), n=3) == [
+        ny(2026, 1, 28),
+        ny(2026, 1, 31),
+        ny(2026, 2, 3),
+    ]
+
+
+# -- RFC 5545 §3.3.5: local times that do not exist or exist twice -----------------------------
+
+
+def test_a_local_time_in_the_gap_uses_the_offset_before_the_gap() -> None:
+    # 02:30 on 8 March 2026 does not exist in New York; read with EST it is 07:30 UTC (03:30 EDT).
+    times = occurrences("FREQ=DAILY;BYHOUR=2;BYMINUTE=30", ny(2026, 3, 7, 0), n=3)
+    assert times == [utc(2026, 3, 7, 7, 30), utc(2026, 3, 8, 7, 30), utc(2026, 3, 9, 6, 30)]
+
+
+def test_a_repeated_local_time_means_its_first_occurrence() -> None:
+    # 01:30 on 1 November 2026 occurs twice in New York: EDT (05:30 UTC) first.
+    times = occurrences("FREQ=DAILY;BYHOUR=1;BYMINUTE=30", ny(2026, 10, 31, 0), n=3)
+    assert times == [utc(2026, 10, 31, 5, 30), utc(2026, 11, 1, 5, 30), utc(2026, 11, 2, 6, 30)]
+
+
+# -- the trigger -------------------------------------------------------------------------------
+
+
+def test_count_counts_fires_not_an_unmatched_start() -> None:
+    # DTSTART is a Tuesday; the rule names Mondays; COUNT=2 is two Mondays.
+    assert occurrences("FREQ=WEEKLY;BYDAY=MO;COUNT=2", ny(2026, 1, 6)) == [
+        ny(2026, 1, 12),
+        ny(2026, 1, 19),
+    ]
+
+
+def test_end_at_bounds_the_fire_times_inclusively() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=DAILY", start_at=utc(2026, 1, 1, 9), end_at=utc(2026, 1, 2, 9)
+    )
+    assert trigger.next_fire_time_after(utc(2026, 1, 1, 10)) == utc(2026, 1, 2, 9)
+    assert trigger.next_fire_time_after(utc(2026, 1, 2, 9)) is None
+
+
+def test_a_far_later_question_is_answered_quickly_and_in_phase() -> None:
+    trigger = RecurrenceTrigger(rule="FREQ=MINUTELY;INTERVAL=7", start_at=utc(2000, 1, 1))
+    # dateutil expands from DTSTART; the trigger re-anchors whole 7-minute cycles later.
+    after = utc(2026, 1, 1)
+    fire = trigger.next_fire_time_after(after)
+    assert fire is not None
+    minutes = int((fire - utc(2000, 1, 1)).total_seconds() // 60)
+    assert minutes % 7 == 0 and fire > after and (fire - after).total_seconds() <= 7 * 60
+
+
+def test_rrule_prefix_is_accepted_and_dropped() -> None:
+    trigger = RecurrenceTrigger(rule="RRULE:freq=daily;count=2", start_at=utc(2026, 1, 1))
+    assert trigger.rule == "FREQ=DAILY;COUNT=2"
+
+
+def test_an_invalid_rule_is_refused_naming_the_trigger() -> None:
+    with pytest.raises(InvalidTriggerError, match="recurrence rule"):
+        RecurrenceTrigger(rule="FREQ=SOMETIMES", start_at=utc(2026, 1, 1))
+
+
+def test_a_trigger_without_start_cannot_compute_fire_times() -> None:
+    with pytest.raises(InvalidTriggerError, match="start_at"):
+        RecurrenceTrigger(rule="FREQ=DAILY").next_fire_time_after(utc(2026, 1, 1))
+
+
+def test_detail_round_trips_through_the_kind_registry() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=WEEKLY;INTERVAL=2;BYDAY=MO",
+        start_at=ny(2026, 1, 5),
+        time_zone="America/New_York",
+    )
+    rebuilt = TRIGGER_KINDS["RRULE"].from_detail(
+        trigger.detail(), key=trigger.key, start_at=trigger.start_at
+    )
+    assert rebuilt.next_fire_time_after(utc(2026, 1, 6)) == ny(2026, 1, 19)
+
+
+def test_smart_policy_fires_once_now() -> None:
+    trigger = RecurrenceTrigger(rule="FREQ=DAILY", start_at=utc(2026, 1, 1, 9))
+    trigger.next_fire_time = utc(2026, 1, 3, 9)
+    trigger.update_after_misfire(utc(2026, 1, 5, 12))
+    assert trigger.next_fire_time == utc(2026, 1, 5, 12)
+
+
+def test_do_nothing_resumes_after_now() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=DAILY",
+        start_at=utc(2026, 1, 1, 9),
+        misfire_instruction=CronMisfireInstruction.DO_NOTHING,
+    )
+    trigger.next_fire_time = utc(2026, 1, 3, 9)
+    trigger.update_after_misfire(utc(2026, 1, 5, 12))
+    assert trigger.next_fire_time == utc(2026, 1, 6, 9)

@@ -4,8 +4,8 @@ Run ``celery -A proj beat -S celery_quartz.Scheduler`` on as many machines as yo
 one SQL database; every occurrence fires once. See the README and docs/.
 """
 
-from celery_quartz.clock import Clock, FakeClock, SystemClock
 from celery_quartz.client import Quartz
+from celery_quartz.clock import Clock, FakeClock, SystemClock
 from celery_quartz.context import JobExecutionContext, current_context
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey

@@ -50,7 +50,7 @@ class Scheduler(beat.Scheduler):
         if settings.import_beat_schedule:
             entries: dict[str, Any] = dict(self.app.conf.beat_schedule or {})
             # celery.backend_cleanup, when the result backend needs it, as stock beat adds it.
-            self.data = {}
+            self.data: dict[str, Any] = {}
             self.install_default_entries(self.data)
             for name, entry in self.data.items():
                 entries.setdefault(name, entry)

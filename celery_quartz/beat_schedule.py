@@ -90,7 +90,9 @@ def entry_to_job(
     try:
         schedule = maybe_schedule(fields["schedule"], fields.get("relative", False), app=app)
     except Exception as exc:
-        raise ValidationError(f"{where}: schedule {fields['schedule']!r} is not valid: {exc}") from None
+        raise ValidationError(
+            f"{where}: schedule {fields['schedule']!r} is not valid: {exc}"
+        ) from None
     key = JobKey(name, BEAT_SCHEDULE_GROUP)
     job = Job(
         key=key,
@@ -114,13 +116,18 @@ def entry_to_job(
 
 
 def definition_hash(job: Job, trigger: Trigger) -> str:
-    """What the entry says, hashed: equal hashes mean the stored job and trigger stand as they are."""
+    """What the entry says, hashed: equal hashes mean the stored job and trigger stand as is."""
     definition = {
         "task": job.task,
         "args": list(job.args),
         "kwargs": dict(job.kwargs),
         "options": dict(job.options),
-        "trigger": [trigger.kind, trigger.detail(), trigger.priority, int(trigger.misfire_instruction)],
+        "trigger": [
+            trigger.kind,
+            trigger.detail(),
+            trigger.priority,
+            int(trigger.misfire_instruction),
+        ],
     }
     encoded = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(encoded.encode()).hexdigest()

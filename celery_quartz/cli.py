@@ -61,7 +61,9 @@ def check(ctx: click.Context) -> None:
     if report.ok:
         click.echo(f"schema {settings.table_prefix}*: at {report.head}, matches")
         return
-    click.echo(f"schema {settings.table_prefix}*: at {report.current or 'nothing'}, expected {report.head}")
+    click.echo(
+        f"schema {settings.table_prefix}*: at {report.current or 'nothing'}, expected {report.head}"
+    )
     for difference in report.differences:
         click.echo(f"  difference: {difference}")
     ctx.exit(1)
@@ -72,8 +74,11 @@ def check(ctx: click.Context) -> None:
 def status(ctx: click.Context) -> None:
     """The instances checked in, and the firings in flight."""
     settings = _settings(ctx)
-    store = SqlStore(settings.store_url, scheduler_name=settings.scheduler_name,
-                     table_prefix=settings.table_prefix)
+    store = SqlStore(
+        settings.store_url,
+        scheduler_name=settings.scheduler_name,
+        table_prefix=settings.table_prefix,
+    )
     try:
         rows: list[Any] = store.check_ins()
         click.echo(f"scheduler {settings.scheduler_name}:")
@@ -86,7 +91,9 @@ def status(ctx: click.Context) -> None:
         states: dict[str, int] = {}
         for state in store.firing_states().values():
             states[state] = states.get(state, 0) + 1
-        click.echo(f"  jobs {counts['jobs']}, triggers {counts['triggers']}, firings in flight "
-                   + (", ".join(f"{k} {v}" for k, v in sorted(states.items())) or "0"))
+        click.echo(
+            f"  jobs {counts['jobs']}, triggers {counts['triggers']}, firings in flight "
+            + (", ".join(f"{k} {v}" for k, v in sorted(states.items())) or "0")
+        )
     finally:
         store.dispose()

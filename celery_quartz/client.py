@@ -162,7 +162,8 @@ class Quartz:
             raise ValidationError(f"expected a Trigger, got {type(trigger).__name__}")
         if trigger.job_key is not None and trigger.job_key != job_key:
             raise InvalidTriggerError(
-                f"trigger {trigger.key} names job {trigger.job_key}, but is scheduled with job {job_key}"
+                f"trigger {trigger.key} names job {trigger.job_key}, "
+                f"but is scheduled with job {job_key}"
             )
         trigger.job_key = job_key
 

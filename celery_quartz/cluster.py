@@ -17,15 +17,18 @@ from celery_quartz.store.sql import CheckIn, SqlStore
 logger = logging.getLogger(__name__)
 
 
-def failed_after(peer: CheckIn, *, now_millis: int, my_last_checkin_millis: int | None,
-                 threshold_millis: int) -> int:
+def failed_after(
+    peer: CheckIn, *, now_millis: int, my_last_checkin_millis: int | None, threshold_millis: int
+) -> int:
     """The instant (ms) after which ``peer`` counts as dead (Quartz's ``calcFailedIfAfter``).
 
     A peer gets its own check-in interval, stretched by however long it has been since *our*
     last check-in (if we were paused, so might everyone have been), plus the threshold.
     """
     since_mine = 0 if my_last_checkin_millis is None else now_millis - my_last_checkin_millis
-    return peer.last_checkin_millis + max(peer.checkin_interval_millis, since_mine) + threshold_millis
+    return (
+        peer.last_checkin_millis + max(peer.checkin_interval_millis, since_mine) + threshold_millis
+    )
 
 
 class ClusterManager:
@@ -114,7 +117,9 @@ class ClusterManager:
         for orphan in self.store.orphaned_scheduler_instances():
             if orphan == self.instance_id:
                 continue
-            self.store.recover_scheduler(orphan, seen_checkin_millis=None, recovered_by=self.instance_id)
+            self.store.recover_scheduler(
+                orphan, seen_checkin_millis=None, recovered_by=self.instance_id
+            )
             recovered += 1
         return recovered
 

@@ -72,15 +72,25 @@ class Settings:
             if value < 0 or (value == 0 and not allow_zero):
                 raise ConfigurationError(f"quartz_{name} must be positive, got {value!r}")
 
-        for name in ("idle_wait", "misfire_threshold", "checkin_interval", "batch_size",
-                     "max_misfires_per_round", "max_job_data_bytes"):
+        for name in (
+            "idle_wait",
+            "misfire_threshold",
+            "checkin_interval",
+            "batch_size",
+            "max_misfires_per_round",
+            "max_job_data_bytes",
+        ):
             positive(name)
         for name in ("fire_ahead_window", "checkin_misfire_threshold"):
             positive(name, allow_zero=True)
         if not isinstance(self.store_url, str) or "://" not in self.store_url:
-            raise ConfigurationError(f"quartz_store_url must be a SQLAlchemy URL, got {self.store_url!r}")
+            raise ConfigurationError(
+                f"quartz_store_url must be a SQLAlchemy URL, got {self.store_url!r}"
+            )
         if not self.instance_id or len(self.instance_id) > 200:
-            raise ConfigurationError(f"quartz_instance_id {self.instance_id!r}: 1 to 200 characters")
+            raise ConfigurationError(
+                f"quartz_instance_id {self.instance_id!r}: 1 to 200 characters"
+            )
 
     def resolve_instance_id(self) -> str:
         """This process's instance id: the configured one, or a generated one for ``AUTO``."""

@@ -39,7 +39,9 @@ class JobExecutionContext:
     worker_name: str | None = None
 
     @classmethod
-    def from_header(cls, header: dict[str, Any], worker_name: str | None = None) -> JobExecutionContext:
+    def from_header(
+        cls, header: dict[str, Any], worker_name: str | None = None
+    ) -> JobExecutionContext:
         origin = header.get("origin_trigger")
         return cls(
             scheduler_name=header["scheduler"],
@@ -67,7 +69,7 @@ def firing_header(request: Any) -> dict[str, Any] | None:
 
 
 def current_context() -> JobExecutionContext | None:
-    """The firing the current task runs, or ``None`` outside a task or for a message we did not send."""
+    """The firing the current task runs; ``None`` outside a task or for a message not ours."""
     from celery import current_task
 
     if current_task is None:

@@ -32,7 +32,7 @@ class JobRecord:
 
 @dataclass
 class AcquiredFiring:
-    """A trigger this scheduler has claimed (state ACQUIRED) and will fire at ``scheduled_millis``."""
+    """A trigger this scheduler claimed (state ACQUIRED), to fire at ``scheduled_millis``."""
 
     fire_instance_id: str
     trigger: Trigger

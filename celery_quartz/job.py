@@ -38,7 +38,8 @@ class Job:
     requests_recovery: bool = False
     #: Never two firings of this job in flight at once, cluster-wide (DisallowConcurrentExecution).
     disallow_concurrent: bool = False
-    #: Write the job data the task leaves in its context back to the job (PersistJobDataAfterExecution).
+    #: Write the job data the task leaves in its context back to the job
+    #: (PersistJobDataAfterExecution).
     persist_job_data: bool = False
 
     def validate(self, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> None:
@@ -48,7 +49,9 @@ class Job:
         if not isinstance(self.task, str) or not self.task:
             raise ValidationError(f"job {self.key}: task must be a Celery task name")
         if isinstance(self.args, (str, bytes)) or not isinstance(self.args, Sequence):
-            raise JobDataError(f"job {self.key}: args must be a list, got {type(self.args).__name__}")
+            raise JobDataError(
+                f"job {self.key}: args must be a list, got {type(self.args).__name__}"
+            )
         encode_json(f"job {self.key}", "args", list(self.args), max_data_bytes)
         for name in ("kwargs", "data", "options"):
             encode_json_object(f"job {self.key}", name, getattr(self, name), max_data_bytes)

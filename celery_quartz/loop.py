@@ -70,11 +70,15 @@ class SchedulingLoop:
         self.cluster.check_in()
         released = self.store.release_acquired(self.instance_id)
         if released:
-            logger.info("released %d trigger(s) claimed by an earlier run of %s", released, self.instance_id)
+            logger.info(
+                "released %d trigger(s) claimed by an earlier run of %s", released, self.instance_id
+            )
         self._take_over_unpublished()
         self._next_misfire_scan = self.clock.now()
         self._started = True
-        logger.info("scheduler instance %s started (%s)", self.instance_id, self.store.scheduler_name)
+        logger.info(
+            "scheduler instance %s started (%s)", self.instance_id, self.store.scheduler_name
+        )
 
     def shutdown(self) -> None:
         """Give back claimed-but-unfired triggers and leave the cluster.

@@ -31,8 +31,10 @@ class Publisher:
         """
         if not firings:
             return
-        with self.app.producer_or_acquire() as producer:
-            with producer.batch(max_size=self.batch_size):
+        with (
+            self.app.producer_or_acquire() as producer,
+            producer.batch(max_size=self.batch_size),
+        ):
                 for firing in firings:
                     self.app.send_task(
                         firing.task,

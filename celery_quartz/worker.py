@@ -37,9 +37,9 @@ def install(app: Celery) -> None:
     """Install the worker-side hooks on ``app``; idempotent. Call it where the app is created."""
     if getattr(app, "_celery_quartz_installed", False):
         return
-    app._celery_quartz_installed = True  # type: ignore[attr-defined]
+    app._celery_quartz_installed = True
     hooks = _WorkerHooks(app)
-    app._celery_quartz_hooks = hooks  # type: ignore[attr-defined]
+    app._celery_quartz_hooks = hooks
     app.on_after_finalize.connect(lambda sender, **_: hooks.guard_tasks(), weak=False)
     if app.finalized:
         hooks.guard_tasks()
@@ -89,8 +89,12 @@ class _WorkerHooks:
         request.quartz_context = JobExecutionContext.from_header(header, worker)
 
     def on_postrun(
-        self, sender: Any = None, task_id: str | None = None, task: Task | None = None,
-        state: str | None = None, **_: Any,
+        self,
+        sender: Any = None,
+        task_id: str | None = None,
+        task: Task | None = None,
+        state: str | None = None,
+        **_: Any,
     ) -> None:
         if task is None or task.app is not self.app:
             return
@@ -115,5 +119,5 @@ def _guard_class(cls: type[Task], hooks: _WorkerHooks) -> None:
         hooks.before_start(self, task_id)
         original(self, task_id, args, kwargs)
 
-    cls.before_start = before_start  # type: ignore[method-assign]
+    cls.before_start = before_start
     setattr(cls, _GUARDED, True)

@@ -1,1 +1,1 @@
-"""Alembic migrations of the store's schema, shipped with the package (see ``celery quartz schema``)."""
+"""Alembic migrations of the store's schema, shipped in the package (``celery quartz schema``)."""

@@ -23,11 +23,14 @@ def create_store_engine(url: str, **kwargs: Any) -> Engine:
     try:
         parsed = make_url(url)
     except Exception as exc:  # sqlalchemy raises ArgumentError with a terse message
-        raise ConfigurationError(f"quartz_store_url {url!r} is not a SQLAlchemy URL: {exc}") from None
+        raise ConfigurationError(
+            f"quartz_store_url {url!r} is not a SQLAlchemy URL: {exc}"
+        ) from None
     backend = parsed.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
         raise ConfigurationError(
-            f"quartz_store_url {parsed.render_as_string(hide_password=True)!r}: backend {backend!r} "
+            f"quartz_store_url {parsed.render_as_string(hide_password=True)!r}: "
+            f"backend {backend!r} "
             f"is not supported (use one of {', '.join(SUPPORTED_BACKENDS)})"
         )
     if backend == "sqlite":

@@ -41,7 +41,7 @@ def current_revision(engine: Engine, prefix: str = DEFAULT_TABLE_PREFIX) -> str 
 
 
 def upgrade(engine: Engine, prefix: str = DEFAULT_TABLE_PREFIX, revision: str = "head") -> None:
-    """Bring the tables under ``prefix`` to ``revision``; safe to call from many processes at once."""
+    """Bring the tables under ``prefix`` to ``revision``; safe from many processes at once."""
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             # Held to the end of this transaction: concurrent upgrades run one after another.
@@ -73,8 +73,9 @@ def check(engine: Engine, prefix: str = DEFAULT_TABLE_PREFIX) -> SchemaReport:
             opts={
                 "version_table": f"{prefix}alembic_version",
                 "compare_type": True,
-                "include_name": lambda name, type_, parent: type_ != "table"
-                or name in metadata.tables,
+                "include_name": lambda name, type_, parent: (
+                    type_ != "table" or name in metadata.tables
+                ),
             },
         )
         report.differences = [repr(diff) for diff in compare_metadata(ctx, metadata)]

@@ -96,7 +96,8 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         from celery_quartz.errors import ConfigurationError
 
         raise ConfigurationError(
-            f"quartz_table_prefix {prefix!r}: use letters, digits and underscores, starting with a letter"
+            f"quartz_table_prefix {prefix!r}: use letters, digits and underscores, "
+            "starting with a letter"
         )
     md = MetaData()
     p = prefix

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -38,7 +38,6 @@ from celery_quartz.errors import (
     InvalidTriggerError,
     JobNotFoundError,
     ObjectAlreadyExistsError,
-    TriggerNotFoundError,
 )
 from celery_quartz.firing import AcquiredFiring, Firing, JobRecord
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json, encode_json_object
@@ -129,7 +128,7 @@ class SqlStore:
         return to_millis(self.clock.now())
 
     def _lock(self, conn: Connection, name: str) -> None:
-        """Take the named lock row until the transaction ends (SQLite: the write lock already is)."""
+        """Hold the named lock row until the transaction ends (SQLite: the write lock is)."""
         if self.dialect == "sqlite":
             return
         locks = self.tables.locks
@@ -137,7 +136,9 @@ class SqlStore:
         if conn.execute(select(locks.c.lock_name).where(key).with_for_update()).first() is None:
             try:
                 with conn.begin_nested():
-                    conn.execute(insert(locks).values(sched_name=self.scheduler_name, lock_name=name))
+                    conn.execute(
+                        insert(locks).values(sched_name=self.scheduler_name, lock_name=name)
+                    )
             except IntegrityError:
                 pass  # another process created it first; the select below waits for its lock
             conn.execute(select(locks.c.lock_name).where(key).with_for_update())
@@ -155,7 +156,9 @@ class SqlStore:
     def _job_key_clause(self, key: JobKey) -> Any:
         j = self.tables.jobs
         return and_(
-            j.c.sched_name == self.scheduler_name, j.c.job_name == key.name, j.c.job_group == key.group
+            j.c.sched_name == self.scheduler_name,
+            j.c.job_name == key.name,
+            j.c.job_group == key.group,
         )
 
     def _job_values(self, job: Job) -> dict[str, Any]:
@@ -279,7 +282,7 @@ class SqlStore:
                     self._store_trigger(conn, trigger, replace, now)
 
     def sync_job_group(
-        self, group: str, desired: dict[JobKey, tuple[Job, Sequence[Trigger], str]]
+        self, group: str, desired: Mapping[JobKey, tuple[Job, Sequence[Trigger], str]]
     ) -> SyncResult:
         """Make the jobs of ``group`` exactly ``desired`` (job, its triggers, a definition hash).
 
@@ -326,7 +329,9 @@ class SqlStore:
         conn.execute(delete(t).where(self._triggers_of_job_clause(key)))
         return conn.execute(delete(j).where(self._job_key_clause(key))).rowcount > 0
 
-    def _store_job(self, conn: Connection, job: Job, replace: bool, definition_hash: str | None) -> None:
+    def _store_job(
+        self, conn: Connection, job: Job, replace: bool, definition_hash: str | None
+    ) -> None:
         j = self.tables.jobs
         values = self._job_values(job)
         values["definition_hash"] = definition_hash
@@ -338,7 +343,9 @@ class SqlStore:
         else:
             conn.execute(insert(j).values(values))
 
-    def _store_trigger(self, conn: Connection, trigger: Trigger, replace: bool, now: datetime) -> None:
+    def _store_trigger(
+        self, conn: Connection, trigger: Trigger, replace: bool, now: datetime
+    ) -> None:
         t, j = self.tables.triggers, self.tables.jobs
         if trigger.job_key is None:
             raise InvalidTriggerError(f"trigger {trigger.key} names no job")
@@ -405,7 +412,9 @@ class SqlStore:
 
         c = self.tables.calendars
         row = conn.execute(
-            select(c.c.calendar).where(c.c.sched_name == self.scheduler_name, c.c.calendar_name == name)
+            select(c.c.calendar).where(
+                c.c.sched_name == self.scheduler_name, c.c.calendar_name == name
+            )
         ).first()
         if row is None:
             raise InvalidTriggerError(f"trigger {owner}: calendar {name!r} is not stored")
@@ -413,7 +422,9 @@ class SqlStore:
 
     def store_calendar(self, name: str, calendar: Any, *, replace: bool = False) -> None:
         c = self.tables.calendars
-        encoded = encode_json_object(f"calendar {name!r}", "definition", calendar.to_dict(), self.max_data_bytes)
+        encoded = encode_json_object(
+            f"calendar {name!r}", "definition", calendar.to_dict(), self.max_data_bytes
+        )
         clause = and_(c.c.sched_name == self.scheduler_name, c.c.calendar_name == name)
         with self.transaction() as conn:
             if conn.execute(select(c.c.calendar_name).where(clause)).first() is not None:
@@ -422,7 +433,9 @@ class SqlStore:
                 conn.execute(update(c).where(clause).values(calendar=encoded))
             else:
                 conn.execute(
-                    insert(c).values(sched_name=self.scheduler_name, calendar_name=name, calendar=encoded)
+                    insert(c).values(
+                        sched_name=self.scheduler_name, calendar_name=name, calendar=encoded
+                    )
                 )
 
     def retrieve_job(self, key: JobKey) -> Job | None:
@@ -440,7 +453,9 @@ class SqlStore:
     def get_trigger_state(self, key: TriggerKey) -> str:
         t = self.tables.triggers
         with self.transaction() as conn:
-            row = conn.execute(select(t.c.trigger_state).where(self._trigger_key_clause(key))).first()
+            row = conn.execute(
+                select(t.c.trigger_state).where(self._trigger_key_clause(key))
+            ).first()
         if row is None:
             return NONE_STATE
         # Quartz reports ACQUIRED as NORMAL to users; we keep the store's own word.
@@ -489,7 +504,11 @@ class SqlStore:
         remaining = conn.execute(
             select(func.count())
             .select_from(t)
-            .where(t.c.sched_name == self.scheduler_name, t.c.job_name == key.name, t.c.job_group == key.group)
+            .where(
+                t.c.sched_name == self.scheduler_name,
+                t.c.job_name == key.name,
+                t.c.job_group == key.group,
+            )
         ).scalar_one()
         if remaining == 0:
             conn.execute(delete(j).where(self._job_key_clause(key), j.c.is_durable.is_(False)))
@@ -535,7 +554,11 @@ class SqlStore:
 
     def _triggers_of_job_clause(self, key: JobKey) -> Any:
         t = self.tables.triggers
-        return and_(t.c.sched_name == self.scheduler_name, t.c.job_name == key.name, t.c.job_group == key.group)
+        return and_(
+            t.c.sched_name == self.scheduler_name,
+            t.c.job_name == key.name,
+            t.c.job_group == key.group,
+        )
 
     def _pause_triggers(self, conn: Connection, where: Any) -> None:
         t = self.tables.triggers
@@ -566,7 +589,10 @@ class SqlStore:
                 "trigger_state": TriggerState.BLOCKED if blocked else TriggerState.WAITING
             }
             # Quartz applies the misfire instruction on resume when the pause made it late.
-            if row.next_fire_time is not None and row.next_fire_time < now - self._misfire_threshold_ms:
+            if (
+                row.next_fire_time is not None
+                and row.next_fire_time < now - self._misfire_threshold_ms
+            ):
                 trigger = self._trigger_from_row(row)
                 trigger.update_after_misfire(
                     from_millis(now), self._calendar(conn, trigger.calendar_name, trigger.key)
@@ -591,10 +617,18 @@ class SqlStore:
         """Rows per table for this scheduler name (diagnostics, and tests of "store unchanged")."""
         counts = {}
         with self.transaction() as conn:
-            for name in ("jobs", "triggers", "fired_triggers", "calendars", "paused_trigger_groups"):
+            for name in (
+                "jobs",
+                "triggers",
+                "fired_triggers",
+                "calendars",
+                "paused_trigger_groups",
+            ):
                 table = getattr(self.tables, name)
                 counts[name] = conn.execute(
-                    select(func.count()).select_from(table).where(table.c.sched_name == self.scheduler_name)
+                    select(func.count())
+                    .select_from(table)
+                    .where(table.c.sched_name == self.scheduler_name)
                 ).scalar_one()
         return counts
 
@@ -622,11 +656,26 @@ class SqlStore:
         limit_ms = to_millis(no_later_than)
         misfire_before = now - int(misfire_threshold * 1000)
         query = (
-            select(t, j.c.task_name, j.c.args, j.c.kwargs, j.c.options, j.c.is_durable,
-                   j.c.is_nonconcurrent, j.c.is_update_data, j.c.requests_recovery,
-                   j.c.job_data.label("jobs_job_data"))
-            .join(j, and_(j.c.sched_name == t.c.sched_name, j.c.job_name == t.c.job_name,
-                          j.c.job_group == t.c.job_group))
+            select(
+                t,
+                j.c.task_name,
+                j.c.args,
+                j.c.kwargs,
+                j.c.options,
+                j.c.is_durable,
+                j.c.is_nonconcurrent,
+                j.c.is_update_data,
+                j.c.requests_recovery,
+                j.c.job_data.label("jobs_job_data"),
+            )
+            .join(
+                j,
+                and_(
+                    j.c.sched_name == t.c.sched_name,
+                    j.c.job_name == t.c.job_name,
+                    j.c.job_group == t.c.job_group,
+                ),
+            )
             .where(
                 t.c.sched_name == self.scheduler_name,
                 t.c.trigger_state == TriggerState.WAITING,
@@ -674,24 +723,26 @@ class SqlStore:
                     scheduled_millis=row.next_fire_time,
                 )
                 acquired.append(firing)
-                fired_rows.append({
-                    "sched_name": self.scheduler_name,
-                    "entry_id": firing.fire_instance_id,
-                    "trigger_name": row.trigger_name,
-                    "trigger_group": row.trigger_group,
-                    "instance_name": instance_name,
-                    "fired_time": now,
-                    "sched_time": row.next_fire_time,
-                    "priority": row.priority,
-                    "state": FiringState.ACQUIRED,
-                    "job_name": row.job_name,
-                    "job_group": row.job_group,
-                    "is_nonconcurrent": row.is_nonconcurrent,
-                    "requests_recovery": row.requests_recovery,
-                    "execution_group": row.execution_group,
-                    "recovering": row.recovering,
-                    "retry_attempt": row.retry_attempt,
-                })
+                fired_rows.append(
+                    {
+                        "sched_name": self.scheduler_name,
+                        "entry_id": firing.fire_instance_id,
+                        "trigger_name": row.trigger_name,
+                        "trigger_group": row.trigger_group,
+                        "instance_name": instance_name,
+                        "fired_time": now,
+                        "sched_time": row.next_fire_time,
+                        "priority": row.priority,
+                        "state": FiringState.ACQUIRED,
+                        "job_name": row.job_name,
+                        "job_group": row.job_group,
+                        "is_nonconcurrent": row.is_nonconcurrent,
+                        "requests_recovery": row.requests_recovery,
+                        "execution_group": row.execution_group,
+                        "recovering": row.recovering,
+                        "retry_attempt": row.retry_attempt,
+                    }
+                )
             if fired_rows:
                 conn.execute(insert(f), fired_rows)
         logger.debug("%s acquired %d trigger(s)", instance_name, len(acquired))
@@ -700,10 +751,10 @@ class SqlStore:
     def fire(self, instance_name: str, acquired: Sequence[AcquiredFiring]) -> list[Firing]:
         """Fire claimed triggers: advance each, and turn its fired row into a message to publish.
 
-        Race settled: a scheduler that was declared dead (and whose claims were released and taken
-        by a survivor) must not fire. Ownership is the fired row with this instance's name in state
-        ACQUIRED, and the trigger still ACQUIRED; both are checked under row locks here. Firings that
-        lost either are dropped, their fired rows removed.
+        Race settled: a scheduler that was declared dead (and whose claims were released and
+        taken by a survivor) must not fire. Ownership is the fired row with this instance's name
+        in state ACQUIRED, and the trigger still ACQUIRED; both are checked under row locks here.
+        Firings that lost either are dropped, their fired rows removed.
         """
         if not acquired:
             return []
@@ -742,7 +793,10 @@ class SqlStore:
             calendars: dict[str, Any] = {}
             for fire_id, firing in by_id.items():
                 trigger = firing.trigger
-                if fire_id not in owned or (trigger.key.name, trigger.key.group) not in still_acquired:
+                if (
+                    fire_id not in owned
+                    or (trigger.key.name, trigger.key.group) not in still_acquired
+                ):
                     dropped.append(fire_id)
                     continue
                 calendar = None
@@ -773,7 +827,11 @@ class SqlStore:
                     self._block_other_triggers(conn, firing.job.key, trigger.key)
                 firings.append(self._firing_message(firing, now, instance_name))
             if dropped:
-                conn.execute(delete(f).where(f.c.sched_name == self.scheduler_name, f.c.entry_id.in_(dropped)))
+                conn.execute(
+                    delete(f).where(
+                        f.c.sched_name == self.scheduler_name, f.c.entry_id.in_(dropped)
+                    )
+                )
                 logger.info(
                     "%s dropped %d firing(s) whose trigger changed or was recovered meanwhile",
                     instance_name,
@@ -970,7 +1028,10 @@ class SqlStore:
                 return True
             conn.execute(
                 insert(s).values(
-                    sched_name=self.scheduler_name, instance_name=instance_name, started_time=now, **values
+                    sched_name=self.scheduler_name,
+                    instance_name=instance_name,
+                    started_time=now,
+                    **values,
                 )
             )
             return False
@@ -979,7 +1040,9 @@ class SqlStore:
         s = self.tables.scheduler_state
         with self.transaction() as conn:
             conn.execute(
-                delete(s).where(s.c.sched_name == self.scheduler_name, s.c.instance_name == instance_name)
+                delete(s).where(
+                    s.c.sched_name == self.scheduler_name, s.c.instance_name == instance_name
+                )
             )
 
     def check_ins(self, kind: str | None = None) -> list[CheckIn]:
@@ -1070,16 +1133,39 @@ class SqlStore:
         with self.transaction() as conn:
             rows = conn.execute(
                 select(
-                    f.c.entry_id, f.c.sched_time, f.c.fired_time, f.c.trigger_name, f.c.trigger_group,
-                    f.c.retry_attempt, f.c.refire_count, f.c.recovering,
-                    j.c.job_name, j.c.job_group, j.c.task_name, j.c.args, j.c.kwargs, j.c.options,
-                    j.c.job_data, t.c.job_data.label("trigger_data"),
+                    f.c.entry_id,
+                    f.c.sched_time,
+                    f.c.fired_time,
+                    f.c.trigger_name,
+                    f.c.trigger_group,
+                    f.c.retry_attempt,
+                    f.c.refire_count,
+                    f.c.recovering,
+                    j.c.job_name,
+                    j.c.job_group,
+                    j.c.task_name,
+                    j.c.args,
+                    j.c.kwargs,
+                    j.c.options,
+                    j.c.job_data,
+                    t.c.job_data.label("trigger_data"),
                 )
-                .join(j, and_(j.c.sched_name == f.c.sched_name, j.c.job_name == f.c.job_name,
-                              j.c.job_group == f.c.job_group))
-                .outerjoin(t, and_(t.c.sched_name == f.c.sched_name,
-                                   t.c.trigger_name == f.c.trigger_name,
-                                   t.c.trigger_group == f.c.trigger_group))
+                .join(
+                    j,
+                    and_(
+                        j.c.sched_name == f.c.sched_name,
+                        j.c.job_name == f.c.job_name,
+                        j.c.job_group == f.c.job_group,
+                    ),
+                )
+                .outerjoin(
+                    t,
+                    and_(
+                        t.c.sched_name == f.c.sched_name,
+                        t.c.trigger_name == f.c.trigger_name,
+                        t.c.trigger_group == f.c.trigger_group,
+                    ),
+                )
                 .where(
                     f.c.sched_name == self.scheduler_name,
                     f.c.instance_name == instance_name,
@@ -1125,7 +1211,9 @@ class SqlStore:
                     f.c.entry_id == fire_instance_id,
                     f.c.state.in_([FiringState.FIRED, FiringState.PUBLISHED]),
                 )
-                .values(state=FiringState.EXECUTING, worker_name=worker_name, started_time=self._now())
+                .values(
+                    state=FiringState.EXECUTING, worker_name=worker_name, started_time=self._now()
+                )
             ).rowcount
         return bool(started)
 
@@ -1162,7 +1250,11 @@ class SqlStore:
                     f.c.state == FiringState.EXECUTING,
                 )
                 .returning(
-                    f.c.trigger_name, f.c.trigger_group, f.c.job_name, f.c.job_group, f.c.is_nonconcurrent
+                    f.c.trigger_name,
+                    f.c.trigger_group,
+                    f.c.job_name,
+                    f.c.job_group,
+                    f.c.is_nonconcurrent,
                 )
             ).first()
             if row is None:
@@ -1170,7 +1262,9 @@ class SqlStore:
             job_key = JobKey(row.job_name, row.job_group)
             trigger_key = TriggerKey(row.trigger_name, row.trigger_group)
             if job_data is not None:
-                encoded = encode_json_object(f"job {job_key}", "data", job_data, self.max_data_bytes)
+                encoded = encode_json_object(
+                    f"job {job_key}", "data", job_data, self.max_data_bytes
+                )
                 conn.execute(
                     update(j)
                     .where(self._job_key_clause(job_key), j.c.is_update_data.is_(True))

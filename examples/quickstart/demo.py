@@ -51,12 +51,23 @@ def main() -> int:
     def start(name: str, *argv: str) -> subprocess.Popen[bytes]:
         log = open(VAR / f"{name}.log", "wb")  # noqa: SIM115 - closed at the end
         logs.append(log)
-        return subprocess.Popen([*celery, *argv], cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [*celery, *argv], cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
 
     worker = start("worker", "worker", "-c", "4", "-l", "info", "-n", "demo@%h")
     beats = [
-        start(f"beat{i}", "beat", "-S", "celery_quartz.Scheduler", "-l", "info",
-              "--pidfile=", "-s", str(VAR / f"beat{i}-schedule"))
+        start(
+            f"beat{i}",
+            "beat",
+            "-S",
+            "celery_quartz.Scheduler",
+            "-l",
+            "info",
+            "--pidfile=",
+            "-s",
+            str(VAR / f"beat{i}-schedule"),
+        )
         for i in range(1, args.schedulers + 1)
     ]
     started = datetime.now(timezone.utc)
@@ -92,7 +103,11 @@ def schedule_from_code() -> None:
     quartz.schedule_jobs(
         [
             (
-                Job(key=JobKey("report", "demo"), task="proj.tasks.report", kwargs={"period": "second"}),
+                Job(
+                    key=JobKey("report", "demo"),
+                    task="proj.tasks.report",
+                    kwargs={"period": "second"},
+                ),
                 [CronTrigger(key=TriggerKey("every-second", "demo"), expression="* * * * * ?")]
                 + [
                     SimpleTrigger(
@@ -147,7 +162,10 @@ def summarize(started: datetime, ended: datetime) -> int:
 
     print("\nsummary")
     print(f"  occurrences due      {len(due)}")
-    print(f"  occurrences executed {len(due & set(executed))} of those due ({len(rows)} executions in all)")
+    print(
+        f"  occurrences executed {len(due & set(executed))} of those due "
+        f"({len(rows)} executions in all)"
+    )
     print(f"  duplicates           {duplicates}")
     print(f"  missing              {len(missing)}")
     if lateness:
@@ -155,7 +173,9 @@ def summarize(started: datetime, ended: datetime) -> int:
             f"  lateness             p50 {lateness[len(lateness) // 2] * 1000:.0f} ms, "
             f"max {lateness[-1] * 1000:.0f} ms (start on the worker minus scheduled time)"
         )
-    print("  fired by scheduler   " + ", ".join(f"{k}: {v}" for k, v in sorted(by_scheduler.items())))
+    print(
+        "  fired by scheduler   " + ", ".join(f"{k}: {v}" for k, v in sorted(by_scheduler.items()))
+    )
     ok = duplicates == 0 and not missing and len(by_scheduler) > 1
     print("\nOK: every due occurrence ran exactly once" if ok else "\nNOT OK: see above")
     return 0 if ok else 1

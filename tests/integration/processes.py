@@ -40,13 +40,32 @@ class Processes:
     def beat(self, name: str) -> subprocess.Popen[bytes]:
         return self._start(
             name,
-            ["beat", "-S", "celery_quartz.Scheduler", "-l", "info", "--pidfile=",
-             "-s", str(self.workdir / f"{name}-schedule")],
+            [
+                "beat",
+                "-S",
+                "celery_quartz.Scheduler",
+                "-l",
+                "info",
+                "--pidfile=",
+                "-s",
+                str(self.workdir / f"{name}-schedule"),
+            ],
         )
 
-    def worker(self, name: str, concurrency: int = 4, queues: str | None = None) -> subprocess.Popen[bytes]:
-        argv = ["worker", "-l", "info", "-c", str(concurrency), "-n", f"{name}@%h", "--without-mingle",
-                "--without-gossip"]
+    def worker(
+        self, name: str, concurrency: int = 4, queues: str | None = None
+    ) -> subprocess.Popen[bytes]:
+        argv = [
+            "worker",
+            "-l",
+            "info",
+            "-c",
+            str(concurrency),
+            "-n",
+            f"{name}@%h",
+            "--without-mingle",
+            "--without-gossip",
+        ]
         if queues:
             argv += ["-Q", queues]
         return self._start(name, argv)

@@ -36,7 +36,9 @@ def _three_beats_at_once(tmp_path: Path, store_url: str, broker_url: str) -> Non
         logs = [procs.log(n) for n in names]
     # Exactly one of them added the entries; the others found them unchanged.
     assert sum(f"beat_schedule: {len(EXPECTED)} added" in log for log in logs) == 1, logs
-    assert sum(f"0 added, 0 updated, 0 removed, {len(EXPECTED)} unchanged" in log for log in logs) == 2
+    assert (
+        sum(f"0 added, 0 updated, 0 removed, {len(EXPECTED)} unchanged" in log for log in logs) == 2
+    )
     store = SqlStore(store_url, scheduler_name="ledger_app")
     jobs = store.job_keys(BEAT_SCHEDULE_GROUP)
     assert sorted(k.name for k in jobs) == EXPECTED

@@ -121,7 +121,12 @@ def test_three_schedulers_on_postgres_fire_every_occurrence_exactly_once(
     tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:
     run_cluster(
-        tmp_path, store_url=pg_url, broker_url=redis_url, ledger_url=pg_url, schedulers=3, seconds=30
+        tmp_path,
+        store_url=pg_url,
+        broker_url=redis_url,
+        ledger_url=pg_url,
+        schedulers=3,
+        seconds=30,
     )
 
 

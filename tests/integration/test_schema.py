@@ -62,7 +62,11 @@ def _celery(args: list[str], store_url: str, cwd: Path) -> subprocess.CompletedP
     env = {**os.environ, "PYTHONPATH": str(REPO), "CQ_STORE_URL": store_url}
     return subprocess.run(
         [sys.executable, "-m", "celery", "-A", "tests.integration.ledger_app", "quartz", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

@@ -25,17 +25,24 @@ def _ledger_counts(url: str) -> tuple[int, int]:
     return rows, dups
 
 
-def test_the_same_firing_published_twice_starts_once(tmp_path: Path, pg_url: str, redis_url: str) -> None:
+def test_the_same_firing_published_twice_starts_once(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
     store = SqlStore(pg_url, scheduler_name="ledger_app")
     migrate.upgrade(store.engine)
     ledger_app.create_ledger(pg_url)
     now = datetime.now(timezone.utc)
     Quartz(ledger_app.app, store=store).schedule_job(
         Job(key=JobKey("once"), task="ledger.record", kwargs={"sleep": 1.0}),
-        SimpleTrigger(key=TriggerKey("once"), start_at=now, repeat_count=0, repeat_interval=timedelta(0)),
+        SimpleTrigger(
+            key=TriggerKey("once"), start_at=now, repeat_count=0, repeat_interval=timedelta(0)
+        ),
     )
     acquired = store.acquire_next_triggers(
-        "by-hand", no_later_than=now + timedelta(seconds=1), max_count=10, time_window=0,
+        "by-hand",
+        no_later_than=now + timedelta(seconds=1),
+        max_count=10,
+        time_window=0,
         misfire_threshold=60,
     )
     firings = store.fire("by-hand", acquired)
@@ -49,8 +56,11 @@ def test_the_same_firing_published_twice_starts_once(tmp_path: Path, pg_url: str
         procs.worker("worker1", concurrency=2)
         wait_for(lambda: not store.firing_states(), timeout=30, message="the firing to complete")
         # The second delivery is refused at start; give it time to arrive and be refused.
-        wait_for(lambda: "not starting it again" in procs.log("worker1"), timeout=15,
-                 message="the duplicate delivery to be refused")
+        wait_for(
+            lambda: "not starting it again" in procs.log("worker1"),
+            timeout=15,
+            message="the duplicate delivery to be refused",
+        )
         time.sleep(0.5)
     assert _ledger_counts(pg_url) == (1, 0)
     # The one-shot trigger completed: removed with its non-durable job.
@@ -69,7 +79,9 @@ def test_a_failing_task_completes_its_firing_and_is_not_run_again(
     # ledger.record with a non-numeric sleep raises TypeError after recording its start.
     Quartz(ledger_app.app, store=store).schedule_job(
         Job(key=JobKey("fails"), task="ledger.record", kwargs={"sleep": "not a number"}),
-        SimpleTrigger(key=TriggerKey("fails"), start_at=now, repeat_count=0, repeat_interval=timedelta(0)),
+        SimpleTrigger(
+            key=TriggerKey("fails"), start_at=now, repeat_count=0, repeat_interval=timedelta(0)
+        ),
     )
     env = {"CQ_BROKER_URL": redis_url, "CQ_STORE_URL": pg_url, "CQ_LEDGER_URL": pg_url}
     with processes(tmp_path, env) as procs:

@@ -1,4 +1,5 @@
-"""The initial schema: jobs, triggers, fired triggers, scheduler state, locks, paused groups, calendars.
+"""The initial schema: jobs, triggers, fired triggers, scheduler state, locks, paused groups,
+calendars.
 
 Revision ID: 0001
 Revises:

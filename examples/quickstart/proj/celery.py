@@ -25,7 +25,9 @@ if broker.startswith("filesystem"):
         "processed_folder": str(queue_dir / "processed"),
         "polling_interval": 0.1,
     }
-app.conf.quartz_store_url = os.environ.get("QUARTZ_STORE_URL", f"sqlite:///{here / 'var' / 'quartz.db'}")
+app.conf.quartz_store_url = os.environ.get(
+    "QUARTZ_STORE_URL", f"sqlite:///{here / 'var' / 'quartz.db'}"
+)
 app.conf.beat_schedule = {
     "refresh-cache": {"task": "proj.tasks.refresh", "schedule": 2.0},
     "nightly": {"task": "proj.tasks.nightly", "schedule": crontab(hour=2, minute=0)},

@@ -6,7 +6,6 @@ import time
 from datetime import datetime, timezone
 
 from celery_quartz import current_context
-
 from proj.celery import app, here
 
 LEDGER = os.environ.get("QUICKSTART_LEDGER", str(here / "var" / "ledger.db"))

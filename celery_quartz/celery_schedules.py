@@ -7,7 +7,7 @@ Each translation keeps what the beat entry meant under stock ``celery beat`` and
 from __future__ import annotations
 
 import numbers
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, time, timedelta, tzinfo
 from typing import Any
 
 from celery import schedules as celery_schedules
@@ -27,6 +27,7 @@ from celery_quartz.errors import CronSyntaxError, ValidationError
 from celery_quartz.keys import TriggerKey
 from celery_quartz.triggers._time import utc
 from celery_quartz.triggers.base import Trigger
+from celery_quartz.triggers.calendar_interval import CalendarIntervalTrigger, IntervalUnit
 from celery_quartz.triggers.cron import CronTrigger
 from celery_quartz.triggers.simple import REPEAT_INDEFINITELY, SimpleTrigger
 
@@ -54,8 +55,10 @@ def trigger_from_celery_schedule(
     * ``schedule``, :class:`~datetime.timedelta` or a number of seconds: a
       :class:`SimpleTrigger` repeating forever, first one interval after ``now`` (a fresh stock
       beat entry first runs one interval after beat starts). ``relative=True`` rounds the first
-      run down to the interval's resolution (day, hour, minute) as Celery does; a relative
-      interval that is not a whole number of that unit is refused.
+      run down to the interval's resolution (hour, minute) as Celery does; a relative interval
+      of whole days becomes a :class:`CalendarIntervalTrigger` at local midnight in
+      ``default_time_zone``; a relative interval that is not a whole number of its unit is
+      refused (Celery's runs would not be evenly spaced).
     * ``solar``: refused; sunrise and sunset move every day and no trigger kind follows them.
     """
     now = utc(now)
@@ -106,6 +109,8 @@ def _from_interval(
     if run_every <= timedelta(0):
         raise ValidationError(f"{where}: the interval {run_every} must be positive")
     first = now + run_every
+    if relative and run_every >= _DAY:
+        return _relative_days(run_every, where, key, default_time_zone, now)
     if relative:
         first = _relative_first(run_every, first, where, default_time_zone, now)
     return SimpleTrigger(
@@ -117,23 +122,42 @@ def _from_interval(
     )
 
 
+def _relative_days(
+    run_every: timedelta, where: str, key: TriggerKey, default_time_zone: str, now: datetime
+) -> Trigger:
+    """Celery's relative day schedules run at local midnight, every so many calendar days."""
+    if run_every % _DAY:
+        raise ValidationError(
+            f"{where}: a relative schedule of {run_every} is rounded to whole days by Celery, "
+            f"so its runs are not evenly spaced; give a whole number of days or a crontab"
+        )
+    zone = _zone(default_time_zone, where)
+    days = run_every // _DAY
+    local = now.astimezone(zone)
+    midnight = datetime.combine(local.date() + timedelta(days=days), time(0), tzinfo=zone)
+    return CalendarIntervalTrigger(
+        key=key,
+        start_at=utc(midnight),
+        repeat_interval=days,
+        repeat_interval_unit=IntervalUnit.DAY,
+        time_zone=default_time_zone,
+        preserve_hour_of_day_across_daylight_savings=True,
+        description=f"celery beat {where[11:]}: every {days} days at midnight",
+    )
+
+
 def _relative_first(
     run_every: timedelta, first: datetime, where: str, default_time_zone: str, now: datetime
 ) -> datetime:
     """Celery's ``relative=True``: runs land on the interval's resolution, in the app's zone."""
     zone = _zone(default_time_zone, where)
-    for unit in (_DAY, _HOUR_DELTA, _MINUTE_DELTA):
+    for unit in (_HOUR_DELTA, _MINUTE_DELTA):
         if run_every >= unit:
             if run_every % unit:
                 raise ValidationError(
                     f"{where}: a relative schedule of {run_every} is rounded to whole "
                     f"{_unit_name(unit)}s by Celery, so its runs are not evenly spaced; "
                     f"give a whole number of {_unit_name(unit)}s or a crontab"
-                )
-            if unit == _DAY:
-                raise ValidationError(
-                    f"{where}: a relative schedule of whole days ({run_every}) follows local "
-                    f"midnight; use crontab(minute=0, hour=0) or a calendar-interval trigger"
                 )
             local = first.astimezone(zone)
             if unit == _HOUR_DELTA:
@@ -180,7 +204,7 @@ def _from_crontab(
     if not set(schedule.minute) or not set(schedule.hour) or not set(schedule.day_of_month):
         raise ValidationError(f"{where}: the crontab names no time at all")
     if dow_restricted:
-        days = ",".join(str(d + 1) for d in sorted(dow_values))  # Celery 0 = Sunday, Quartz 1
+        days = _compress(sorted(d + 1 for d in dow_values))  # Celery 0 = Sunday, Quartz 1
         expression = f"0 {minute} {hour} ? {month} {days}"
     else:
         expression = f"0 {minute} {hour} {dom} {month} ?"

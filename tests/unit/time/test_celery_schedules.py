@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 from celery import Celery
-from celery.schedules import crontab, schedule
+from celery.schedules import crontab, schedule, solar
 
 from celery_quartz.celery_schedules import trigger_from_celery_schedule
 from celery_quartz.errors import ValidationError
 from celery_quartz.keys import TriggerKey
-from celery_quartz.triggers import REPEAT_INDEFINITELY, CronTrigger, SimpleTrigger
+from celery_quartz.triggers import (
+    REPEAT_INDEFINITELY,
+    CalendarIntervalTrigger,
+    CronTrigger,
+    SimpleTrigger,
+)
 
 UTC = timezone.utc
 NOW = datetime(2026, 5, 4, 10, 17, 23, 500000, tzinfo=UTC)
@@ -102,3 +108,57 @@ def test_crontab_uses_its_apps_time_zone() -> None:
 def test_an_unknown_schedule_type_is_refused_naming_the_entry() -> None:
     with pytest.raises(ValidationError, match="beat entry 'report'"):
         translate("every day")
+
+
+def test_a_relative_schedule_of_days_runs_at_local_midnight() -> None:
+    trigger = translate(schedule(timedelta(days=2), relative=True), zone="Europe/Helsinki")
+    assert isinstance(trigger, CalendarIntervalTrigger)
+    # NOW is 13:17 in Helsinki on 4 May; two days on, midnight there is 21:00 UTC on the 5th.
+    assert trigger.start_at == datetime(2026, 5, 5, 21, 0, tzinfo=UTC)
+    assert trigger.next_fire_time_after(trigger.start_at) == datetime(2026, 5, 7, 21, tzinfo=UTC)
+
+
+def test_a_relative_daily_schedule_keeps_midnight_across_daylight_saving() -> None:
+    trigger = trigger_from_celery_schedule(
+        schedule(timedelta(days=1), relative=True),
+        entry_name="report",
+        key=KEY,
+        default_time_zone="Europe/Helsinki",
+        now=datetime(2026, 10, 20, 12, tzinfo=UTC),
+    )
+    after = datetime(2026, 10, 24, 21, 30, tzinfo=UTC)  # 00:30 on 25 October, still summer time
+    assert trigger.next_fire_time_after(after) == datetime(2026, 10, 25, 22, 0, tzinfo=UTC)
+
+
+def test_a_solar_schedule_is_refused_naming_the_entry() -> None:
+    sunrise = solar.__new__(solar)  # celery's solar needs ephem only to compute, not to refuse
+    sunrise.event = "sunrise"
+    with pytest.raises(ValidationError, match=r"beat entry 'report'.*solar"):
+        translate(sunrise)
+
+
+def test_crontab_month_and_day_of_month() -> None:
+    trigger = translate(crontab(minute=0, hour=6, day_of_month="1,15", month_of_year="1-3"))
+    assert trigger.expression == "0 0 6 1,15 1-3 ?"
+    assert trigger.next_fire_time_after(NOW) == datetime(2027, 1, 1, 6, tzinfo=UTC)
+
+
+def test_crontab_names_in_day_of_week_are_renumbered() -> None:
+    trigger = translate(crontab(minute=0, hour=8, day_of_week="mon-fri"))
+    assert trigger.expression == "0 0 8 ? * 2-6"
+
+
+def test_crontab_uses_the_zone_of_its_nowfun() -> None:
+    def now_in_tokyo() -> datetime:
+        return datetime(2026, 1, 1, tzinfo=ZoneInfo("Asia/Tokyo"))
+
+    trigger = translate(crontab(minute=0, hour=9, nowfun=now_in_tokyo))
+    assert trigger.time_zone == "Asia/Tokyo"
+    assert trigger.next_fire_time_after(NOW) == datetime(2026, 5, 5, 0, 0, tzinfo=UTC)
+
+
+def test_crontab_hour_list_stays_a_fixed_time_expression() -> None:
+    trigger = translate(crontab(minute=30, hour="2,3"))
+    assert isinstance(trigger, CronTrigger)
+    assert trigger.expression == "0 30 2,3 * * ?"
+    assert not trigger.cron_expression.is_interval

@@ -18,6 +18,7 @@ from celery_quartz.cron import (
     _MINUTE,
     _MONTH,
     CronExpression,
+    _compress,
     _Field,
     _parse_plain,
     resolve_time_zone,

@@ -252,8 +252,12 @@ def _stop_process(proc: subprocess.Popen[bytes] | None, first_signal: int, timeo
         proc.wait(timeout)
 
 
+_START_MARKER = "--- starting on port"
+
+
 def _port_clash(log: Path) -> bool:
-    text = _log_tail(log, 15).lower()
+    """Whether the latest start attempt recorded in ``log`` failed to bind its port."""
+    text = _log_tail(log).rpartition(_START_MARKER)[2].lower()
     return "address already in use" in text or "could not create any tcp/ip sockets" in text
 
 
@@ -310,7 +314,7 @@ class _Server:
     def _try_start(self, timeout: float) -> bool:
         """True when ready, False on a port clash; raises on any other failure."""
         with open(self.log_path, "ab") as log:
-            log.write(f"--- starting on port {self.port}\n".encode())
+            log.write(f"{_START_MARKER} {self.port}\n".encode())
             log.flush()
             self._proc = subprocess.Popen(
                 self._command(),
@@ -473,10 +477,17 @@ class PostgresServer(_Server):
         import psycopg2
 
         try:
-            self.connect("postgres", connect_timeout=2).close()
+            conn = self.connect("postgres", connect_timeout=2)
         except psycopg2.OperationalError:
             return False
-        return True
+        try:
+            with conn.cursor() as cur:
+                cur.execute("show data_directory")
+                row = cur.fetchone()
+        finally:
+            conn.close()
+        # Another server that took the port first must not pass for ours.
+        return row is not None and Path(row[0]) == self.datadir
 
 
 @contextlib.contextmanager
@@ -548,13 +559,22 @@ class RedisServer(_Server):
         ]  # fmt: skip
 
     def _ready(self) -> bool:
-        import redis
-
+        # A raw socket with one short timeout: redis-py's retries would wait minutes on a listener
+        # that accepts and never answers.
         try:
-            with contextlib.closing(self.client()) as client:
-                return bool(client.ping())
-        except redis.ConnectionError:
+            with socket.create_connection((self.host, self.port), timeout=1) as sock:
+                sock.sendall(b"INFO server\r\n")
+                reply = b""
+                while b"\r\nprocess_id:" not in reply or not reply.endswith(b"\r\n"):
+                    chunk = sock.recv(65536)
+                    if not chunk:
+                        return False
+                    reply += chunk
+        except OSError:  # refused, reset or timed out
             return False
+        # Another server that took the port first must not pass for ours.
+        found = re.search(rb"\r\nprocess_id:(\d+)\r\n", reply)
+        return found is not None and self._proc is not None and int(found[1]) == self._proc.pid
 
 
 @contextlib.contextmanager

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
+from collections.abc import Callable
+from contextlib import AbstractContextManager as ContextManager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -151,6 +155,25 @@ def test_redis_is_stopped_and_deleted_on_exit() -> None:
     assert pid is not None
     assert not basedir.exists()
     assert not _alive(pid)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("start", [postgres_server, redis_server], ids=["postgres", "redis"])
+def test_a_port_taken_before_the_server_binds_it_is_retried_on_another(
+    monkeypatch: pytest.MonkeyPatch, start: Callable[[], ContextManager[Any]]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        taken_port = taken.getsockname()[1]
+        ports = iter([taken_port])
+        real_free_port = services.free_port
+        monkeypatch.setattr(
+            services, "free_port", lambda host: next(ports, None) or real_free_port(host)
+        )
+        with start() as server:
+            assert server.port != taken_port
+            assert server.running
 
 
 @pytest.mark.integration

@@ -791,11 +791,17 @@ class SqlStore:
             }
             dropped: list[str] = []
             calendars: dict[str, Any] = {}
+            # Bug fix: two triggers of a job that disallows concurrent execution, acquired in one
+            # batch, both fired, because `still_acquired` above predates the BLOCKED state that
+            # _block_other_triggers gives the second one. A job fires once per batch; the later
+            # firings are dropped (their triggers stay BLOCKED until the first one completes).
+            nonconcurrent_fired: set[JobKey] = set()
             for fire_id, firing in by_id.items():
                 trigger = firing.trigger
                 if (
                     fire_id not in owned
                     or (trigger.key.name, trigger.key.group) not in still_acquired
+                    or firing.job.key in nonconcurrent_fired
                 ):
                     dropped.append(fire_id)
                     continue
@@ -825,6 +831,7 @@ class SqlStore:
                 )
                 if firing.job.disallow_concurrent:
                     self._block_other_triggers(conn, firing.job.key, trigger.key)
+                    nonconcurrent_fired.add(firing.job.key)
                 firings.append(self._firing_message(firing, now, instance_name))
             if dropped:
                 conn.execute(

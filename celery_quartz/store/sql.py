@@ -599,6 +599,7 @@ class SqlStore:
                 )
                 values["next_fire_time"] = _millis_or_none(trigger.next_fire_time)
                 values["times_triggered"] = trigger.times_triggered
+                values.update(self._rescheduled_definition(trigger))
                 if trigger.next_fire_time is None:
                     values["trigger_state"] = TriggerState.COMPLETE
             conn.execute(
@@ -606,6 +607,23 @@ class SqlStore:
                 .where(self._trigger_key_clause(TriggerKey(row.trigger_name, row.trigger_group)))
                 .values(values)
             )
+
+    def _rescheduled_definition(self, trigger: Trigger) -> dict[str, Any]:
+        """The definition columns a misfire instruction may rewrite.
+
+        Bug fix: only next_fire_time and times_triggered were written back, but a simple
+        trigger's "reschedule now" instructions also move ``start_at`` to now and rewrite
+        ``repeat_count`` (in ``detail``), as Quartz's SimpleTrigger does. Without them the trigger
+        read back from the store computed its later fire times from the old start and count and
+        lost its remaining repeats.
+        """
+        assert trigger.start_at is not None
+        return {
+            "start_time": to_millis(trigger.start_at),
+            "detail": encode_json_object(
+                f"trigger {trigger.key}", "detail", trigger.detail(), self.max_data_bytes
+            ),
+        }
 
     #: Set by the scheduler from ``quartz_misfire_threshold``; used when resuming paused triggers.
     _misfire_threshold_ms: int = 60_000
@@ -989,6 +1007,7 @@ class SqlStore:
                             next_fire_time=to_millis(trigger.next_fire_time),
                             times_triggered=trigger.times_triggered,
                             misfire_orig_fire_time=row.next_fire_time,
+                            **self._rescheduled_definition(trigger),
                         )
                     )
                     outcome = f"next fire time {trigger.next_fire_time.isoformat()}"

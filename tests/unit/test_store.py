@@ -1,0 +1,846 @@
+"""The store's decisions, on the RAM store (the SQL store on in-memory SQLite) with a fake clock.
+
+Each test names one behaviour the scheduling loop, the cluster manager or the worker relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+import pytest
+
+from celery_quartz.clock import FakeClock, to_millis
+from celery_quartz.firing import AcquiredFiring
+from celery_quartz.job import Job
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.store import NONE_STATE, FiringState, MemoryStore, TriggerState
+from celery_quartz.triggers import (
+    REPEAT_INDEFINITELY,
+    CronMisfireInstruction,
+    CronTrigger,
+    SimpleMisfireInstruction,
+    SimpleTrigger,
+    Trigger,
+)
+from tests.unit.conftest import T0
+
+A, B, C = "sched-a", "sched-b", "sched-c"
+IGNORE = SimpleMisfireInstruction.IGNORE_MISFIRE_POLICY
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def one_shot(
+    name: str,
+    when: datetime,
+    *,
+    job: str = "job",
+    priority: int = 5,
+    misfire: int = 0,
+    data: dict | None = None,
+) -> SimpleTrigger:
+    return SimpleTrigger(
+        key=TriggerKey(name),
+        job_key=JobKey(job),
+        start_at=when,
+        priority=priority,
+        misfire_instruction=misfire,
+        data=data or {},
+    )
+
+
+def repeating(
+    name: str,
+    start: datetime,
+    every: float,
+    *,
+    job: str = "job",
+    count: int = REPEAT_INDEFINITELY,
+    misfire: int = 0,
+) -> SimpleTrigger:
+    return SimpleTrigger(
+        key=TriggerKey(name),
+        job_key=JobKey(job),
+        start_at=start,
+        repeat_interval=timedelta(seconds=every),
+        repeat_count=count,
+        misfire_instruction=misfire,
+    )
+
+
+def cron(name: str, expression: str, *, job: str = "job", misfire: int = 0) -> CronTrigger:
+    return CronTrigger(
+        key=TriggerKey(name),
+        job_key=JobKey(job),
+        start_at=T0,
+        expression=expression,
+        misfire_instruction=misfire,
+    )
+
+
+def add(store: MemoryStore, *triggers: Trigger, job: str = "job", **flags: object) -> JobKey:
+    """Store a job (task ``tasks.work``) with ``triggers``."""
+    key = JobKey(job)
+    store.store_jobs_and_triggers([(Job(key=key, task="tasks.work", **flags), list(triggers))])
+    return key
+
+
+def acquire(
+    store: MemoryStore,
+    instance: str = A,
+    *,
+    until: datetime | None = None,
+    max_count: int = 10,
+    window: float = 0.0,
+    threshold: float = 60.0,
+) -> list[AcquiredFiring]:
+    return store.acquire_next_triggers(
+        instance,
+        no_later_than=until or at(1),
+        max_count=max_count,
+        time_window=window,
+        misfire_threshold=threshold,
+    )
+
+
+def names(acquired: Sequence[AcquiredFiring]) -> list[str]:
+    return [a.trigger.key.name for a in acquired]
+
+
+def state(store: MemoryStore, name: str) -> str:
+    return store.get_trigger_state(TriggerKey(name))
+
+
+def next_fire(store: MemoryStore, name: str) -> datetime | None:
+    trigger = store.retrieve_trigger(TriggerKey(name))
+    assert trigger is not None
+    return trigger.next_fire_time
+
+
+def fire_one(store: MemoryStore, name: str, *, instance: str = A) -> str:
+    """Acquire and fire the trigger ``name`` (due now); return its fire instance id."""
+    acquired = acquire(store, instance, until=at(3600), window=3600)
+    mine = [a for a in acquired if a.trigger.key.name == name]
+    firings = store.fire(instance, mine)
+    store.release_acquired(instance, [a for a in acquired if a not in mine])
+    assert len(firings) == 1
+    return firings[0].fire_instance_id
+
+
+def fire_times(store: MemoryStore, clock: FakeClock, name: str, most: int = 10) -> list[datetime]:
+    """Fire ``name`` at each of its next fire times until it has none; the times it fired at."""
+    fired_at = []
+    while (due := next_fire(store, name)) is not None and len(fired_at) < most:
+        clock.set(due)
+        fire_one(store, name)
+        fired_at.append(due)
+    return fired_at
+
+
+# -- acquisition -------------------------------------------------------------------------------
+
+
+def test_acquisition_orders_by_next_fire_time_then_higher_priority(store: MemoryStore) -> None:
+    add(
+        store,
+        one_shot("later", at(2)),
+        one_shot("low", at(1), priority=1),
+        one_shot("high", at(1), priority=9),
+    )
+    assert names(acquire(store, until=at(5), window=5)) == ["high", "low", "later"]
+
+
+def test_acquisition_claims_each_trigger_with_a_fired_row_of_its_own(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(1)))
+    [claimed] = acquire(store)
+    assert state(store, "t1") == TriggerState.ACQUIRED
+    assert store.firing_states() == {claimed.fire_instance_id: FiringState.ACQUIRED}
+    assert claimed.scheduled_fire_time == at(1)
+
+
+def test_acquisition_takes_at_most_max_count(store: MemoryStore) -> None:
+    add(store, *(one_shot(f"t{i}", at(1)) for i in range(5)))
+    assert len(acquire(store, max_count=3)) == 3
+
+
+def test_a_second_instance_acquires_only_what_the_first_did_not_claim(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(1)), one_shot("t2", at(1)), one_shot("t3", at(1)))
+    first = acquire(store, A, max_count=2)
+    second = acquire(store, B)
+    assert names(first) == ["t1", "t2"]
+    assert names(second) == ["t3"]
+    assert acquire(store, C) == []
+
+
+def test_triggers_due_after_no_later_than_are_not_acquired(store: MemoryStore) -> None:
+    add(store, one_shot("soon", at(1)), one_shot("later", at(1.001)))
+    assert names(acquire(store, until=at(1), window=10)) == ["soon"]
+    assert state(store, "later") == TriggerState.WAITING
+
+
+def test_the_batch_ends_at_the_first_fire_time_plus_the_window(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(5)), one_shot("t2", at(7)), one_shot("t3", at(7.001)))
+    assert names(acquire(store, until=at(60), window=2)) == ["t1", "t2"]
+
+
+def test_with_no_window_the_batch_holds_only_triggers_due_with_the_first(
+    store: MemoryStore,
+) -> None:
+    add(store, one_shot("t1", at(5)), one_shot("t2", at(5)), one_shot("t3", at(5.001)))
+    assert names(acquire(store, until=at(60))) == ["t1", "t2"]
+
+
+def test_a_late_first_trigger_opens_the_window_from_now(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("late", at(5)), one_shot("t2", at(11)), one_shot("t3", at(12.001)))
+    clock.set(at(10))
+    # max(first = 5 s, now = 10 s) + 2 s: due by 12 s.
+    assert names(acquire(store, until=at(60), window=2)) == ["late", "t2"]
+
+
+def test_a_trigger_later_than_the_misfire_threshold_is_left_to_the_misfire_handler(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("missed", at(0)), one_shot("just_in_time", at(0.001)))
+    clock.set(at(60.001))
+    assert names(acquire(store, until=at(61), window=60)) == ["just_in_time"]
+    assert state(store, "missed") == TriggerState.WAITING
+
+
+def test_a_late_trigger_that_ignores_misfires_is_acquired(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("ignores", at(0), misfire=IGNORE))
+    clock.set(at(3600))
+    assert names(acquire(store, until=at(3601))) == ["ignores"]
+
+
+def test_paused_triggers_are_not_acquired(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(1)))
+    store.pause_trigger(TriggerKey("t1"))
+    assert acquire(store) == []
+
+
+# -- firing ------------------------------------------------------------------------------------
+
+
+def test_fire_advances_the_trigger_and_turns_its_row_fired(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, repeating("every10", at(0), 10))
+    [claimed] = acquire(store, until=at(0))
+    clock.set(at(0.25))
+    [firing] = store.fire(A, [claimed])
+    trigger = store.retrieve_trigger(TriggerKey("every10"))
+    assert trigger is not None
+    assert (trigger.next_fire_time, trigger.previous_fire_time, trigger.times_triggered) == (
+        at(10),
+        at(0),
+        1,
+    )
+    assert state(store, "every10") == TriggerState.WAITING
+    assert store.firing_states() == {claimed.fire_instance_id: FiringState.FIRED}
+    assert (firing.fire_instance_id, firing.scheduled_millis, firing.fired_millis) == (
+        claimed.fire_instance_id,
+        to_millis(at(0)),
+        to_millis(at(0.25)),
+    )
+
+
+def test_the_firing_carries_the_job_and_the_merged_data(store: MemoryStore) -> None:
+    key = JobKey("job")
+    store.store_jobs_and_triggers(
+        [
+            (
+                Job(
+                    key=key,
+                    task="tasks.work",
+                    args=(1, "two"),
+                    kwargs={"k": 3},
+                    data={"a": 1, "b": 1},
+                    options={"queue": "reports"},
+                ),
+                [one_shot("t1", at(0), data={"b": 2})],
+            )
+        ]
+    )
+    [firing] = store.fire(A, acquire(store))
+    assert (firing.task, firing.args, firing.kwargs, firing.options) == (
+        "tasks.work",
+        [1, "two"],
+        {"k": 3},
+        {"queue": "reports"},
+    )
+    assert (firing.job_key, firing.trigger_key, firing.fired_by) == (key, TriggerKey("t1"), A)
+    assert firing.data == {"a": 1, "b": 2}
+
+
+def test_fire_completes_a_trigger_with_no_later_fire_time(store: MemoryStore) -> None:
+    add(store, one_shot("once", at(0)))
+    store.fire(A, acquire(store))
+    assert state(store, "once") == TriggerState.COMPLETE
+    assert next_fire(store, "once") is None
+
+
+def test_fire_drops_a_firing_whose_trigger_was_paused_meanwhile(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(1)))
+    claimed = acquire(store)
+    store.pause_trigger(TriggerKey("t1"))
+    assert store.fire(A, claimed) == []
+    assert store.firing_states() == {}
+    assert state(store, "t1") == TriggerState.PAUSED
+    assert next_fire(store, "t1") == at(1)
+
+
+def test_fire_drops_a_firing_whose_trigger_was_rescheduled_meanwhile(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(1)))
+    claimed = acquire(store)
+    store.replace_trigger(TriggerKey("t1"), one_shot("t1", at(30)))
+    assert store.fire(A, claimed) == []
+    assert store.firing_states() == {}
+    assert (state(store, "t1"), next_fire(store, "t1")) == (TriggerState.WAITING, at(30))
+
+
+def test_fire_drops_a_firing_whose_claim_was_recovered_and_taken_by_another_instance(
+    store: MemoryStore,
+) -> None:
+    add(store, one_shot("t1", at(1)))
+    stale = acquire(store, A)
+    store.recover_scheduler(A, seen_checkin_millis=None, recovered_by=B)
+    [taken] = acquire(store, B)
+    assert store.fire(A, stale) == []
+    assert store.firing_states() == {taken.fire_instance_id: FiringState.ACQUIRED}
+    assert [f.fire_instance_id for f in store.fire(B, [taken])] == [taken.fire_instance_id]
+
+
+def test_release_acquired_returns_claims_to_waiting(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(1)), one_shot("t2", at(1)))
+    claimed = acquire(store)
+    assert store.release_acquired(A, claimed[:1]) == 1
+    assert (state(store, "t1"), state(store, "t2")) == (TriggerState.WAITING, TriggerState.ACQUIRED)
+    assert store.firing_states() == {claimed[1].fire_instance_id: FiringState.ACQUIRED}
+
+
+def test_release_acquired_without_a_list_releases_every_claim_of_the_instance(
+    store: MemoryStore,
+) -> None:
+    add(store, one_shot("t1", at(1)), one_shot("t2", at(1)), one_shot("t3", at(1)))
+    acquire(store, A, max_count=2)
+    [other] = acquire(store, B)
+    assert store.release_acquired(A) == 2
+    assert store.firing_states() == {other.fire_instance_id: FiringState.ACQUIRED}
+    assert [state(store, n) for n in ("t1", "t2", "t3")] == [
+        TriggerState.WAITING,
+        TriggerState.WAITING,
+        TriggerState.ACQUIRED,
+    ]
+
+
+def test_mark_published_turns_fired_rows_published(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)))
+    fire_id = fire_one(store, "t1")
+    store.mark_published([fire_id])
+    assert store.firing_states() == {fire_id: FiringState.PUBLISHED}
+
+
+# -- execution on a worker ---------------------------------------------------------------------
+
+
+def test_start_execution_succeeds_once(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)))
+    fire_id = fire_one(store, "t1")
+    assert store.start_execution(fire_id, "w1@host") is True
+    assert store.start_execution(fire_id, "w2@host") is False
+    assert store.firing_states() == {fire_id: FiringState.EXECUTING}
+
+
+def test_start_execution_accepts_a_published_firing(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)))
+    fire_id = fire_one(store, "t1")
+    store.mark_published([fire_id])
+    assert store.start_execution(fire_id, "w1@host") is True
+
+
+def test_start_execution_refuses_a_firing_that_is_only_acquired(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)))
+    [claimed] = acquire(store)
+    assert store.start_execution(claimed.fire_instance_id, "w1@host") is False
+
+
+def test_complete_execution_removes_the_fired_row(store: MemoryStore) -> None:
+    add(store, repeating("t1", at(0), 10))
+    fire_id = fire_one(store, "t1")
+    store.start_execution(fire_id, "w1@host")
+    assert store.complete_execution(fire_id) is True
+    assert store.firing_states() == {}
+    assert state(store, "t1") == TriggerState.WAITING
+    assert store.complete_execution(fire_id) is False
+
+
+def test_complete_execution_of_a_firing_not_started_does_nothing(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)))
+    fire_id = fire_one(store, "t1")
+    assert store.complete_execution(fire_id) is False
+    assert store.firing_states() == {fire_id: FiringState.FIRED}
+
+
+def test_completing_the_last_firing_of_a_trigger_removes_it_and_its_non_durable_job(
+    store: MemoryStore,
+) -> None:
+    key = add(store, one_shot("once", at(0)))
+    fire_id = fire_one(store, "once")
+    store.start_execution(fire_id, "w1@host")
+    store.complete_execution(fire_id)
+    assert state(store, "once") == NONE_STATE
+    assert store.retrieve_job(key) is None
+
+
+def test_completing_the_last_firing_keeps_a_durable_job(store: MemoryStore) -> None:
+    key = add(store, one_shot("once", at(0)), durable=True)
+    fire_id = fire_one(store, "once")
+    store.start_execution(fire_id, "w1@host")
+    store.complete_execution(fire_id)
+    assert state(store, "once") == NONE_STATE
+    job = store.retrieve_job(key)
+    assert job is not None and job.durable is True
+
+
+def test_completion_writes_back_the_data_of_a_job_that_persists_it(store: MemoryStore) -> None:
+    key = add(store, repeating("t1", at(0), 10), persist_job_data=True)
+    fire_id = fire_one(store, "t1")
+    store.start_execution(fire_id, "w1@host")
+    store.complete_execution(fire_id, job_data={"count": 1})
+    job = store.retrieve_job(key)
+    assert job is not None and dict(job.data) == {"count": 1}
+
+
+def test_completion_does_not_write_data_back_to_a_job_that_does_not_persist_it(
+    store: MemoryStore,
+) -> None:
+    key = add(store, repeating("t1", at(0), 10))
+    fire_id = fire_one(store, "t1")
+    store.start_execution(fire_id, "w1@host")
+    store.complete_execution(fire_id, job_data={"count": 1})
+    job = store.retrieve_job(key)
+    assert job is not None and dict(job.data) == {}
+
+
+# -- disallow concurrent execution -------------------------------------------------------------
+
+
+def test_a_non_concurrent_job_blocks_its_triggers_while_a_firing_is_in_flight(
+    store: MemoryStore,
+) -> None:
+    add(store, repeating("fired", at(0), 10), one_shot("other", at(5)), disallow_concurrent=True)
+    fire_one(store, "fired")
+    assert (state(store, "fired"), state(store, "other")) == (
+        TriggerState.BLOCKED,
+        TriggerState.BLOCKED,
+    )
+    assert acquire(store, until=at(3600), window=3600) == []
+
+
+def test_a_paused_trigger_of_a_non_concurrent_job_becomes_paused_blocked(
+    store: MemoryStore,
+) -> None:
+    add(store, repeating("fired", at(0), 10), one_shot("paused", at(5)), disallow_concurrent=True)
+    store.pause_trigger(TriggerKey("paused"))
+    fire_one(store, "fired")
+    assert state(store, "paused") == TriggerState.PAUSED_BLOCKED
+
+
+def test_completion_releases_the_blocked_triggers_of_a_non_concurrent_job(
+    store: MemoryStore,
+) -> None:
+    add(
+        store,
+        repeating("fired", at(0), 10),
+        one_shot("other", at(5)),
+        one_shot("paused", at(5)),
+        disallow_concurrent=True,
+    )
+    store.pause_trigger(TriggerKey("paused"))
+    fire_id = fire_one(store, "fired")
+    store.start_execution(fire_id, "w1@host")
+    store.complete_execution(fire_id)
+    assert [state(store, n) for n in ("fired", "other", "paused")] == [
+        TriggerState.WAITING,
+        TriggerState.WAITING,
+        TriggerState.PAUSED,
+    ]
+
+
+def test_a_trigger_added_to_a_non_concurrent_job_in_flight_starts_blocked(
+    store: MemoryStore,
+) -> None:
+    key = add(store, repeating("fired", at(0), 10), disallow_concurrent=True)
+    fire_one(store, "fired")
+    late = one_shot("late", at(5))
+    late.job_key = key
+    store.store_jobs_and_triggers([(None, [late])])
+    assert state(store, "late") == TriggerState.BLOCKED
+
+
+def test_a_concurrent_job_keeps_its_other_triggers_waiting(store: MemoryStore) -> None:
+    add(store, repeating("fired", at(0), 10), one_shot("other", at(5)))
+    fire_one(store, "fired")
+    assert state(store, "other") == TriggerState.WAITING
+
+
+def test_two_triggers_of_a_non_concurrent_job_in_one_batch_fire_once(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)), one_shot("t2", at(0)), disallow_concurrent=True)
+    claimed = acquire(store)
+    firings = store.fire(A, claimed)
+    assert [f.trigger_key.name for f in firings] == ["t1"]
+    assert list(store.firing_states().values()) == [FiringState.FIRED]
+    assert state(store, "t2") == TriggerState.BLOCKED
+
+
+# -- pause and resume --------------------------------------------------------------------------
+
+
+def test_pause_and_resume_a_trigger(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(1)), one_shot("t2", at(1)))
+    store.pause_trigger(TriggerKey("t1"))
+    assert (state(store, "t1"), state(store, "t2")) == (TriggerState.PAUSED, TriggerState.WAITING)
+    store.resume_trigger(TriggerKey("t1"))
+    assert state(store, "t1") == TriggerState.WAITING
+    assert next_fire(store, "t1") == at(1)
+
+
+def test_pausing_an_acquired_trigger_pauses_it(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(1)))
+    acquire(store)
+    store.pause_trigger(TriggerKey("t1"))
+    assert state(store, "t1") == TriggerState.PAUSED
+
+
+def test_pause_and_resume_a_job_pauses_and_resumes_all_its_triggers(store: MemoryStore) -> None:
+    key = add(store, one_shot("t1", at(1)), one_shot("t2", at(2)))
+    add(store, one_shot("other", at(1), job="other"), job="other")
+    store.pause_job(key)
+    assert [state(store, n) for n in ("t1", "t2", "other")] == [
+        TriggerState.PAUSED,
+        TriggerState.PAUSED,
+        TriggerState.WAITING,
+    ]
+    store.resume_job(key)
+    assert [state(store, n) for n in ("t1", "t2")] == [TriggerState.WAITING, TriggerState.WAITING]
+
+
+def test_a_trigger_stored_in_a_paused_group_starts_paused(store: MemoryStore) -> None:
+    # The store has no call to pause a group yet; the paused-groups table is what it reads.
+    paused = store.tables.paused_trigger_groups
+    with store.transaction() as conn:
+        conn.execute(
+            paused.insert().values(sched_name=store.scheduler_name, trigger_group="nightly")
+        )
+    in_group = SimpleTrigger(key=TriggerKey("t1", "nightly"), job_key=JobKey("job"), start_at=at(1))
+    add(store, in_group, one_shot("t2", at(1)))
+    assert store.get_trigger_state(TriggerKey("t1", "nightly")) == TriggerState.PAUSED
+    assert state(store, "t2") == TriggerState.WAITING
+
+
+def test_resuming_a_blocked_trigger_keeps_it_blocked(store: MemoryStore) -> None:
+    add(store, repeating("fired", at(0), 10), one_shot("other", at(5)), disallow_concurrent=True)
+    fire_one(store, "fired")
+    store.pause_trigger(TriggerKey("other"))
+    assert state(store, "other") == TriggerState.PAUSED_BLOCKED
+    store.resume_trigger(TriggerKey("other"))
+    assert state(store, "other") == TriggerState.BLOCKED
+
+
+def test_resuming_a_trigger_the_pause_made_late_fires_it_now_by_smart_policy(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(10)))
+    store.pause_trigger(TriggerKey("t1"))
+    clock.set(at(100))
+    store.resume_trigger(TriggerKey("t1"))
+    assert (state(store, "t1"), next_fire(store, "t1")) == (TriggerState.WAITING, at(100))
+
+
+def test_resuming_a_late_cron_trigger_that_does_nothing_waits_for_its_next_time(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, cron("minutely", "0 * * * * ?", misfire=CronMisfireInstruction.DO_NOTHING))
+    store.pause_trigger(TriggerKey("minutely"))
+    clock.set(at(100))
+    store.resume_trigger(TriggerKey("minutely"))
+    assert next_fire(store, "minutely") == at(120)
+
+
+def test_resuming_a_late_counted_repeat_restarts_it_now_with_the_fire_times_it_had_left(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, repeating("counted", at(0), 10, count=2))
+    fire_one(store, "counted")
+    store.pause_trigger(TriggerKey("counted"))
+    clock.set(at(100))
+    store.resume_trigger(TriggerKey("counted"))
+    assert fire_times(store, clock, "counted") == [at(100), at(110)]
+
+
+def test_resuming_a_trigger_within_the_misfire_threshold_keeps_its_fire_time(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(10)))
+    store.pause_trigger(TriggerKey("t1"))
+    clock.set(at(70))
+    store.resume_trigger(TriggerKey("t1"))
+    assert next_fire(store, "t1") == at(10)
+
+
+# -- misfires ----------------------------------------------------------------------------------
+
+
+def test_a_late_one_shot_simple_trigger_fires_now(store: MemoryStore, clock: FakeClock) -> None:
+    add(store, one_shot("t1", at(0), misfire=SimpleMisfireInstruction.FIRE_NOW))
+    clock.set(at(120))
+    assert store.handle_misfires(threshold=60, max_count=20) == (1, False)
+    assert (state(store, "t1"), next_fire(store, "t1")) == (TriggerState.WAITING, at(120))
+
+
+def test_a_late_cron_trigger_that_does_nothing_moves_to_its_next_time_after_now(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, cron("hourly", "0 0 * * * ?", misfire=CronMisfireInstruction.DO_NOTHING))
+    clock.set(at(90))
+    assert store.handle_misfires(threshold=60, max_count=20) == (1, False)
+    assert next_fire(store, "hourly") == at(3600)
+
+
+def test_a_late_repeating_trigger_restarted_now_keeps_its_remaining_fire_count(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    # Fires at 0 s and 10 s, misses 20 s; RESCHEDULE_NOW_WITH_EXISTING_REPEAT_COUNT (the smart
+    # policy of a counted repeat) restarts at now with the 4 fire times it had left.
+    add(store, repeating("counted", at(0), 10, count=5))
+    fire_one(store, "counted")
+    clock.set(at(10))
+    fire_one(store, "counted")
+    clock.set(at(95))
+    store.handle_misfires(threshold=60, max_count=20)
+    assert fire_times(store, clock, "counted") == [at(95), at(105), at(115), at(125)]
+
+
+def test_the_misfire_handler_leaves_triggers_within_the_threshold_alone(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(0)))
+    clock.set(at(60))
+    assert store.handle_misfires(threshold=60, max_count=20) == (0, False)
+    assert next_fire(store, "t1") == at(0)
+
+
+def test_the_misfire_handler_leaves_triggers_that_ignore_misfires_alone(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(0), misfire=IGNORE))
+    clock.set(at(3600))
+    assert store.handle_misfires(threshold=60, max_count=20) == (0, False)
+    assert next_fire(store, "t1") == at(0)
+
+
+def test_the_misfire_handler_takes_at_most_max_count_earliest_first_and_reports_more(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("third", at(2)), one_shot("first", at(0)), one_shot("second", at(1)))
+    clock.set(at(120))
+    assert store.handle_misfires(threshold=60, max_count=2) == (2, True)
+    assert [next_fire(store, n) for n in ("first", "second", "third")] == [at(120), at(120), at(2)]
+    assert store.handle_misfires(threshold=60, max_count=2) == (1, False)
+    assert next_fire(store, "third") == at(120)
+
+
+def test_a_misfired_trigger_with_no_fire_time_left_is_removed_with_its_job(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    ends = SimpleTrigger(
+        key=TriggerKey("ends"),
+        job_key=JobKey("job"),
+        start_at=at(0),
+        end_at=at(30),
+        repeat_interval=timedelta(seconds=10),
+        repeat_count=REPEAT_INDEFINITELY,
+        misfire_instruction=SimpleMisfireInstruction.RESCHEDULE_NEXT_WITH_EXISTING_COUNT,
+    )
+    key = add(store, ends)
+    clock.set(at(120))
+    assert store.handle_misfires(threshold=60, max_count=20) == (1, False)
+    assert state(store, "ends") == NONE_STATE
+    assert store.retrieve_job(key) is None
+
+
+# -- check-in and recovery ---------------------------------------------------------------------
+
+
+def test_check_in_returns_false_when_the_row_had_been_removed(store: MemoryStore) -> None:
+    assert store.check_in(A, interval=7.5) is False
+    assert store.check_in(A, interval=7.5) is True
+    store.remove_check_in(A)
+    assert store.check_in(A, interval=7.5) is False
+    assert [c.instance_name for c in store.check_ins()] == [A]
+
+
+def test_check_in_records_the_time_and_interval(store: MemoryStore, clock: FakeClock) -> None:
+    store.check_in(A, interval=7.5)
+    clock.set(at(7))
+    store.check_in(A, interval=7.5)
+    [row] = store.check_ins()
+    assert (row.last_checkin_millis, row.checkin_interval_millis) == (to_millis(at(7)), 7500)
+
+
+def _claim_two_fire_one(store: MemoryStore) -> tuple[AcquiredFiring, AcquiredFiring]:
+    add(store, one_shot("fired", at(0)), one_shot("claimed", at(0)))
+    fired, claimed = acquire(store, A)
+    store.fire(A, [fired])
+    return fired, claimed
+
+
+def test_recovery_releases_the_claims_and_hands_the_fired_rows_to_the_recoverer(
+    store: MemoryStore,
+) -> None:
+    store.check_in(A, interval=7.5)
+    fired, _ = _claim_two_fire_one(store)
+    [row] = store.check_ins()
+    assert store.recover_scheduler(
+        A, seen_checkin_millis=row.last_checkin_millis, recovered_by=B
+    ) == (1, 1)
+    assert state(store, "claimed") == TriggerState.WAITING
+    assert store.firing_states() == {fired.fire_instance_id: FiringState.FIRED}
+    assert store.unpublished_firings(A) == []
+    [firing] = store.unpublished_firings(B)
+    assert (
+        firing.fire_instance_id,
+        firing.trigger_key,
+        firing.scheduled_millis,
+        firing.fired_by,
+    ) == (fired.fire_instance_id, TriggerKey("fired"), to_millis(at(0)), B)
+    assert store.check_ins() == []
+
+
+def test_only_one_of_two_recoverers_of_the_same_check_in_wins(store: MemoryStore) -> None:
+    store.check_in(A, interval=7.5)
+    fired, _ = _claim_two_fire_one(store)
+    seen = store.check_ins()[0].last_checkin_millis
+    assert store.recover_scheduler(A, seen_checkin_millis=seen, recovered_by=B) == (1, 1)
+    assert store.recover_scheduler(A, seen_checkin_millis=seen, recovered_by=C) is None
+    assert [f.fire_instance_id for f in store.unpublished_firings(B)] == [fired.fire_instance_id]
+    assert store.unpublished_firings(C) == []
+
+
+def test_a_scheduler_that_checked_in_again_is_not_recovered(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.check_in(A, interval=7.5)
+    _claim_two_fire_one(store)
+    seen = store.check_ins()[0].last_checkin_millis
+    clock.set(at(20))
+    store.check_in(A, interval=7.5)
+    assert store.recover_scheduler(A, seen_checkin_millis=seen, recovered_by=B) is None
+    assert state(store, "claimed") == TriggerState.ACQUIRED
+    assert store.unpublished_firings(B) == []
+    assert len(store.unpublished_firings(A)) == 1
+
+
+def test_fired_rows_without_a_check_in_row_are_orphans(store: MemoryStore) -> None:
+    store.check_in(B, interval=7.5)
+    _claim_two_fire_one(store)
+    assert store.orphaned_scheduler_instances() == [A]
+    store.check_in(A, interval=7.5)
+    assert store.orphaned_scheduler_instances() == []
+
+
+# -- importing a group of jobs -----------------------------------------------------------------
+
+
+def _desired(*entries: tuple[str, str, str]) -> dict[JobKey, tuple[Job, list[Trigger], str]]:
+    """(name, task, hash) → what sync_job_group wants: a job with a trigger every minute."""
+    desired = {}
+    for name, task, definition_hash in entries:
+        key = JobKey(name, "imported")
+        trigger = SimpleTrigger(
+            key=TriggerKey(name, "imported"),
+            job_key=key,
+            start_at=at(60),
+            repeat_interval=timedelta(minutes=1),
+            repeat_count=-1,
+        )
+        desired[key] = (Job(key=key, task=task), [trigger], definition_hash)
+    return desired
+
+
+def test_sync_job_group_adds_updates_removes_and_leaves_unchanged(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.sync_job_group(
+        "imported",
+        _desired(
+            ("keep", "tasks.keep", "h-keep"),
+            ("change", "tasks.old", "h-old"),
+            ("drop", "tasks.d", "h-d"),
+        ),
+    )
+    clock.set(at(30))
+    result = store.sync_job_group(
+        "imported",
+        _desired(
+            ("keep", "tasks.keep", "h-keep"),
+            ("change", "tasks.new", "h-new"),
+            ("add", "tasks.a", "h-a"),
+        ),
+    )
+    assert (result.added, result.updated, result.removed, result.unchanged) == (
+        [JobKey("add", "imported")],
+        [JobKey("change", "imported")],
+        [JobKey("drop", "imported")],
+        [JobKey("keep", "imported")],
+    )
+    assert store.job_keys("imported") == [
+        JobKey("add", "imported"),
+        JobKey("change", "imported"),
+        JobKey("keep", "imported"),
+    ]
+    changed = store.retrieve_job(JobKey("change", "imported"))
+    assert changed is not None and changed.task == "tasks.new"
+    assert store.get_trigger_state(TriggerKey("drop", "imported")) == NONE_STATE
+
+
+def test_sync_job_group_leaves_an_unchanged_job_s_trigger_as_it_was(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.sync_job_group("imported", _desired(("keep", "tasks.keep", "h")))
+    clock.set(at(60))
+    store.fire(A, acquire(store, until=at(60)))
+    result = store.sync_job_group("imported", _desired(("keep", "tasks.keep", "h")))
+    assert result.unchanged == [JobKey("keep", "imported")]
+    trigger = store.retrieve_trigger(TriggerKey("keep", "imported"))
+    assert trigger is not None
+    assert (trigger.next_fire_time, trigger.times_triggered) == (at(120), 1)
+
+
+def test_sync_job_group_leaves_other_groups_alone(store: MemoryStore) -> None:
+    key = add(store, one_shot("t1", at(1)))
+    store.sync_job_group("imported", {})
+    assert store.job_keys() == [key]
+
+
+def test_a_trigger_for_a_missing_job_is_refused_and_nothing_is_stored(store: MemoryStore) -> None:
+    from celery_quartz.errors import JobNotFoundError
+
+    before = store.count_rows()
+    with pytest.raises(
+        JobNotFoundError, match=r"trigger DEFAULT\.t1: job DEFAULT\.ghost is not stored"
+    ):
+        store.store_jobs_and_triggers(
+            [
+                (Job(key=JobKey("real"), task="tasks.work"), [one_shot("t0", at(1), job="real")]),
+                (None, [one_shot("t1", at(1), job="ghost")]),
+            ]
+        )
+    assert store.count_rows() == before

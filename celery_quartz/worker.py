@@ -19,9 +19,9 @@ import os
 import threading
 from typing import Any
 
-from celery import Celery, Task
+from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
-from celery.signals import task_postrun
+from celery.signals import task_postrun, worker_shutdown
 from celery.states import RETRY
 
 from celery_quartz.config import Settings
@@ -44,6 +44,7 @@ def install(app: Celery) -> None:
     if app.finalized:
         hooks.guard_tasks()
     task_postrun.connect(hooks.on_postrun, weak=False)
+    app.steps["worker"].add(WorkerCheckIn)
 
 
 class _WorkerHooks:
@@ -121,3 +122,75 @@ def _guard_class(cls: type[Task], hooks: _WorkerHooks) -> None:
 
     cls.before_start = before_start
     setattr(cls, _GUARDED, True)
+
+
+class WorkerCheckIn(bootsteps.StartStopStep):
+    """Checks the worker in to the store, so its liveness is known from the database alone.
+
+    Every ``quartz_checkin_interval`` seconds, from a thread of the worker's main process: the
+    node name (``celery@host``), the queues it consumes and its concurrency. A check-in that fails
+    (a database blip) is retried after a second, inside the detection window, not a whole interval
+    later. After a warm shutdown (the running tasks are done) the row is removed; after a cold one
+    it is left to age, and the schedulers recover what the worker was running.
+    """
+
+    label = "celery-quartz check-in"
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._store: SqlStore | None = None
+
+    def start(self, parent: Any) -> None:
+        settings = Settings.from_app(parent.app)
+        self._store = SqlStore(
+            settings.store_url,
+            scheduler_name=settings.scheduler_name,
+            table_prefix=settings.table_prefix,
+        )
+        queues = sorted(parent.app.amqp.queues.consume_from)
+        name = parent.hostname
+        concurrency = getattr(parent, "concurrency", None)
+        interval = settings.checkin_interval
+        store = self._store
+
+        def run() -> None:
+            while not self._stop.is_set():
+                try:
+                    store.check_in(
+                        name,
+                        interval=interval,
+                        kind="worker",
+                        hostname=name.partition("@")[2] or None,
+                        pid=os.getpid(),
+                        queues=queues,
+                        concurrency=concurrency,
+                    )
+                    wait = interval
+                except Exception:
+                    logger.exception("worker %s: check-in failed; retrying in 1 s", name)
+                    wait = min(1.0, interval)
+                self._stop.wait(wait)
+
+        self._thread = threading.Thread(target=run, name="celery-quartz-checkin", daemon=True)
+        self._thread.start()
+        worker_shutdown.connect(self._on_worker_shutdown, sender=parent, weak=False)
+        logger.info(
+            "worker %s checks in every %.1fs (queues %s)", name, interval, ", ".join(queues)
+        )
+
+    def stop(self, parent: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _on_worker_shutdown(self, sender: Any = None, **_: Any) -> None:
+        # Sent after a warm shutdown has drained the pool: nothing of ours is running any more.
+        if self._store is None:
+            return
+        try:
+            self._store.remove_check_in(sender.hostname)
+        finally:
+            self._store.dispose()
+            self._store = None

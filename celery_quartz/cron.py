@@ -762,6 +762,8 @@ class CronExpression:
         """
         _require_aware(t)
         t = t.replace(microsecond=0).astimezone(_UTC)
+        if not 1 < t.year < MAX_YEAR:
+            return False
         return self.next_valid_time_after(t - _ONE_MICROSECOND) == t
 
     def next_valid_time_after(self, after: datetime) -> datetime | None:
@@ -776,6 +778,11 @@ class CronExpression:
           an interval expression (see :attr:`is_interval`), which fires at both passes.
         """
         _require_aware(after)
+        if after.year >= MAX_YEAR or after.year <= 1:
+            # Outside the searched years (and away from datetime's own limits).
+            if after.year >= MAX_YEAR:
+                return None
+            after = datetime(2, 1, 1, tzinfo=_UTC)
         if self._fixed_offset is not None:
             local = (after.astimezone(_UTC) + self._fixed_offset).replace(tzinfo=None)
             wall = self._next_wall(local.replace(microsecond=0) + _ONE_SECOND)

@@ -48,3 +48,16 @@ def test_cron_like_text_parses_or_raises_cron_syntax_error(text: str) -> None:
 @given(text=_CRONISH)
 def test_cron_like_text_in_unix_form_parses_or_raises_cron_syntax_error(text: str) -> None:
     _exercise(text, CronFormat.UNIX)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    after=st.datetimes(timezones=st.just(UTC)),
+    expression=st.sampled_from(["0 0 0 * * ?", "* * * ? * *", "0 30 2 L * ?", "0 0 0 ? * 6#5"]),
+    zone=st.sampled_from(["UTC", "Europe/Berlin", "Australia/Lord_Howe"]),
+)
+def test_any_instant_is_answered_without_error(after: datetime, expression: str, zone: str) -> None:
+    cron = CronExpression(expression, time_zone=zone)
+    result = cron.next_valid_time_after(after)
+    assert result is None or result > after
+    assert isinstance(cron.is_satisfied_by(after), bool)

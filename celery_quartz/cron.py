@@ -396,6 +396,7 @@ class _DaySpec:
 
     __slots__ = (
         "dom_last_offset",
+        "dom_last_offset_nearest",
         "dom_last_weekday",
         "dom_values",
         "dom_weekday_nearest",
@@ -410,6 +411,7 @@ class _DaySpec:
         self.dom_values: frozenset[int] = frozenset()
         self.dom_weekday_nearest: frozenset[int] = frozenset()
         self.dom_last_offset: int | None = None
+        self.dom_last_offset_nearest = False
         self.dom_last_weekday = False
         self.dow_values: frozenset[int] = frozenset()
         self.dow_nth: tuple[int, int] | None = None
@@ -427,7 +429,8 @@ class _DaySpec:
         if self.on_dom:
             days = {d for d in self.dom_values if d <= last}
             if self.dom_last_offset is not None and last - self.dom_last_offset >= 1:
-                days.add(last - self.dom_last_offset)
+                day = last - self.dom_last_offset
+                days.add(_nearest_weekday(day, last, dow) if self.dom_last_offset_nearest else day)
             if self.dom_last_weekday:
                 days.add(_nearest_weekday(last, last, dow))
             for d in self.dom_weekday_nearest:
@@ -474,6 +477,9 @@ def _parse_dom(expression: str, token: str, spec: _DaySpec) -> None:
         return
     if token.startswith("L-"):
         offset_text = token[2:]
+        if offset_text.endswith("W"):  # L-3W: the weekday nearest the third-to-last day
+            spec.dom_last_offset_nearest = True
+            offset_text = offset_text[:-1]
         if not offset_text.isdigit() or not offset_text.isascii() or int(offset_text) > 30:
             raise _error(expression, field, token, "L-n takes n from 0 to 30")
         spec.dom_last_offset = int(offset_text)
@@ -592,7 +598,7 @@ def _unix_dow_to_quartz(expression: str, token: str) -> str:
             end = _unix_raw_day(expression, token, last)
         else:
             start = _unix_raw_day(expression, token, base)
-            end = 6 if slash else start
+            end = max(6, start) if slash else start
         if start > end:
             raise _error(expression, _DOW, token, f"range {base!r} runs backwards")
         days |= {d % 7 + 1 for d in range(start, end + 1, step)}

@@ -150,6 +150,16 @@ def test_a_list_of_nearest_weekdays() -> None:
     assert fires("0 0 0 1W,15W * ?", utc(2026, 3, 1), 2) == [utc(2026, 3, 2), utc(2026, 3, 16)]
 
 
+def test_weekday_nearest_a_day_before_the_last() -> None:
+    # L-3W, 2026: 25 February is a Wednesday; 28 March a Saturday, so Friday the 27th;
+    # 27 April a Monday.
+    assert fires("0 0 0 L-3W * ?", utc(2026, 2, 1), 3) == [
+        utc(2026, 2, 25),
+        utc(2026, 3, 27),
+        utc(2026, 4, 27),
+    ]
+
+
 def test_last_weekday_of_march() -> None:
     # Seed 004: 0 0 0 LW 3 ? is the last weekday of March. 31 March 2029 is a Saturday.
     assert fires("0 0 0 LW 3 ?", utc(2026, 1, 1), 4) == [

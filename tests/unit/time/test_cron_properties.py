@@ -70,7 +70,7 @@ def _values(lo: int, hi: int) -> st.SearchStrategy[str]:
 
 _DOM = st.one_of(
     _values(1, 31),
-    st.sampled_from(["L", "LW", "L-1", "L-3", "15W", "1W", "31W", "1W,15W"]),
+    st.sampled_from(["L", "LW", "L-1", "L-3", "L-3W", "15W", "1W", "31W", "1W,15W"]),
 )
 _DOW = st.one_of(
     _values(1, 7),

@@ -190,3 +190,25 @@ def test_ignore_misfire_policy_leaves_the_trigger_alone() -> None:
 def test_unknown_misfire_instruction_is_invalid() -> None:
     with pytest.raises(InvalidTriggerError, match="misfire"):
         every_minute(misfire_instruction=7).validate()
+
+
+# -- seed 004, "Do not start a trigger in the past" --------------------------------------------
+
+
+def test_a_one_shot_trigger_started_in_the_past_fires_immediately_on_the_default() -> None:
+    trigger = SimpleTrigger(start_at=START - timedelta(days=90))
+    first = trigger.compute_first_fire_time()
+    assert first == START - timedelta(days=90)  # already behind any misfire threshold
+    trigger.update_after_misfire(NOW)
+    assert trigger.next_fire_time == NOW
+
+
+def test_a_forever_trigger_started_in_the_past_resumes_in_its_old_phase() -> None:
+    trigger = SimpleTrigger(
+        start_at=START - timedelta(days=90, seconds=20),
+        repeat_interval=timedelta(minutes=1),
+        repeat_count=REPEAT_INDEFINITELY,
+    )
+    trigger.compute_first_fire_time()
+    trigger.update_after_misfire(NOW)
+    assert trigger.next_fire_time == NOW + timedelta(seconds=10)  # :40 past, as it always was

@@ -69,17 +69,7 @@ class RecurrenceTrigger(ScheduleTrigger):
             return self._cache[1]
         zone = self._zone()
         dtstart = start.astimezone(zone).replace(tzinfo=None)
-        text = _until_to_wall(self.rule, zone, self.key)
-        try:
-            parsed = du.rrulestr(text, dtstart=dtstart, forceset=False)
-        except (ValueError, TypeError, KeyError, IndexError) as exc:
-            raise InvalidTriggerError(
-                f"trigger {self.key}: recurrence rule {self.rule!r} is not valid: {exc}"
-            ) from None
-        if not isinstance(parsed, du.rrule):
-            raise InvalidTriggerError(
-                f"trigger {self.key}: recurrence rule {self.rule!r} must be one RRULE"
-            )
+        parsed = _parse(self.rule, dtstart, zone, self.key)
         has_count = getattr(parsed, "_count", None) is not None
         value = (parsed, zone, dtstart, has_count)
         self._cache = (key, value)
@@ -114,9 +104,7 @@ class RecurrenceTrigger(ScheduleTrigger):
         # far enough to see one only when a change of offset lies just behind ``after``.
         behind = (after - _MAX_SHIFT).astimezone(zone).utcoffset()
         search_from = (
-            wall_after - _MAX_SHIFT
-            if behind != after.astimezone(zone).utcoffset()
-            else wall_after
+            wall_after - _MAX_SHIFT if behind != after.astimezone(zone).utcoffset() else wall_after
         )
         expansion = self._expansion_from(rule, dtstart, search_from, counted)
         best: datetime | None = None
@@ -146,7 +134,24 @@ class RecurrenceTrigger(ScheduleTrigger):
         super().validate()
         if not self.rule:
             raise InvalidTriggerError(f"trigger {self.key}: a recurrence rule is required")
-        self._rrule()
+        if self.start_at is None:
+            # The scheduler fills in the start when it stores the trigger; check the rule alone.
+            _parse(self.rule, datetime(2000, 1, 1), self._zone(), self.key)
+        else:
+            self._rrule()
+
+
+def _parse(rule: str, dtstart: datetime, zone: tzinfo, key: object) -> du.rrule:
+    text = _until_to_wall(rule, zone, key)
+    try:
+        parsed = du.rrulestr(text, dtstart=dtstart, forceset=False)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise InvalidTriggerError(
+            f"trigger {key}: recurrence rule {rule!r} is not valid: {exc}"
+        ) from None
+    if not isinstance(parsed, du.rrule):
+        raise InvalidTriggerError(f"trigger {key}: recurrence rule {rule!r} must be one RRULE")
+    return parsed
 
 
 def _canonical(rule: str) -> str:

@@ -52,6 +52,11 @@ class SimpleTrigger(Trigger):
     repeat_interval: timedelta = timedelta(0)
     repeat_count: int = 0
 
+    def __post_init__(self) -> None:
+        interval: object = self.repeat_interval
+        if isinstance(interval, (int, float)) and not isinstance(interval, bool):
+            self.repeat_interval = timedelta(seconds=interval)  # a number of seconds
+
     # -- the schedule -------------------------------------------------------------------------
 
     def next_fire_time_after(self, after: datetime) -> datetime | None:

@@ -355,3 +355,9 @@ def test_do_nothing_resumes_after_now() -> None:
     trigger.next_fire_time = utc(2026, 1, 3, 9)
     trigger.update_after_misfire(utc(2026, 1, 5, 12))
     assert trigger.next_fire_time == utc(2026, 1, 6, 9)
+
+
+def test_a_rule_is_validated_before_the_scheduler_fills_in_the_start() -> None:
+    RecurrenceTrigger(rule="FREQ=DAILY;BYHOUR=3").validate()
+    with pytest.raises(InvalidTriggerError, match="recurrence rule"):
+        RecurrenceTrigger(rule="FREQ=DAILY;BYHOUR=x").validate()

@@ -212,3 +212,8 @@ def test_a_forever_trigger_started_in_the_past_resumes_in_its_old_phase() -> Non
     trigger.compute_first_fire_time()
     trigger.update_after_misfire(NOW)
     assert trigger.next_fire_time == NOW + timedelta(seconds=10)  # :40 past, as it always was
+
+
+def test_a_number_as_repeat_interval_is_seconds() -> None:
+    trigger = SimpleTrigger(start_at=START, repeat_interval=90, repeat_count=-1)  # type: ignore[arg-type]
+    assert trigger.repeat_interval == timedelta(seconds=90)

@@ -119,8 +119,10 @@ class Trigger(ABC):
         """Set and return the first fire time at or after ``start_at`` that the calendar allows."""
         if self.start_at is None:
             raise InvalidTriggerError(f"trigger {self.key}: start_at must be set before scheduling")
-        first = self.start_at if self.fires_at(self.start_at) else self.next_fire_time_after(
+        first = (
             self.start_at
+            if self.fires_at(self.start_at)
+            else self.next_fire_time_after(self.start_at)
         )
         self.next_fire_time = self._skip_excluded(first, calendar)
         return self.next_fire_time

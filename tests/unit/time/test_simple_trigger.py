@@ -217,3 +217,16 @@ def test_a_forever_trigger_started_in_the_past_resumes_in_its_old_phase() -> Non
 def test_a_number_as_repeat_interval_is_seconds() -> None:
     trigger = SimpleTrigger(start_at=START, repeat_interval=90, repeat_count=-1)  # type: ignore[arg-type]
     assert trigger.repeat_interval == timedelta(seconds=90)
+
+
+def test_final_fire_time_of_a_counted_trigger() -> None:
+    assert every_minute(count=3).final_fire_time() == at(3)
+
+
+def test_final_fire_time_before_an_exclusive_end() -> None:
+    assert every_minute(end_at=at(5)).final_fire_time() == at(4)
+    assert every_minute(end_at=at(5, 3)).final_fire_time() == at(5)
+
+
+def test_a_forever_trigger_without_end_has_no_final_fire_time() -> None:
+    assert every_minute().final_fire_time() is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass, fields
 from typing import Any
@@ -83,6 +84,16 @@ class Settings:
             positive(name)
         for name in ("fire_ahead_window", "checkin_misfire_threshold"):
             positive(name, allow_zero=True)
+        # Bug fix: these were not checked, so a count of 2.5 reached SQL LIMIT and a string such
+        # as "false" (say, from an environment variable) silently meant True.
+        for name in ("batch_size", "max_misfires_per_round", "max_job_data_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int):
+                raise ConfigurationError(f"quartz_{name} must be a whole number, got {value!r}")
+        for name in ("clustered", "schema_auto_upgrade", "import_beat_schedule"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigurationError(f"quartz_{name} must be True or False, got {value!r}")
         if not isinstance(self.store_url, str) or "://" not in self.store_url:
             raise ConfigurationError(
                 f"quartz_store_url must be a SQLAlchemy URL, got {self.store_url!r}"
@@ -96,7 +107,18 @@ class Settings:
         """This process's instance id: the configured one, or a generated one for ``AUTO``."""
         if self.instance_id != AUTO:
             return self.instance_id
-        return f"{socket.gethostname()}-{os.getpid()}-{time.time_ns() // 1_000_000}"
+        # Bug fix: two ids generated in one process within the same millisecond were equal, and
+        # two loops sharing an id release each other's claims. The milliseconds part now moves
+        # forward by at least one per id generated in this process.
+        global _last_auto_millis
+        with _auto_lock:
+            millis = max(time.time_ns() // 1_000_000, _last_auto_millis + 1)
+            _last_auto_millis = millis
+        return f"{socket.gethostname()}-{os.getpid()}-{millis}"
+
+
+_auto_lock = threading.Lock()
+_last_auto_millis = 0
 
 
 def _replace(settings: Settings, **changes: Any) -> Settings:

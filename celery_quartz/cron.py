@@ -20,6 +20,7 @@ import bisect
 import enum
 import logging
 import os
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -448,9 +449,8 @@ class _DaySpec:
         return [d for d in range(1, last + 1) if dow(d) in self.dow_values]
 
 
-def _nearest_weekday(day: int, last: int, dow: object) -> int:
+def _nearest_weekday(day: int, last: int, dow: Callable[[int], int]) -> int:
     """Quartz's ``W``: the weekday nearest ``day`` without leaving the month."""
-    assert callable(dow)
     weekday = dow(day)
     if weekday == 7:  # Saturday: the Friday before, unless that is in the previous month
         return day + 2 if day == 1 else day - 1

@@ -1,0 +1,60 @@
+"""A job's own checks: a registered-task name and strict, bounded JSON (never pickle)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from celery_quartz.errors import JobDataError, ValidationError
+from celery_quartz.job import Job, encode_json, encode_json_object
+from celery_quartz.keys import JobKey
+
+KEY = JobKey("report", "nightly")
+
+
+def test_a_job_of_json_values_is_valid() -> None:
+    Job(
+        key=KEY,
+        task="tasks.report",
+        args=[1, 2.5, "three", None, True, [4], {"five": 5}],
+        kwargs={"k": {"nested": [1, {"deep": None}]}},
+        data={"count": 0},
+        options={"queue": "reports", "priority": 3},
+    ).validate()
+
+
+def test_the_task_must_be_named() -> None:
+    with pytest.raises(ValidationError, match=re.escape("job nightly.report: task must be")):
+        Job(key=KEY, task="").validate()
+
+
+def test_the_key_must_be_a_job_key() -> None:
+    with pytest.raises(ValidationError, match=re.escape("job key must be a JobKey, got 'report'")):
+        Job(key="report", task="tasks.report").validate()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"a": (1, 2)}, "job nightly.report: data has a tuple value (1, 2); only JSON types"),
+        ({"a": {"b": b"raw"}}, "job nightly.report: data is not JSON"),
+        ({"a": [float("-inf")]}, "job nightly.report: data is not JSON"),
+        ({"a": {3: "c"}}, "job nightly.report: data has a non-string key 3"),
+        ({"a": object()}, "job nightly.report: data is not JSON"),
+    ],
+    ids=["tuple", "bytes", "minus-infinity", "nested-int-key", "object"],
+)
+def test_data_that_would_not_read_back_as_written_is_refused(value: dict, message: str) -> None:
+    with pytest.raises(JobDataError, match=re.escape(message)):
+        Job(key=KEY, task="tasks.report", data=value).validate()
+
+
+def test_json_is_encoded_compactly_with_sorted_keys() -> None:
+    assert encode_json_object("job x", "data", {"b": 1, "a": [1, 2]}, 100) == '{"a":[1,2],"b":1}'
+
+
+def test_the_bound_counts_the_encoded_bytes_with_non_ascii_escaped() -> None:
+    assert encode_json("job x", "data", "é", 8) == '"\\u00e9"'
+    with pytest.raises(JobDataError, match=re.escape("job x: data is 14 bytes encoded")):
+        encode_json("job x", "data", "éé", 13)

@@ -4,27 +4,66 @@ Run ``celery -A proj beat -S celery_quartz.Scheduler`` on as many machines as yo
 one SQL database; every occurrence fires once. See the README and docs/.
 """
 
+from celery_quartz.calendars import (
+    AnnualCalendar,
+    Calendar,
+    CronCalendar,
+    DailyCalendar,
+    HolidayCalendar,
+    MonthlyCalendar,
+    WeeklyCalendar,
+)
 from celery_quartz.client import Quartz
 from celery_quartz.clock import Clock, FakeClock, SystemClock
 from celery_quartz.context import JobExecutionContext, current_context
+from celery_quartz.cron import CronExpression, CronFormat
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.triggers import CronTrigger, SimpleTrigger, Trigger
+from celery_quartz.triggers import (
+    REPEAT_INDEFINITELY,
+    CalendarIntervalTrigger,
+    CronMisfireInstruction,
+    CronTrigger,
+    DailyTimeIntervalTrigger,
+    IntervalUnit,
+    MisfireInstruction,
+    RecurrenceTrigger,
+    SimpleMisfireInstruction,
+    SimpleTrigger,
+    Trigger,
+)
 from celery_quartz.worker import install
 
 __all__ = [
+    "REPEAT_INDEFINITELY",
+    "AnnualCalendar",
+    "Calendar",
+    "CalendarIntervalTrigger",
     "Clock",
+    "CronCalendar",
+    "CronExpression",
+    "CronFormat",
+    "CronMisfireInstruction",
     "CronTrigger",
+    "DailyCalendar",
+    "DailyTimeIntervalTrigger",
     "FakeClock",
+    "HolidayCalendar",
+    "IntervalUnit",
     "Job",
     "JobExecutionContext",
     "JobKey",
+    "MisfireInstruction",
+    "MonthlyCalendar",
     "Quartz",
+    "RecurrenceTrigger",
     "Scheduler",
+    "SimpleMisfireInstruction",
     "SimpleTrigger",
     "SystemClock",
     "Trigger",
     "TriggerKey",
+    "WeeklyCalendar",
     "current_context",
     "install",
 ]

@@ -1,0 +1,175 @@
+"""The worker-side guard, run in-process: Celery's eager ``apply`` goes through the same tracer
+(``before_start``, ``task_postrun``) as a worker. The store is a SQLite file, since the hooks open
+their own store from ``quartz_store_url``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.signals import task_postrun
+
+from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey, current_context, install
+from celery_quartz.clock import FakeClock
+from celery_quartz.context import JobExecutionContext
+from celery_quartz.firing import HEADER, Firing
+from celery_quartz.store import FiringState, SqlStore, TriggerState
+from tests.unit.conftest import T0
+
+
+@pytest.fixture
+def file_store(tmp_path: Path, clock: FakeClock) -> Iterator[SqlStore]:
+    store = SqlStore(f"sqlite:///{tmp_path}/quartz.db", scheduler_name="t", clock=clock)
+    store.create_tables()
+    yield store
+    store.dispose()
+
+
+@pytest.fixture
+def contexts() -> list[JobExecutionContext | None]:
+    return []
+
+
+@pytest.fixture
+def app(file_store: SqlStore, contexts: list) -> Iterator[Celery]:
+    app = Celery("t", set_as_current=False)
+    app.conf.quartz_store_url = str(file_store.engine.url)
+
+    @app.task(name="tasks.report", shared=False)
+    def report(*args: Any, **kwargs: Any) -> str:
+        context = current_context()
+        contexts.append(context)
+        if context is not None and kwargs.get("count"):
+            context.job_data["count"] = context.job_data.get("count", 0) + 1
+        if kwargs.get("fail"):
+            raise RuntimeError("the job failed")
+        return "done"
+
+    install(app)
+    app.finalize()
+    yield app
+    hooks = app._celery_quartz_hooks  # type: ignore[attr-defined]
+    task_postrun.disconnect(hooks.on_postrun)
+    for store in hooks._stores.values():
+        store.dispose()
+    app.close()
+
+
+def fired(store: SqlStore, **job_fields: Any) -> Firing:
+    """A firing of job ``report`` as the scheduler leaves it: FIRED, about to be published."""
+    job = Job(key=JobKey("report"), task="tasks.report", **job_fields)
+    trigger = SimpleTrigger(
+        key=TriggerKey("every-minute"),
+        job_key=job.key,
+        start_at=T0,
+        repeat_interval=timedelta(minutes=1),
+        repeat_count=-1,
+        data={"from": "trigger"},
+    )
+    store.store_jobs_and_triggers([(job, [trigger])])
+    acquired = store.acquire_next_triggers(
+        "sched-a", no_later_than=T0, max_count=1, time_window=0, misfire_threshold=60
+    )
+    [firing] = store.fire("sched-a", acquired)
+    return firing
+
+
+def deliver(app: Celery, firing: Firing) -> Any:
+    """Run the firing's message as a worker would."""
+    return app.tasks[firing.task].apply(
+        args=firing.args,
+        kwargs=firing.kwargs,
+        task_id=firing.fire_instance_id,
+        headers={HEADER: firing.header()},
+        throw=False,
+    )
+
+
+def test_a_firing_runs_and_its_completion_removes_it(
+    app: Celery, file_store: SqlStore, contexts: list
+) -> None:
+    firing = fired(file_store)
+    result = deliver(app, firing)
+    assert (result.state, result.result) == ("SUCCESS", "done")
+    assert len(contexts) == 1
+    assert file_store.firing_states() == {}
+    assert file_store.get_trigger_state(TriggerKey("every-minute")) == TriggerState.WAITING
+
+
+def test_the_task_reads_its_firing_from_the_context(
+    app: Celery, file_store: SqlStore, contexts: list
+) -> None:
+    firing = fired(file_store, data={"from": "job", "job_only": 1})
+    deliver(app, firing)
+    [context] = contexts
+    assert context is not None
+    assert (context.scheduler_name, context.fire_instance_id, context.fired_by) == (
+        "t",
+        firing.fire_instance_id,
+        "sched-a",
+    )
+    assert (context.job_key, context.trigger_key, context.scheduled_fire_time) == (
+        JobKey("report"),
+        TriggerKey("every-minute"),
+        T0,
+    )
+    assert context.job_data == {"from": "trigger", "job_only": 1}
+    assert context.worker_name is not None and context.recovering is False
+
+
+def test_a_second_delivery_of_a_completed_firing_does_not_run(
+    app: Celery, file_store: SqlStore, contexts: list
+) -> None:
+    firing = fired(file_store)
+    deliver(app, firing)
+    result = deliver(app, firing)
+    assert result.state == "IGNORED"
+    assert len(contexts) == 1
+
+
+def test_a_delivery_of_a_firing_executing_elsewhere_does_not_run(
+    app: Celery, file_store: SqlStore, contexts: list
+) -> None:
+    firing = fired(file_store)
+    assert file_store.start_execution(firing.fire_instance_id, "other@host")
+    result = deliver(app, firing)
+    assert result.state == "IGNORED"
+    assert contexts == []
+    assert file_store.firing_states() == {firing.fire_instance_id: FiringState.EXECUTING}
+
+
+def test_a_failed_job_still_completes_its_firing(
+    app: Celery, file_store: SqlStore, contexts: list
+) -> None:
+    firing = fired(file_store, kwargs={"fail": True})
+    result = deliver(app, firing)
+    assert result.state == "FAILURE"
+    assert file_store.firing_states() == {}
+
+
+def test_a_job_that_persists_its_data_keeps_what_the_task_left(
+    app: Celery, file_store: SqlStore
+) -> None:
+    firing = fired(file_store, kwargs={"count": True}, data={"count": 41}, persist_job_data=True)
+    deliver(app, firing)
+    job = file_store.retrieve_job(JobKey("report"))
+    assert job is not None and job.data["count"] == 42
+
+
+def test_a_message_that_is_not_a_firing_runs_untouched(
+    app: Celery, file_store: SqlStore, contexts: list
+) -> None:
+    result = app.tasks["tasks.report"].apply(task_id="plain-task", throw=False)
+    assert result.state == "SUCCESS"
+    assert contexts == [None]
+    assert file_store.firing_states() == {}
+
+
+def test_install_is_idempotent(app: Celery) -> None:
+    hooks = app._celery_quartz_hooks  # type: ignore[attr-defined]
+    install(app)
+    assert app._celery_quartz_hooks is hooks  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ import math
 import re
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from celery import Celery
@@ -529,3 +530,25 @@ def test_something_that_is_not_a_job_is_refused(quartz: Quartz, store: MemorySto
         "expected a Job, got dict",
         lambda: quartz.schedule_job({"task": "tasks.report"}, every_minute()),  # type: ignore[arg-type]
     )
+
+
+# -- settings the client applies ---------------------------------------------------------------
+
+
+def test_resume_applies_the_configured_misfire_threshold(
+    app: Celery, clock: FakeClock, tmp_path: Path
+) -> None:
+    # The client builds its own store from quartz_store_url, as in an application.
+    app.conf.quartz_store_url = f"sqlite:///{tmp_path}/quartz.db"
+    app.conf.quartz_misfire_threshold = 5.0
+    quartz = Quartz(app, clock=clock)
+    try:
+        quartz.schedule_job(report_job(), every_minute(start_at=at(10)))
+        quartz.pause_trigger(TriggerKey("every-minute"))
+        clock.set(at(20))  # 10 s late: beyond 5 s, well within the 60 s default
+        quartz.resume_trigger(TriggerKey("every-minute"))
+        trigger = quartz.get_trigger(TriggerKey("every-minute"))
+        # A forever-repeating simple trigger's smart policy: the next fire time after now.
+        assert trigger is not None and trigger.next_fire_time == at(70)
+    finally:
+        quartz.store.dispose()

@@ -672,6 +672,7 @@ class SqlStore:
         t, j, f = self.tables.triggers, self.tables.jobs, self.tables.fired_triggers
         now = self._now()
         limit_ms = to_millis(no_later_than)
+        window_ms = int(time_window * 1000)
         misfire_before = now - int(misfire_threshold * 1000)
         query = (
             select(
@@ -697,7 +698,10 @@ class SqlStore:
             .where(
                 t.c.sched_name == self.scheduler_name,
                 t.c.trigger_state == TriggerState.WAITING,
-                t.c.next_fire_time <= limit_ms,
+                # Bug fix: the window was not added here, so triggers due after no_later_than
+                # never joined a batch however wide the window (Quartz selects up to
+                # noLaterThan + timeWindow; the first trigger must still be due by no_later_than).
+                t.c.next_fire_time <= limit_ms + window_ms,
                 or_(
                     t.c.misfire_instr == MisfireInstruction.IGNORE_MISFIRE_POLICY,
                     t.c.next_fire_time >= misfire_before,
@@ -709,11 +713,11 @@ class SqlStore:
         )
         with self.transaction() as conn:
             rows = conn.execute(query).all()
-            if not rows:
+            if not rows or rows[0].next_fire_time > limit_ms:
                 return []
             # Quartz's batch rule: after the first trigger, take the others only while they are due
             # no later than max(first fire time, now) + the fire-ahead window.
-            batch_end = max(rows[0].next_fire_time, now) + int(time_window * 1000)
+            batch_end = max(rows[0].next_fire_time, now) + window_ms
             rows = [r for r in rows if r.next_fire_time <= batch_end]
             keys = [(r.trigger_name, r.trigger_group) for r in rows]
             claimed = {

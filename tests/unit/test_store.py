@@ -177,8 +177,21 @@ def test_a_second_instance_acquires_only_what_the_first_did_not_claim(store: Mem
 
 def test_triggers_due_after_no_later_than_are_not_acquired(store: MemoryStore) -> None:
     add(store, one_shot("soon", at(1)), one_shot("later", at(1.001)))
-    assert names(acquire(store, until=at(1), window=10)) == ["soon"]
+    assert names(acquire(store, until=at(1))) == ["soon"]
     assert state(store, "later") == TriggerState.WAITING
+
+
+def test_the_first_trigger_of_a_batch_must_be_due_by_no_later_than(store: MemoryStore) -> None:
+    add(store, one_shot("later", at(1.001)))
+    assert acquire(store, until=at(1), window=10) == []
+
+
+def test_the_window_lets_later_triggers_join_the_batch_beyond_no_later_than(
+    store: MemoryStore,
+) -> None:
+    # Quartz selects up to no_later_than + window; the batch rule then bounds the rest.
+    add(store, one_shot("first", at(1)), one_shot("joins", at(3)), one_shot("too-late", at(3.001)))
+    assert names(acquire(store, until=at(1), window=2)) == ["first", "joins"]
 
 
 def test_the_batch_ends_at_the_first_fire_time_plus_the_window(store: MemoryStore) -> None:

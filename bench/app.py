@@ -1,0 +1,57 @@
+"""The Celery app every benchmark process uses (schedulers, beat peers, the sample worker).
+
+Configured from the environment so that ``celery -A bench.app beat|worker`` subprocesses and the
+benchmark's own processes agree:
+
+    BENCH_BROKER_URL      Redis URL of the broker (messages land in the list ``celery``)
+    BENCH_STORE_URL       SQLAlchemy URL of celery-quartz's store
+    BENCH_RECORD_URL      Redis URL where the sample worker records the task ids it ran
+    BENCH_BEAT_ENTRIES    number of ``beat_schedule`` entries (peers scenario), default 0
+    BENCH_BEAT_INTERVAL   their interval in seconds, default 1
+    BENCH_REDBEAT_URL     Redis URL for celery-redbeat's keys (peers scenario)
+
+The task ``bench.noop`` is the job of every benchmark trigger; run by a stock worker it adds its
+task id (the firing's fire instance id) to the Redis set ``bench:ran``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+app = Celery("bench", broker=os.environ.get("BENCH_BROKER_URL", "memory://"))
+app.conf.update(
+    task_default_queue="celery",
+    broker_connection_retry_on_startup=True,
+    worker_prefetch_multiplier=4,
+    worker_hijack_root_logger=False,
+    beat_max_loop_interval=5,
+    quartz_store_url=os.environ.get("BENCH_STORE_URL", "sqlite:///bench-quartz.db"),
+    quartz_scheduler_name="bench",
+    # Every benchmark drains a backlog that may be minutes old: never treat it as misfired.
+    quartz_misfire_threshold=3600.0,
+    redbeat_redis_url=os.environ.get("BENCH_REDBEAT_URL"),
+    redbeat_lock_timeout=60,
+)
+
+_entries = int(os.environ.get("BENCH_BEAT_ENTRIES", "0"))
+_interval = float(os.environ.get("BENCH_BEAT_INTERVAL", "1"))
+app.conf.beat_schedule = {
+    f"entry-{i:07d}": {"task": "bench.noop", "schedule": _interval} for i in range(_entries)
+}
+
+_recorder = None
+
+
+@app.task(name="bench.noop", bind=True)
+def noop(self) -> None:  # type: ignore[no-untyped-def]
+    global _recorder
+    url = os.environ.get("BENCH_RECORD_URL")
+    if not url:
+        return
+    if _recorder is None:
+        import redis
+
+        _recorder = redis.Redis.from_url(url)
+    _recorder.sadd("bench:ran", self.request.id)

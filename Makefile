@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 # A hung test must fail the run, not hang it.
 PYTEST_FLAGS ?= --timeout=900
 
-.PHONY: venv check-services test lint
+.PHONY: venv check-services test lint demo
 
 venv: $(STAMP)
 
@@ -31,4 +31,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# demo: added by the end-to-end work
+# Three schedulers and a worker on SQLite and Celery's filesystem broker (no servers), one
+# scheduler killed halfway, then what fired where and a summary.
+demo: venv
+	cd examples/quickstart && ../../$(PY) demo.py

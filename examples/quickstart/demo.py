@@ -176,6 +176,10 @@ def summarize(started: datetime, ended: datetime) -> int:
     print(
         "  fired by scheduler   " + ", ".join(f"{k}: {v}" for k, v in sorted(by_scheduler.items()))
     )
+    print(
+        "  (the latest firings are the killed scheduler's claims: they wait until a survivor\n"
+        "   declares it dead, check-in interval + threshold = 2 s + 2 s here, then fire)"
+    )
     ok = duplicates == 0 and not missing and len(by_scheduler) > 1
     print("\nOK: every due occurrence ran exactly once" if ok else "\nNOT OK: see above")
     return 0 if ok else 1

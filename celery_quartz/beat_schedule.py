@@ -93,11 +93,21 @@ def entry_to_job(
         raise ValidationError(
             f"{where}: schedule {fields['schedule']!r} is not valid: {exc}"
         ) from None
+    # Bug fix: args were passed through tuple() and kwargs/options through dict() unchecked, so
+    # args "abc" became ("a", "b", "c") and a string of kwargs raised a bare ValueError that named
+    # no entry. Stock beat refuses such args too (send_task wants a list or tuple).
+    args = fields.get("args") or ()
+    if not isinstance(args, (list, tuple)):
+        raise ValidationError(f"{where}: args must be a list or tuple, got {type(args).__name__}")
+    for mapping in ("kwargs", "options"):
+        value = fields.get(mapping) or {}
+        if not isinstance(value, Mapping):
+            raise ValidationError(f"{where}: {mapping} must be a dict, got {type(value).__name__}")
     key = JobKey(name, BEAT_SCHEDULE_GROUP)
     job = Job(
         key=key,
         task=fields["task"],
-        args=tuple(fields.get("args") or ()),
+        args=tuple(args),
         kwargs=dict(fields.get("kwargs") or {}),
         options=dict(fields.get("options") or {}),
         description=f"beat_schedule entry {name}",

@@ -248,6 +248,21 @@ def test_an_imported_trigger_is_waiting(app: Celery, store: MemoryStore, clock: 
             "job celery.beat_schedule.bad: kwargs is not JSON",
         ),
         ({"task": "tasks.ping"}, ValidationError, "beat entry 'bad': 'schedule' is required"),
+        (
+            {"task": "tasks.ping", "schedule": 30, "args": "abc"},
+            ValidationError,
+            "beat entry 'bad': args must be a list or tuple, got str",
+        ),
+        (
+            {"task": "tasks.ping", "schedule": 30, "kwargs": "k=v"},
+            ValidationError,
+            "beat entry 'bad': kwargs must be a dict, got str",
+        ),
+        (
+            {"task": "tasks.ping", "schedule": 30, "options": ["queue"]},
+            ValidationError,
+            "beat entry 'bad': options must be a dict, got list",
+        ),
         ("every minute", ValidationError, "beat entry 'bad': expected a dict, got str"),
     ],
     ids=[
@@ -256,6 +271,9 @@ def test_an_imported_trigger_is_waiting(app: Celery, store: MemoryStore, clock: 
         "args-set",
         "kwargs-datetime",
         "no-schedule",
+        "args-str",
+        "kwargs-str",
+        "options-list",
         "str",
     ],
 )

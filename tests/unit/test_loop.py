@@ -194,6 +194,34 @@ def test_a_trigger_late_beyond_the_misfire_threshold_fires_now_by_its_instructio
     assert message.headers["quartz"]["scheduled_fire_time"] == to_millis(at(0))
 
 
+def test_a_trigger_paused_while_its_batch_waits_is_not_published(
+    store: MemoryStore, app: Celery, clock: FakeClock, queue: str
+) -> None:
+    schedule(store, once("soon", at(0.5)))
+    loop = make_loop(store, app, clock)
+    loop.run_once()
+    store.pause_trigger(TriggerKey("soon"))
+    clock.set(at(0.5))
+    loop.run_once()
+    assert published(app, queue) == []
+    assert store.firing_states() == {}
+    assert store.get_trigger_state(TriggerKey("soon")) == TriggerState.PAUSED
+
+
+def test_misfires_beyond_one_round_are_handled_in_the_steps_that_follow(
+    store: MemoryStore, app: Celery, clock: FakeClock, queue: str
+) -> None:
+    schedule(store, *(once(f"missed{i}", at(-120 - i)) for i in range(5)))
+    loop = make_loop(store, app, clock, max_misfires_per_round=2)
+    steps = 0
+    while loop.run_once() == 0.0:
+        steps += 1
+    assert sorted(m.headers["quartz"]["trigger"][0] for m in published(app, queue)) == [
+        f"missed{i}" for i in range(5)
+    ]
+    assert steps == 3
+
+
 # -- idling and housekeeping -------------------------------------------------------------------
 
 

@@ -271,7 +271,8 @@ def _node_run(cfg: NodeConfig, ready: Any, go: Any, stop: Any, counter: Any, out
     def _count_commit(*_: Any) -> None:
         counts["transactions"] += 1
 
-    loop = SchedulingLoop(store, Publisher(app, batch_size=cfg.batch_size), settings, clock, cfg.name)
+    publisher = Publisher(app, batch_size=cfg.batch_size)
+    loop = SchedulingLoop(store, publisher, settings, clock, cfg.name)
     loop.start()
     with app.producer_or_acquire() as producer:  # open the broker connection before timing
         producer.channel.client.ping()
@@ -491,7 +492,7 @@ def _fmt(value: Any) -> str:
 
 
 def _numeric(cell: str) -> bool:
-    return cell[:1].isdigit() or cell[:1] == "-" and cell[1:2].isdigit()
+    return cell[:1].isdigit() or (cell[:1] == "-" and cell[1:2].isdigit())
 
 
 def print_profile(paths: Sequence[str], top: int = 30) -> None:

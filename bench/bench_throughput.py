@@ -125,19 +125,32 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
             rows.append(
-                (count, median(rates), min(rates), max(rates), median(cpu_per_firing),
-                 median(stmts_per_firing))
-            )  # fmt: skip
+                (
+                    count,
+                    median(rates),
+                    min(rates),
+                    max(rates),
+                    median(cpu_per_firing),
+                    median(stmts_per_firing),
+                )
+            )
         sampled, ran = verify_with_worker(rd, broker, args.sample)
         print(f"\nstock Celery worker ran {ran} of {sampled} sampled messages", flush=True)
         base = rows[0][1]
         print(f"\n## throughput, {n:,} triggers due (median of {args.repeats})\n")
         print(
             table(
-                ["nodes", "firings/s", "vs 1 node", "min", "max", "CPU µs/firing (all nodes)",
-                 "SQL statements/firing"],
+                [
+                    "nodes",
+                    "firings/s",
+                    "vs 1 node",
+                    "min",
+                    "max",
+                    "CPU µs/firing (all nodes)",
+                    "SQL statements/firing",
+                ],
                 [(c, r, f"{r / base:.2f}x", lo, hi, cpu, st) for c, r, lo, hi, cpu, st in rows],
-            )  # fmt: skip
+            )
         )
         if profile_paths:
             print(f"\n## cProfile of the {node_counts[-1]}-node run (all nodes merged)\n")

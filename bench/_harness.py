@@ -41,13 +41,20 @@ def now_ms() -> int:
 # --------------------------------------------------------------------------- services
 
 
+#: PostgreSQL settings that let a scenario read per-statement times (``pg_stat_statements``).
+PG_STAT_STATEMENTS = {
+    "shared_preload_libraries": "pg_stat_statements",
+    "pg_stat_statements.track": "all",
+}
+
+
 @contextlib.contextmanager
-def services() -> Iterator[tuple[Any, Any]]:
+def services(pg_settings: dict[str, str] | None = None) -> Iterator[tuple[Any, Any]]:
     """A throwaway PostgreSQL and Redis (tests.services), stopped and deleted on exit."""
     from tests.services import interrupt_on_sigterm, postgres_server, redis_server
 
     interrupt_on_sigterm()
-    with postgres_server() as pg, redis_server() as rd:
+    with postgres_server(settings=pg_settings) as pg, redis_server() as rd:
         yield pg, rd
 
 
@@ -493,6 +500,30 @@ def _fmt(value: Any) -> str:
 
 def _numeric(cell: str) -> bool:
     return cell[:1].isdigit() or (cell[:1] == "-" and cell[1:2].isdigit())
+
+
+def reset_statement_stats(dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def statement_stats(dsn: str, firings: int, top: int = 12) -> str:
+    """The statements that took the most database time since the last reset, per firing."""
+    rows = query(
+        dsn,
+        "SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') "
+        "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database "
+        "WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT %s",
+        [top],
+    )
+    total = sum(r[1] for r in rows)
+    return table(
+        ["calls", "total ms", "µs/firing", "share", "rows", "statement"],
+        [(c, t, t * 1000 / firings, f"{t / total:.0%}", n, q[:110]) for c, t, n, q in rows],
+    )
 
 
 def print_profile(paths: Sequence[str], top: int = 30) -> None:

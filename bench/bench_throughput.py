@@ -23,6 +23,7 @@ import tempfile
 import time
 
 from _harness import (
+    PG_STAT_STATEMENTS,
     NodeConfig,
     TriggerSet,
     check_messages,
@@ -34,8 +35,10 @@ from _harness import (
     print_profile,
     query,
     reset,
+    reset_statement_stats,
     seed,
     services,
+    statement_stats,
     table,
     verify_with_worker,
 )
@@ -49,13 +52,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=100, help="quartz_batch_size")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per run")
     parser.add_argument("--sample", type=int, default=200, help="messages run by a real worker")
-    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="cProfile the last run's nodes")
+    parser.add_argument(
+        "--pg-stats", action="store_true", help="pg_stat_statements of the last run"
+    )
     args = parser.parse_args(argv)
     node_counts = [int(n) for n in args.nodes.split(",")]
     n = args.triggers
     print(f"# throughput: {n:,} triggers all due; {machine_summary()}", flush=True)
 
-    with services() as (pg, rd):
+    with services(PG_STAT_STATEMENTS if args.pg_stats else None) as (pg, rd):
         url, dsn = fresh_store(pg)
         broker = rd.url(0)
         redis = rd.client(0)
@@ -69,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
             for attempt in range(args.repeats):
                 reset(dsn)
                 redis.flushdb()
-                last = args.profile and count == node_counts[-1] and attempt == args.repeats - 1
+                final = count == node_counts[-1] and attempt == args.repeats - 1
+                last = args.profile and final
+                if args.pg_stats and final:
+                    reset_statement_stats(dsn)
                 configs = [
                     NodeConfig(
                         name=f"node{i}",
@@ -100,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
                     "WHERE next_fire_time <= %s OR trigger_state <> 'WAITING'",
                     [now_ms()],
                 )[0][0]
+                if args.pg_stats and final:
+                    stats = statement_stats(dsn, n)
                 msgs = check_messages(redis)
                 ok = (
                     published == n
@@ -152,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
                 [(c, r, f"{r / base:.2f}x", lo, hi, cpu, st) for c, r, lo, hi, cpu, st in rows],
             )
         )
+        if args.pg_stats:
+            print(f"\n## database time by statement, {node_counts[-1]}-node run\n")
+            print(stats)
         if profile_paths:
             print(f"\n## cProfile of the {node_counts[-1]}-node run (all nodes merged)\n")
             print_profile(profile_paths)

@@ -14,7 +14,7 @@ as ``celery beat -S celery_quartz.Scheduler`` does):
 Ratios are against celery-quartz measured in the same run. celery-redbeat is not a dependency of
 celery-quartz: ``.venv/bin/pip install celery-redbeat`` for this benchmark (skipped if missing).
 
-    .venv/bin/python bench/bench_peers.py [--entries 10000] [--window 10] [--repeats 3]
+    .venv/bin/python bench/bench_peers.py [--entries 10000] [--window 5] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ def tick_child(kind: str, ticks: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=10_000)
-    parser.add_argument("--window", type=float, default=10.0, help="measured seconds")
-    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--window", type=float, default=5.0, help="measured seconds")
+    parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--ticks", type=int, default=30)
     parser.add_argument("--start-timeout", type=float, default=300.0)

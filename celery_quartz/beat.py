@@ -64,6 +64,7 @@ class Scheduler(beat.Scheduler):
             settings,
             self._clock,
             settings.resolve_instance_id(),
+            task_exists=self.app.tasks.__contains__,
         )
         self.loop.start()
 
@@ -76,7 +77,10 @@ class Scheduler(beat.Scheduler):
 
     def close(self) -> None:
         if self.loop is not None:
-            self.loop.shutdown()
+            self.loop.shutdown(
+                wait_for_jobs=self.quartz_settings.shutdown_wait_for_jobs,
+                timeout=self.quartz_settings.shutdown_timeout,
+            )
             self.loop.store.dispose()
             self.loop = None
 

@@ -11,6 +11,7 @@ import logging
 from datetime import datetime, timedelta
 
 from celery_quartz.clock import Clock, from_millis, to_millis
+from celery_quartz.errors import SchedulerStateError
 from celery_quartz.firing import Firing
 from celery_quartz.store.sql import CheckIn, SqlStore
 
@@ -81,12 +82,13 @@ class ClusterManager:
         self._last_checkin_millis = to_millis(now)
         self.next_check_in = now + timedelta(seconds=self.checkin_interval)
 
-    def failed_peers(self) -> list[CheckIn]:
-        """Scheduler instances whose check-in is too old by Quartz's rule."""
+    def failed_peers(self, kind: str = "scheduler") -> list[CheckIn]:
+        """Instances of ``kind`` (schedulers or workers) whose check-in is too old by Quartz's
+        rule."""
         now = to_millis(self.clock.now())
         return [
             peer
-            for peer in self.store.check_ins(kind="scheduler")
+            for peer in self.store.check_ins(kind=kind)
             if peer.instance_name != self.instance_id
             and now
             > failed_after(
@@ -96,6 +98,78 @@ class ClusterManager:
                 threshold_millis=self.threshold_millis,
             )
         ]
+
+    def recover_failed_workers(self) -> int:
+        """Resolve the executions of dead workers: their own check-in is too old, or they never
+        checked in at all and have been executing longer than a check-in window.
+
+        A ``disallow_concurrent`` execution is deferred by two check-in intervals plus the
+        threshold first (Quartz 4.x), in case the worker is only slow.
+        """
+        if not self.clustered:
+            return 0
+        defer = int(2 * self.checkin_interval * 1000) + self.threshold_millis
+        resolved = 0
+        for worker in self.failed_peers(kind="worker"):
+            logger.info(
+                "worker %s last checked in at %s; recovering what it was running",
+                worker.instance_name,
+                from_millis(worker.last_checkin_millis).isoformat(),
+            )
+            result = self.store.recover_worker(
+                worker.instance_name,
+                seen_checkin_millis=worker.last_checkin_millis,
+                defer_nonconcurrent_millis=defer,
+            )
+            if result is not None:
+                resolved += result.recovered + result.interrupted
+        known = {w.instance_name for w in self.store.check_ins(kind="worker")}
+        window = int(self.checkin_interval * 1000) + self.threshold_millis
+        now = to_millis(self.clock.now())
+        for worker_name, since in self.store.executing_workers().items():
+            if worker_name in known or since > now - window:
+                continue
+            logger.info("worker %s never checked in; recovering what it was running", worker_name)
+            result = self.store.recover_worker(
+                worker_name, seen_checkin_millis=None, defer_nonconcurrent_millis=defer
+            )
+            if result is not None:
+                resolved += result.recovered + result.interrupted
+        return resolved
+
+    def refuse_mixed_modes(self) -> None:
+        """A clustered scheduler refuses tables in use by a live non-clustered one, and the other
+        way round: a non-clustered scheduler resets the state of every firing at start and would
+        undo the cluster's work (Quartz only warns about this)."""
+        now = to_millis(self.clock.now())
+        live_other_mode = [
+            peer.instance_name
+            for peer in self.store.check_ins(kind="scheduler")
+            if peer.instance_name != self.instance_id
+            and peer.clustered != self.clustered
+            and now
+            <= failed_after(
+                peer,
+                now_millis=now,
+                my_last_checkin_millis=None,
+                threshold_millis=self.threshold_millis,
+            )
+        ]
+        if live_other_mode:
+            mine, theirs = (
+                ("clustered", "non-clustered")
+                if self.clustered
+                else (
+                    "non-clustered",
+                    "clustered",
+                )
+            )
+            raise SchedulerStateError(
+                f"scheduler {self.store.scheduler_name!r}: this {mine} instance "
+                f"{self.instance_id} refuses to start: {theirs} instance(s) "
+                f"{', '.join(sorted(live_other_mode))} are live on the same tables. Give one of "
+                "them another quartz_scheduler_name, table prefix or database."
+            )
 
     def recover_failed_peers(self) -> int:
         """Recover every dead peer and every orphan (fired rows with no check-in row at all)."""

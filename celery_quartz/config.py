@@ -49,6 +49,10 @@ class Settings:
     schema_auto_upgrade: bool = True
     #: Import ``beat_schedule`` into the store when a scheduler starts.
     import_beat_schedule: bool = True
+    #: At shutdown, wait for the firings this scheduler published to finish on the workers.
+    shutdown_wait_for_jobs: bool = False
+    #: The most seconds that wait may take.
+    shutdown_timeout: float = 30.0
 
     @classmethod
     def from_app(cls, app: Any) -> Settings:
@@ -82,7 +86,7 @@ class Settings:
             "max_job_data_bytes",
         ):
             positive(name)
-        for name in ("fire_ahead_window", "checkin_misfire_threshold"):
+        for name in ("fire_ahead_window", "checkin_misfire_threshold", "shutdown_timeout"):
             positive(name, allow_zero=True)
         # Bug fix: these were not checked, so a count of 2.5 reached SQL LIMIT and a string such
         # as "false" (say, from an environment variable) silently meant True.
@@ -90,7 +94,12 @@ class Settings:
             value = getattr(self, name)
             if not isinstance(value, int):
                 raise ConfigurationError(f"quartz_{name} must be a whole number, got {value!r}")
-        for name in ("clustered", "schema_auto_upgrade", "import_beat_schedule"):
+        for name in (
+            "clustered",
+            "schema_auto_upgrade",
+            "import_beat_schedule",
+            "shutdown_wait_for_jobs",
+        ):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ConfigurationError(f"quartz_{name} must be True or False, got {value!r}")

@@ -13,23 +13,25 @@ from celery_quartz.keys import JobKey, TriggerKey
 
 @dataclass
 class JobExecutionContext:
-    """The firing a task is running. Read it with :func:`current_context`.
-
-    ``job_data`` is the job's data merged with the trigger's (the trigger wins). For a job with
-    ``persist_job_data``, what the task leaves in it is written back to the job at completion.
-    """
+    """The firing a task is running. Read it with :func:`current_context`."""
 
     scheduler_name: str
     fire_instance_id: str
     job_key: JobKey
+    #: The trigger that fired (for a recovery or retry firing, its one-shot trigger).
     trigger_key: TriggerKey
-    #: The occurrence: when the trigger was scheduled to fire.
+    #: The occurrence: when the trigger was scheduled to fire (for a recovery or retry firing,
+    #: the original occurrence's).
     scheduled_fire_time: datetime
     #: When the scheduler fired it (published the message).
     fire_time: datetime
     #: The scheduler instance that published the message.
     fired_by: str = ""
+    #: The job's own data. For a job with ``persist_job_data``, what the task leaves here is
+    #: written back to the job when the firing completes (Quartz's JobDetail.JobDataMap).
     job_data: dict[str, Any] = field(default_factory=dict)
+    #: The trigger's data.
+    trigger_data: dict[str, Any] = field(default_factory=dict)
     #: A recovery firing: the worker that ran the original died mid-job.
     recovering: bool = False
     #: For a recovery or retry firing, the trigger of the original occurrence.
@@ -37,6 +39,16 @@ class JobExecutionContext:
     retry_attempt: int = 0
     refire_count: int = 0
     worker_name: str | None = None
+
+    @property
+    def merged_job_data(self) -> dict[str, Any]:
+        """Job data with the trigger's data over it (Quartz's MergedJobDataMap); a copy."""
+        return {**self.job_data, **self.trigger_data}
+
+    @property
+    def occurrence(self) -> tuple[TriggerKey, datetime]:
+        """(trigger, scheduled fire time) of the occurrence this firing runs, recovery or not."""
+        return (self.recovering_trigger_key or self.trigger_key, self.scheduled_fire_time)
 
     @classmethod
     def from_header(
@@ -51,7 +63,8 @@ class JobExecutionContext:
             scheduled_fire_time=from_millis(header["scheduled_fire_time"]),
             fire_time=from_millis(header["fire_time"]),
             fired_by=str(header.get("fired_by", "")),
-            job_data=dict(header.get("data") or {}),
+            job_data=dict(header.get("job_data") or {}),
+            trigger_data=dict(header.get("trigger_data") or {}),
             recovering=bool(header.get("recovering", False)),
             recovering_trigger_key=TriggerKey(*origin) if origin else None,
             retry_attempt=int(header.get("retry_attempt", 0)),

@@ -53,3 +53,11 @@ class JobPersistenceError(QuartzError):
 
 class SchedulerStateError(QuartzError):
     """The scheduler is not in a state that allows the requested operation."""
+
+
+class RefireJob(QuartzError):
+    """Raised by a task to run the same firing again at once (Quartz's refire-immediately).
+
+    The firing stays in flight, its ``refire_count`` goes up by one, and the same message is
+    published again; the occurrence is not counted as missed or completed.
+    """

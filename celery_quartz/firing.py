@@ -37,16 +37,34 @@ class AcquiredFiring:
     fire_instance_id: str
     trigger: Trigger
     job: JobRecord
+    #: The trigger's fire time that was claimed.
     scheduled_millis: int
+    #: A recovery or retry firing: the occurrence it stands for.
+    recovering: bool = False
+    origin_trigger_key: TriggerKey | None = None
+    origin_scheduled_millis: int | None = None
+    retry_attempt: int = 0
 
     @property
     def scheduled_fire_time(self) -> datetime:
         return from_millis(self.scheduled_millis)
 
+    @property
+    def occurrence_millis(self) -> int:
+        """The scheduled fire time of the occurrence this firing runs."""
+        if self.origin_scheduled_millis is not None:
+            return self.origin_scheduled_millis
+        return self.scheduled_millis
+
 
 @dataclass
 class Firing:
-    """A fired trigger, ready to publish as a Celery task message (task id = fire instance id)."""
+    """A fired trigger, ready to publish as a Celery task message (task id = fire instance id).
+
+    For a recovery or retry firing, ``trigger_key`` is the one-shot trigger that fired it and
+    ``origin_trigger_key`` the trigger of the occurrence it stands for; ``scheduled_millis`` is
+    always the occurrence's scheduled fire time.
+    """
 
     fire_instance_id: str
     scheduler_name: str
@@ -60,12 +78,14 @@ class Firing:
     fired_millis: int
     #: The scheduler instance that fired (or republished) it.
     fired_by: str = ""
-    data: dict[str, Any] = field(default_factory=dict)
+    job_data: dict[str, Any] = field(default_factory=dict)
+    trigger_data: dict[str, Any] = field(default_factory=dict)
+    #: After this instant a worker discards the message instead of starting it.
+    expires_millis: int | None = None
     recovering: bool = False
     retry_attempt: int = 0
     refire_count: int = 0
     origin_trigger_key: TriggerKey | None = None
-    origin_scheduled_millis: int | None = None
 
     def header(self) -> dict[str, Any]:
         """What the worker reads back into a :class:`~celery_quartz.context.JobExecutionContext`."""
@@ -77,12 +97,12 @@ class Firing:
             "scheduled_fire_time": self.scheduled_millis,
             "fire_time": self.fired_millis,
             "fired_by": self.fired_by,
-            "data": self.data,
+            "job_data": self.job_data,
+            "trigger_data": self.trigger_data,
             "recovering": self.recovering,
             "retry_attempt": self.retry_attempt,
             "refire_count": self.refire_count,
         }
         if self.origin_trigger_key is not None:
             header["origin_trigger"] = [self.origin_trigger_key.name, self.origin_trigger_key.group]
-            header["origin_scheduled_fire_time"] = self.origin_scheduled_millis
         return header

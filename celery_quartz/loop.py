@@ -4,6 +4,10 @@ One call of :meth:`SchedulingLoop.run_once` does one step and says how long to s
 next; ``celery beat`` calls it from :meth:`celery_quartz.Scheduler.tick`, tests call it directly
 with a fake clock. Nothing here waits while holding a database lock: an acquisition is committed
 before the loop sleeps until the batch's fire time.
+
+Housekeeping runs in the same loop: check-in and the recovery of dead schedulers and workers
+every ``quartz_checkin_interval``; the misfire handler (late triggers, and firings whose message
+expired unstarted) at most every 15 s, at once again while it finds more.
 """
 
 from __future__ import annotations
@@ -11,7 +15,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
+
+from sqlalchemy.exc import DBAPIError
 
 from celery_quartz.clock import Clock, from_millis, to_millis
 from celery_quartz.cluster import ClusterManager
@@ -24,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 #: Longest pause between misfire scans; a scan that found more work runs again at once.
 _MAX_MISFIRE_SCAN_INTERVAL = 15.0
+#: Pause before trying again when the store does not answer.
+_STORE_RETRY = 1.0
 
 
 class SchedulingLoop:
@@ -36,12 +46,16 @@ class SchedulingLoop:
         settings: Settings,
         clock: Clock,
         instance_id: str,
+        *,
+        task_exists: Callable[[str], bool] | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
         self.settings = settings
         self.clock = clock
         self.instance_id = instance_id
+        #: Whether a job's task can be run; a job whose task is gone puts its trigger in ERROR.
+        self.task_exists = task_exists
         self.cluster = ClusterManager(
             store,
             clock,
@@ -57,55 +71,101 @@ class SchedulingLoop:
         self._unpublished: dict[str, Firing] = {}
         self._next_misfire_scan: datetime | None = None
         self._started = False
+        self._store_down = False
         #: Firings this loop has published (for the log and for tests).
         self.fired_count = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Check in and take over what a previous life of this instance id left behind."""
+        """Check in, refuse a mixed clustered/non-clustered setup, and take over what a previous
+        life of this instance id or a dead peer left behind."""
         if self._started:
             return
         self.store.set_misfire_threshold(self.settings.misfire_threshold)
+        self.cluster.refuse_mixed_modes()
         self.cluster.check_in()
         released = self.store.release_acquired(self.instance_id)
         if released:
             logger.info(
                 "released %d trigger(s) claimed by an earlier run of %s", released, self.instance_id
             )
-        self._take_over_unpublished()
+        self._recover()
         self._next_misfire_scan = self.clock.now()
         self._started = True
         logger.info(
             "scheduler instance %s started (%s)", self.instance_id, self.store.scheduler_name
         )
 
-    def shutdown(self) -> None:
+    def shutdown(
+        self,
+        *,
+        wait_for_jobs: bool = False,
+        timeout: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         """Give back claimed-but-unfired triggers and leave the cluster.
 
-        Firings that could not be published stay in the store under this instance; removing the
-        check-in row makes them orphans that a surviving scheduler publishes again.
+        With ``wait_for_jobs``, first wait (at most ``timeout`` seconds) until the firings this
+        instance published have finished on the workers. Firings that could not be published
+        stay in the store under this instance; removing the check-in row makes them orphans that
+        a surviving scheduler publishes again.
         """
         if not self._started:
             return
-        released = self.store.release_acquired(self.instance_id, self._batch)
-        self._batch = []
-        if released:
-            logger.info("released %d acquired trigger(s) at shutdown", released)
-        self.cluster.leave()
+        try:
+            released = self.store.release_acquired(self.instance_id, self._batch)
+            self._batch = []
+            if released:
+                logger.info("released %d acquired trigger(s) at shutdown", released)
+            if wait_for_jobs:
+                self._wait_for_jobs(timeout, sleep)
+            self.cluster.leave()
+        except DBAPIError:
+            logger.exception("shutdown: the store did not answer; survivors will recover us")
         self._started = False
+
+    def _wait_for_jobs(self, timeout: float, sleep: Callable[[float], None]) -> None:
+        poll = 0.5
+        for _ in range(max(1, int(timeout / poll))):
+            running = self.store.in_flight(self.instance_id)
+            if not running:
+                return
+            sleep(poll)
+        logger.warning(
+            "shutdown: %d firing(s) of %s still running after %.0fs; leaving them to the workers",
+            self.store.in_flight(self.instance_id),
+            self.instance_id,
+            timeout,
+        )
 
     # -- one step --------------------------------------------------------------------------------
 
     def run_once(self) -> float:
-        """Do what is due now; return the seconds to sleep before the next call."""
-        if not self._started:
-            self.start()
+        """Do what is due now; return the seconds to sleep before the next call.
+
+        A store that does not answer (a restart, a network blip) is waited out: the step is
+        tried again a second later, and nothing is lost meanwhile (claims are committed rows).
+        """
+        try:
+            if not self._started:
+                self.start()
+            delay = self._step()
+        except DBAPIError as exc:
+            if not self._store_down:
+                logger.warning("the store did not answer (%s); retrying", exc.__class__.__name__)
+            self._store_down = True
+            return _STORE_RETRY
+        if self._store_down:
+            logger.info("the store answers again")
+            self._store_down = False
+        return delay
+
+    def _step(self) -> float:
         now = self.clock.now()
         if self.cluster.check_in_due(now):
             self.cluster.check_in()
-            self.cluster.recover_failed_peers()
-            self._take_over_unpublished()
+            self._recover()
         if self._next_misfire_scan is not None and now >= self._next_misfire_scan:
             self._scan_misfires(now)
         if self._unpublished:
@@ -123,11 +183,40 @@ class SchedulingLoop:
             if wait > 0:
                 return min(wait, self._until_housekeeping(now))
             batch, self._batch = self._batch, []
-            self._publish(self.store.fire(self.instance_id, batch))
+            self._fire(batch)
             return 0.0
         return min(self.settings.idle_wait, self._until_housekeeping(now))
 
-    def _take_over_unpublished(self) -> None:
+    def _fire(self, batch: list[AcquiredFiring]) -> None:
+        if self.task_exists is not None:
+            runnable = []
+            for firing in batch:
+                if self.task_exists(firing.job.task):
+                    runnable.append(firing)
+                else:
+                    self.store.set_trigger_error(
+                        firing,
+                        f"job {firing.job.key}: task {firing.job.task!r} is not registered",
+                    )
+            batch = runnable
+        try:
+            firings = self.store.fire(
+                self.instance_id, batch, expires_after=self.settings.misfire_threshold
+            )
+        except DBAPIError:
+            raise  # the claims stay; fired again on the next step or released by a survivor
+        except Exception:
+            # A trigger that cannot compute its next fire time must not take the scheduler down
+            # (nor, after recovery, every other scheduler in turn): give the batch back.
+            logger.exception("firing a batch of %d trigger(s) failed; releasing it", len(batch))
+            self.store.release_acquired(self.instance_id, batch)
+            return
+        self._publish(firings)
+
+    def _recover(self) -> None:
+        """Recover dead schedulers and workers, and take over what is now ours to publish."""
+        self.cluster.recover_failed_peers()
+        self.cluster.recover_failed_workers()
         for firing in self.cluster.take_over_unpublished():
             self._unpublished.setdefault(firing.fire_instance_id, firing)
 
@@ -162,14 +251,23 @@ class SchedulingLoop:
             threshold=self.settings.misfire_threshold,
             max_count=self.settings.max_misfires_per_round,
         )
+        # A message may be started up to its expiry; the grace lets a worker that took it just
+        # in time record the start before the firing counts as missed.
+        expired = self.store.resolve_expired_firings(
+            self.instance_id,
+            grace=self.settings.checkin_misfire_threshold + 1.0,
+            expires_after=self.settings.misfire_threshold,
+            max_count=self.settings.max_misfires_per_round,
+        )
+        self._publish(expired)
+        more = more or len(expired) >= self.settings.max_misfires_per_round
         interval = 0.0 if more else min(self.settings.misfire_threshold, _MAX_MISFIRE_SCAN_INTERVAL)
         self._next_misfire_scan = now + timedelta(seconds=interval)
         if handled:
             logger.debug("handled %d misfired trigger(s)", handled)
 
     def _until_housekeeping(self, now: datetime) -> float:
-        due = [self.cluster.next_check_in]
-        if self._next_misfire_scan is not None:
-            due.append(self._next_misfire_scan)
-        soonest = min(to_millis(d) for d in due if d is not None) if due else to_millis(now)
-        return max(0.0, (soonest - to_millis(now)) / 1000)
+        due = [d for d in (self.cluster.next_check_in, self._next_misfire_scan) if d is not None]
+        if not due:
+            return 0.0
+        return max(0.0, (min(to_millis(d) for d in due) - to_millis(now)) / 1000)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from celery import Celery
 
+from celery_quartz.clock import from_millis
 from celery_quartz.firing import HEADER, Firing
 
 logger = logging.getLogger(__name__)
@@ -35,19 +37,29 @@ class Publisher:
             self.app.producer_or_acquire() as producer,
             producer.batch(max_size=self.batch_size),
         ):
-                for firing in firings:
-                    self.app.send_task(
-                        firing.task,
-                        args=firing.args,
-                        kwargs=firing.kwargs,
-                        task_id=firing.fire_instance_id,
-                        headers={HEADER: firing.header()},
-                        serializer="json",
-                        producer=producer,
-                        **publish_options(firing.options),
-                    )
+            for firing in firings:
+                self.app.send_task(
+                    firing.task,
+                    args=firing.args,
+                    kwargs=firing.kwargs,
+                    task_id=firing.fire_instance_id,
+                    headers={HEADER: firing.header()},
+                    serializer="json",
+                    producer=producer,
+                    **publish_options(firing),
+                )
         logger.debug("published %d firing(s)", len(firings))
 
 
-def publish_options(options: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in options.items() if k not in _RESERVED_OPTIONS}
+def publish_options(firing: Firing) -> dict[str, Any]:
+    """The job's Celery publish options, with the firing's expiry (the earlier one wins)."""
+    options = {k: v for k, v in firing.options.items() if k not in _RESERVED_OPTIONS}
+    if firing.expires_millis is not None:
+        expires = from_millis(firing.expires_millis)
+        if "expires" not in options:
+            options["expires"] = expires
+        elif isinstance(options["expires"], (int, float)):
+            # A job's own expiry is seconds after publication; keep whichever comes first.
+            own = from_millis(firing.fired_millis) + timedelta(seconds=options["expires"])
+            options["expires"] = min(own, expires)
+    return options

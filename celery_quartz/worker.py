@@ -17,15 +17,20 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
 from celery.signals import task_postrun, worker_shutdown
 from celery.states import RETRY
+from sqlalchemy.exc import DBAPIError
 
 from celery_quartz.config import Settings
 from celery_quartz.context import JobExecutionContext, firing_header
+from celery_quartz.errors import RefireJob
+from celery_quartz.firing import HEADER
 from celery_quartz.store.sql import SqlStore
 
 logger = logging.getLogger(__name__)
@@ -79,7 +84,14 @@ class _WorkerHooks:
         if header is None or getattr(request, "quartz_fire_instance_id", None) == task_id:
             return
         worker = request.hostname or "unknown"
-        if not self.store(header["scheduler"]).start_execution(task_id, worker):
+        try:
+            started = self.store(header["scheduler"]).start_execution(task_id, worker)
+        except DBAPIError:
+            # The store is unreachable (a restart, a blip): deliver the same firing again
+            # shortly rather than run it unrecorded or lose it.
+            logger.warning("firing %s: the store did not answer; retrying in 1 s", task_id)
+            raise task.retry(countdown=1, max_retries=None) from None
+        if not started:
             logger.info(
                 "firing %s of trigger %s is already executing or complete: not starting it again",
                 task_id,
@@ -95,6 +107,7 @@ class _WorkerHooks:
         task_id: str | None = None,
         task: Task | None = None,
         state: str | None = None,
+        retval: Any = None,
         **_: Any,
     ) -> None:
         if task is None or task.app is not self.app:
@@ -106,9 +119,55 @@ class _WorkerHooks:
         store = self.store(context.scheduler_name)
         request.quartz_fire_instance_id = None
         if state == RETRY:
-            store.return_to_published(task_id)
+            _persist(lambda: store.return_to_published(task_id), task_id)
+        elif isinstance(retval, RefireJob):
+            self._refire(task, store, context)
+        else:
+            _persist(lambda: store.complete_execution(task_id, job_data=context.job_data), task_id)
+
+    def _refire(self, task: Task, store: SqlStore, context: JobExecutionContext) -> None:
+        """Run the same firing again at once, with ``refire_count`` one higher."""
+        task_id = context.fire_instance_id
+        if not _persist(lambda: store.return_to_published(task_id, refire=True), task_id):
             return
-        store.complete_execution(task_id, job_data=context.job_data)
+        request = task.request
+        header = dict(firing_header(request) or {})
+        header["refire_count"] = context.refire_count + 1
+        delivery = request.delivery_info or {}
+        task.apply_async(
+            args=request.args,
+            kwargs=request.kwargs,
+            task_id=task_id,
+            headers={HEADER: header},
+            serializer="json",
+            exchange=delivery.get("exchange"),
+            routing_key=delivery.get("routing_key"),
+        )
+        logger.info("firing %s refired (refire count %d)", task_id, context.refire_count + 1)
+
+
+#: How long a worker keeps trying to record a firing's end while the store does not answer.
+_PERSIST_BUDGET = 60.0
+
+
+def _persist(write: Callable[[], Any], task_id: str) -> Any:
+    """Run a store write, retrying through a store outage for up to a minute.
+
+    A completion that is never recorded would leave the firing in flight for ever (and a
+    disallow_concurrent job blocked), so a restart of the database is waited out here.
+    """
+    delay = 0.2
+    deadline = time.monotonic() + _PERSIST_BUDGET
+    while True:
+        try:
+            return write()
+        except DBAPIError:
+            if time.monotonic() >= deadline:
+                logger.exception("firing %s: could not record its end in the store", task_id)
+                return None
+            logger.warning("firing %s: the store did not answer; retrying", task_id)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def _guard_class(cls: type[Task], hooks: _WorkerHooks) -> None:
@@ -151,6 +210,19 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         )
         queues = sorted(parent.app.amqp.queues.consume_from)
         name = parent.hostname
+        # Before consuming: whatever this node name was executing belongs to a previous life of
+        # the worker (killed, and restarted under the same name), which no one else will recover.
+        try:
+            recovery = self._store.recover_worker(name, seen_checkin_millis=None)
+            if recovery and (recovery.recovered or recovery.interrupted):
+                logger.info(
+                    "worker %s: %d firing(s) of a previous run recovered, %d closed as interrupted",
+                    name,
+                    recovery.recovered,
+                    recovery.interrupted,
+                )
+        except DBAPIError:
+            logger.exception("worker %s: could not recover a previous run's firings", name)
         concurrency = getattr(parent, "concurrency", None)
         interval = settings.checkin_interval
         store = self._store

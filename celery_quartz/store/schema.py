@@ -209,6 +209,14 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("retry_attempt", Integer, nullable=False, server_default=text("0")),
         Column("refire_count", Integer, nullable=False, server_default=text("0")),
         Column("recovering", Boolean, nullable=False, server_default=false()),
+        # Times an expired (never started) message of this firing was published again.
+        Column("expired_count", Integer, nullable=False, server_default=text("0")),
+        # A dead worker's disallow_concurrent execution is recovered no earlier than this.
+        Column("recovery_after", BigInteger),
+        # The pin seen at acquisition (compare-and-swap of auto-pins) and where it was sent.
+        Column("preferred_node", String(NODE_NAME)),
+        Column("preferred_node_auto", Boolean, nullable=False, server_default=false()),
+        Column("queue", String(KEY_PART)),
     )
     Index(f"ix_{p}fired_instance", fired.c.sched_name, fired.c.instance_name, fired.c.state)
     Index(f"ix_{p}fired_trigger", fired.c.sched_name, fired.c.trigger_name, fired.c.trigger_group)

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -23,6 +23,7 @@ from sqlalchemy import (
     Engine,
     Row,
     and_,
+    bindparam,
     delete,
     func,
     insert,
@@ -41,7 +42,7 @@ from celery_quartz.errors import (
 )
 from celery_quartz.firing import AcquiredFiring, Firing, JobRecord
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json, encode_json_object
-from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.keys import RECOVERING_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.store.engine import create_store_engine
 from celery_quartz.store.schema import (
     DEFAULT_TABLE_PREFIX,
@@ -362,7 +363,9 @@ class SqlStore:
             raise InvalidTriggerError(
                 f"trigger {trigger.key}: based on its schedule it will never fire"
             )
-        state = self._initial_state(conn, trigger, bool(job_row.is_nonconcurrent))
+        state = self._initial_state(
+            conn, trigger.key, trigger.job_key, bool(job_row.is_nonconcurrent)
+        )
         values = self._trigger_values(trigger, state)
         existing = conn.execute(
             select(t.c.trigger_state).where(self._trigger_key_clause(trigger.key))
@@ -374,15 +377,19 @@ class SqlStore:
         else:
             conn.execute(insert(t).values(values))
 
-    def _initial_state(self, conn: Connection, trigger: Trigger, nonconcurrent: bool) -> str:
+    def _initial_state(
+        self, conn: Connection, key: TriggerKey, job_key: JobKey | None, nonconcurrent: bool
+    ) -> str:
+        """The state a trigger enters when stored or reset: paused with its group, blocked while
+        its disallow_concurrent job has a firing in flight."""
         paused = self.tables.paused_trigger_groups
         group_paused = conn.execute(
             select(paused.c.trigger_group).where(
                 paused.c.sched_name == self.scheduler_name,
-                paused.c.trigger_group.in_([trigger.key.group, "_$_ALL_GROUPS_PAUSED_$_"]),
+                paused.c.trigger_group.in_([key.group, "_$_ALL_GROUPS_PAUSED_$_"]),
             )
         ).first()
-        blocked = nonconcurrent and self._job_in_flight(conn, trigger.job_key)
+        blocked = nonconcurrent and self._job_in_flight(conn, job_key)
         if group_paused is not None:
             return TriggerState.PAUSED_BLOCKED if blocked else TriggerState.PAUSED
         return TriggerState.BLOCKED if blocked else TriggerState.WAITING
@@ -743,6 +750,10 @@ class SqlStore:
                     trigger=self._trigger_from_row(row),
                     job=self._job_record_from_row(row),
                     scheduled_millis=row.next_fire_time,
+                    recovering=row.recovering,
+                    origin_trigger_key=_origin_key(row),
+                    origin_scheduled_millis=row.origin_sched_time,
+                    retry_attempt=row.retry_attempt,
                 )
                 acquired.append(firing)
                 fired_rows.append(
@@ -770,8 +781,19 @@ class SqlStore:
         logger.debug("%s acquired %d trigger(s)", instance_name, len(acquired))
         return acquired
 
-    def fire(self, instance_name: str, acquired: Sequence[AcquiredFiring]) -> list[Firing]:
+    def fire(
+        self,
+        instance_name: str,
+        acquired: Sequence[AcquiredFiring],
+        *,
+        expires_after: float | None = None,
+    ) -> list[Firing]:
         """Fire claimed triggers: advance each, and turn its fired row into a message to publish.
+
+        Each trigger's next fire time is computed before the transaction opens, so the
+        transaction only checks ownership and writes. ``expires_after`` (seconds) gives each
+        message an expiry: a firing no worker starts by then is resolved as a misfire
+        (:meth:`resolve_expired_firings`).
 
         Race settled: a scheduler that was declared dead (and whose claims were released and
         taken by a survivor) must not fire. Ownership is the fired row with this instance's name
@@ -781,7 +803,20 @@ class SqlStore:
         if not acquired:
             return []
         t, f = self.tables.triggers, self.tables.fired_triggers
+        calendars = self._calendars({a.trigger.calendar_name for a in acquired})
+        advanced: dict[str, dict[str, Any]] = {}
+        for firing in acquired:
+            trigger = firing.trigger
+            trigger.triggered(calendars.get(trigger.calendar_name or ""))
+            advanced[firing.fire_instance_id] = {
+                "b_name": trigger.key.name,
+                "b_group": trigger.key.group,
+                "b_nft": _millis_or_none(trigger.next_fire_time),
+                "b_prev": _millis_or_none(trigger.previous_fire_time),
+                "b_times": trigger.times_triggered,
+            }
         now = self._now()
+        expires = None if expires_after is None else now + int(expires_after * 1000)
         by_id = {a.fire_instance_id: a for a in acquired}
         firings: list[Firing] = []
         with self.transaction() as conn:
@@ -812,11 +847,10 @@ class SqlStore:
                 )
             }
             dropped: list[str] = []
-            calendars: dict[str, Any] = {}
-            # Bug fix: two triggers of a job that disallows concurrent execution, acquired in one
-            # batch, both fired, because `still_acquired` above predates the BLOCKED state that
-            # _block_other_triggers gives the second one. A job fires once per batch; the later
-            # firings are dropped (their triggers stay BLOCKED until the first one completes).
+            updates: list[dict[str, Any]] = []
+            # A job that disallows concurrent execution fires once per batch: `still_acquired`
+            # predates the BLOCKED state its first firing gives the others, so later firings of
+            # the same job in this batch are dropped (their triggers stay BLOCKED until it ends).
             nonconcurrent_fired: set[JobKey] = set()
             for fire_id, firing in by_id.items():
                 trigger = firing.trigger
@@ -827,34 +861,34 @@ class SqlStore:
                 ):
                     dropped.append(fire_id)
                     continue
-                calendar = None
-                if trigger.calendar_name is not None:
-                    if trigger.calendar_name not in calendars:
-                        calendars[trigger.calendar_name] = self._calendar(
-                            conn, trigger.calendar_name, trigger.key
-                        )
-                    calendar = calendars[trigger.calendar_name]
-                trigger.triggered(calendar)
-                if trigger.next_fire_time is None:
-                    state = TriggerState.COMPLETE
+                values = advanced[fire_id]
+                if values["b_nft"] is None:
+                    values["b_state"] = TriggerState.COMPLETE
                 elif firing.job.disallow_concurrent:
-                    state = TriggerState.BLOCKED
+                    values["b_state"] = TriggerState.BLOCKED
                 else:
-                    state = TriggerState.WAITING
-                conn.execute(
-                    update(t)
-                    .where(self._trigger_key_clause(trigger.key))
-                    .values(
-                        trigger_state=state,
-                        next_fire_time=_millis_or_none(trigger.next_fire_time),
-                        prev_fire_time=_millis_or_none(trigger.previous_fire_time),
-                        times_triggered=trigger.times_triggered,
-                    )
-                )
+                    values["b_state"] = TriggerState.WAITING
+                updates.append(values)
                 if firing.job.disallow_concurrent:
                     self._block_other_triggers(conn, firing.job.key, trigger.key)
                     nonconcurrent_fired.add(firing.job.key)
-                firings.append(self._firing_message(firing, now, instance_name))
+                firings.append(self._firing_message(firing, now, instance_name, expires))
+            if updates:
+                conn.execute(
+                    update(t)
+                    .where(
+                        t.c.sched_name == self.scheduler_name,
+                        t.c.trigger_name == bindparam("b_name"),
+                        t.c.trigger_group == bindparam("b_group"),
+                    )
+                    .values(
+                        trigger_state=bindparam("b_state"),
+                        next_fire_time=bindparam("b_nft"),
+                        prev_fire_time=bindparam("b_prev"),
+                        times_triggered=bindparam("b_times"),
+                    ),
+                    updates,
+                )
             if dropped:
                 conn.execute(
                     delete(f).where(
@@ -873,9 +907,25 @@ class SqlStore:
                         f.c.sched_name == self.scheduler_name,
                         f.c.entry_id.in_([m.fire_instance_id for m in firings]),
                     )
-                    .values(state=FiringState.FIRED, fired_time=now)
+                    .values(state=FiringState.FIRED, fired_time=now, expires_time=expires)
                 )
         return firings
+
+    def _calendars(self, names: set[str | None]) -> dict[str, Any]:
+        """The named calendars, read in one short transaction (none when no trigger has one)."""
+        wanted = {n for n in names if n}
+        if not wanted:
+            return {}
+        from celery_quartz.calendars import calendar_from_dict
+
+        c = self.tables.calendars
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(c.c.calendar_name, c.c.calendar).where(
+                    c.c.sched_name == self.scheduler_name, c.c.calendar_name.in_(wanted)
+                )
+            ).all()
+        return {r.calendar_name: calendar_from_dict(json.loads(r.calendar)) for r in rows}
 
     def _block_other_triggers(self, conn: Connection, job: JobKey, fired: TriggerKey) -> None:
         t = self.tables.triggers
@@ -891,7 +941,9 @@ class SqlStore:
             .values(trigger_state=TriggerState.PAUSED_BLOCKED)
         )
 
-    def _firing_message(self, firing: AcquiredFiring, now: int, instance_name: str) -> Firing:
+    def _firing_message(
+        self, firing: AcquiredFiring, now: int, instance_name: str, expires: int | None
+    ) -> Firing:
         job = firing.job
         return Firing(
             fire_instance_id=firing.fire_instance_id,
@@ -902,10 +954,15 @@ class SqlStore:
             options=job.options,
             job_key=job.key,
             trigger_key=firing.trigger.key,
-            scheduled_millis=firing.scheduled_millis,
+            scheduled_millis=firing.occurrence_millis,
             fired_millis=now,
             fired_by=instance_name,
-            data={**job.data, **firing.trigger.data},
+            job_data=job.data,
+            trigger_data=firing.trigger.data,
+            expires_millis=expires,
+            recovering=firing.recovering,
+            retry_attempt=firing.retry_attempt,
+            origin_trigger_key=firing.origin_trigger_key,
         )
 
     def mark_published(self, fire_instance_ids: Sequence[str]) -> None:
@@ -1158,70 +1215,82 @@ class SqlStore:
         return released, moved
 
     def unpublished_firings(self, instance_name: str) -> list[Firing]:
-        """Firings this instance fired (or took over) whose publication is not recorded."""
-        f, j, t = self.tables.fired_triggers, self.tables.jobs, self.tables.triggers
+        """Firings this instance fired (or took over) whose publication is not recorded.
+
+        A firing whose job was deleted meanwhile cannot be published: it is removed, and what
+        waited on it is released.
+        """
+        f = self.tables.fired_triggers
         with self.transaction() as conn:
-            rows = conn.execute(
-                select(
-                    f.c.entry_id,
-                    f.c.sched_time,
-                    f.c.fired_time,
-                    f.c.trigger_name,
-                    f.c.trigger_group,
-                    f.c.retry_attempt,
-                    f.c.refire_count,
-                    f.c.recovering,
-                    j.c.job_name,
-                    j.c.job_group,
-                    j.c.task_name,
-                    j.c.args,
-                    j.c.kwargs,
-                    j.c.options,
-                    j.c.job_data,
-                    t.c.job_data.label("trigger_data"),
-                )
-                .join(
-                    j,
-                    and_(
-                        j.c.sched_name == f.c.sched_name,
-                        j.c.job_name == f.c.job_name,
-                        j.c.job_group == f.c.job_group,
-                    ),
-                )
-                .outerjoin(
-                    t,
-                    and_(
-                        t.c.sched_name == f.c.sched_name,
-                        t.c.trigger_name == f.c.trigger_name,
-                        t.c.trigger_group == f.c.trigger_group,
-                    ),
-                )
-                .where(
-                    f.c.sched_name == self.scheduler_name,
-                    f.c.instance_name == instance_name,
-                    f.c.state == FiringState.FIRED,
-                )
-            ).all()
-        return [
-            Firing(
-                fire_instance_id=r.entry_id,
-                scheduler_name=self.scheduler_name,
-                task=r.task_name,
-                args=json.loads(r.args),
-                kwargs=json.loads(r.kwargs),
-                options=json.loads(r.options),
-                job_key=JobKey(r.job_name, r.job_group),
-                trigger_key=TriggerKey(r.trigger_name, r.trigger_group),
-                scheduled_millis=r.sched_time,
-                fired_millis=r.fired_time,
-                fired_by=instance_name,
-                data={**json.loads(r.job_data), **json.loads(r.trigger_data or "{}")},
-                recovering=r.recovering,
-                retry_attempt=r.retry_attempt,
-                refire_count=r.refire_count,
+            return self._firings_to_publish(
+                conn,
+                and_(f.c.instance_name == instance_name, f.c.state == FiringState.FIRED),
+                instance_name,
             )
-            for r in rows
-        ]
+
+    def _firings_to_publish(self, conn: Connection, where: Any, instance_name: str) -> list[Firing]:
+        f, j, t = self.tables.fired_triggers, self.tables.jobs, self.tables.triggers
+        rows = conn.execute(
+            select(
+                f,
+                j.c.task_name,
+                j.c.args,
+                j.c.kwargs,
+                j.c.options,
+                j.c.job_data,
+                t.c.job_data.label("trigger_data"),
+                t.c.origin_trigger_name,
+                t.c.origin_trigger_group,
+                t.c.origin_sched_time,
+            )
+            .outerjoin(
+                j,
+                and_(
+                    j.c.sched_name == f.c.sched_name,
+                    j.c.job_name == f.c.job_name,
+                    j.c.job_group == f.c.job_group,
+                ),
+            )
+            .outerjoin(
+                t,
+                and_(
+                    t.c.sched_name == f.c.sched_name,
+                    t.c.trigger_name == f.c.trigger_name,
+                    t.c.trigger_group == f.c.trigger_group,
+                ),
+            )
+            .where(f.c.sched_name == self.scheduler_name, where)
+        ).all()
+        firings = []
+        for r in rows:
+            if r.task_name is None:
+                self._drop_firing(conn, r, "its job no longer exists")
+                continue
+            firings.append(
+                Firing(
+                    fire_instance_id=r.entry_id,
+                    scheduler_name=self.scheduler_name,
+                    task=r.task_name,
+                    args=json.loads(r.args),
+                    kwargs=json.loads(r.kwargs),
+                    options=json.loads(r.options),
+                    job_key=JobKey(r.job_name, r.job_group),
+                    trigger_key=TriggerKey(r.trigger_name, r.trigger_group),
+                    scheduled_millis=(
+                        r.origin_sched_time if r.origin_sched_time is not None else r.sched_time
+                    ),
+                    fired_millis=r.fired_time,
+                    fired_by=instance_name,
+                    job_data=json.loads(r.job_data),
+                    trigger_data=json.loads(r.trigger_data or "{}"),
+                    expires_millis=r.expires_time,
+                    recovering=r.recovering,
+                    retry_attempt=r.retry_attempt,
+                    refire_count=r.refire_count,
+                    origin_trigger_key=_origin_key(r),
+                )
+            )
+        return firings
 
     # -- the worker's side -----------------------------------------------------------------------
 
@@ -1229,8 +1298,9 @@ class SqlStore:
         """Mark a firing EXECUTING on ``worker_name``; False when it must not run here.
 
         Race settled: the same firing delivered twice (a broker redelivery, a republish after a
-        scheduler died between publishing and recording). Only the first conditional update from
-        FIRED/PUBLISHED matches; every later delivery finds EXECUTING, or no row once complete.
+        scheduler died between publishing and recording, a republish of an expired message).
+        Only the first conditional update from FIRED/PUBLISHED matches; every later delivery
+        finds EXECUTING, or no row once complete.
         """
         f = self.tables.fired_triggers
         with self.transaction() as conn:
@@ -1247,30 +1317,40 @@ class SqlStore:
             ).rowcount
         return bool(started)
 
-    def return_to_published(self, fire_instance_id: str) -> None:
-        """The task asked Celery to retry it: the same firing will be delivered again."""
+    def return_to_published(self, fire_instance_id: str, *, refire: bool = False) -> bool:
+        """Put an executing firing back in flight, for the same firing's next delivery.
+
+        For a Celery retry (``self.retry()``), or with ``refire`` for a refire-immediately request
+        (:class:`celery_quartz.errors.RefireJob`), which also counts ``refire_count`` up.
+        """
         f = self.tables.fired_triggers
+        values: dict[str, Any] = {"state": FiringState.PUBLISHED, "worker_name": None}
+        if refire:
+            values["refire_count"] = f.c.refire_count + 1
         with self.transaction() as conn:
-            conn.execute(
-                update(f)
-                .where(
-                    f.c.sched_name == self.scheduler_name,
-                    f.c.entry_id == fire_instance_id,
-                    f.c.state == FiringState.EXECUTING,
-                )
-                .values(state=FiringState.PUBLISHED, worker_name=None)
+            return bool(
+                conn.execute(
+                    update(f)
+                    .where(
+                        f.c.sched_name == self.scheduler_name,
+                        f.c.entry_id == fire_instance_id,
+                        f.c.state == FiringState.EXECUTING,
+                    )
+                    .values(values)
+                ).rowcount
             )
 
     def complete_execution(
         self, fire_instance_id: str, *, job_data: dict[str, Any] | None = None
     ) -> bool:
         """Finish a firing: remove its row and release what waited on it (Quartz's
-        ``triggeredJobComplete``). Returns False if the firing was not executing (already done).
+        ``triggeredJobComplete``). ``job_data`` is written back to a job that persists its data.
+        Returns False if the firing was not executing (already done, or recovered).
 
         Race settled: completion against recovery of the same firing; the delete is conditional on
         EXECUTING, so exactly one of them acts.
         """
-        f, t, j = self.tables.fired_triggers, self.tables.triggers, self.tables.jobs
+        f, j = self.tables.fired_triggers, self.tables.jobs
         with self.transaction() as conn:
             row = conn.execute(
                 delete(f)
@@ -1279,19 +1359,12 @@ class SqlStore:
                     f.c.entry_id == fire_instance_id,
                     f.c.state == FiringState.EXECUTING,
                 )
-                .returning(
-                    f.c.trigger_name,
-                    f.c.trigger_group,
-                    f.c.job_name,
-                    f.c.job_group,
-                    f.c.is_nonconcurrent,
-                )
+                .returning(f)
             ).first()
             if row is None:
                 return False
-            job_key = JobKey(row.job_name, row.job_group)
-            trigger_key = TriggerKey(row.trigger_name, row.trigger_group)
             if job_data is not None:
+                job_key = JobKey(row.job_name, row.job_group)
                 encoded = encode_json_object(
                     f"job {job_key}", "data", job_data, self.max_data_bytes
                 )
@@ -1300,18 +1373,78 @@ class SqlStore:
                     .where(self._job_key_clause(job_key), j.c.is_update_data.is_(True))
                     .values(job_data=encoded)
                 )
-            if row.is_nonconcurrent:
-                self._unblock_triggers(conn, job_key)
-            state = conn.execute(
-                select(t.c.trigger_state).where(self._trigger_key_clause(trigger_key))
-            ).scalar_one_or_none()
-            if state == TriggerState.COMPLETE:
-                self._remove_trigger(conn, trigger_key)
+            self._release_after_firing(conn, row)
         return True
 
+    def _drop_firing(self, conn: Connection, row: Row[Any], why: str) -> bool:
+        """Remove a fired row (if still there) and release what waited on it."""
+        f = self.tables.fired_triggers
+        gone = conn.execute(
+            delete(f).where(f.c.sched_name == self.scheduler_name, f.c.entry_id == row.entry_id)
+        ).rowcount
+        if gone:
+            self._release_after_firing(conn, row)
+            logger.info(
+                "firing %s of trigger %s.%s dropped: %s",
+                row.entry_id,
+                row.trigger_group,
+                row.trigger_name,
+                why,
+            )
+        return bool(gone)
+
+    def _release_after_firing(self, conn: Connection, row: Row[Any]) -> None:
+        """What a firing's end releases: its job's blocked triggers, and a finished trigger."""
+        t = self.tables.triggers
+        if row.is_nonconcurrent and row.job_name is not None:
+            self._unblock_triggers(conn, JobKey(row.job_name, row.job_group))
+        trigger_key = TriggerKey(row.trigger_name, row.trigger_group)
+        state = conn.execute(
+            select(t.c.trigger_state).where(self._trigger_key_clause(trigger_key))
+        ).scalar_one_or_none()
+        if state == TriggerState.COMPLETE:
+            self._remove_trigger(conn, trigger_key)
+
     def _unblock_triggers(self, conn: Connection, job: JobKey) -> None:
+        """A disallow_concurrent job's firing ended: its other triggers may fire again. One made
+        late by the block gets its misfire instruction on the spot (Quartz 4.x)."""
         t = self.tables.triggers
         of_job = self._triggers_of_job_clause(job)
+        now = self._now()
+        late = conn.execute(
+            select(t).where(
+                of_job,
+                t.c.trigger_state == TriggerState.BLOCKED,
+                t.c.misfire_instr != MisfireInstruction.IGNORE_MISFIRE_POLICY,
+                t.c.next_fire_time < now - self._misfire_threshold_ms,
+            )
+        ).all()
+        for row in late:
+            trigger = self._trigger_from_row(row)
+            trigger.update_after_misfire(
+                from_millis(now), self._calendar(conn, trigger.calendar_name, trigger.key)
+            )
+            if trigger.next_fire_time is None:
+                self._remove_trigger(conn, trigger.key)
+                outcome = "will not fire again; removed"
+            else:
+                conn.execute(
+                    update(t)
+                    .where(self._trigger_key_clause(trigger.key))
+                    .values(
+                        misfire_orig_fire_time=row.next_fire_time,
+                        **self._rescheduled_definition(trigger),
+                    )
+                )
+                outcome = f"next fire time {trigger.next_fire_time.isoformat()}"
+            logger.info(
+                "misfire: trigger %s, blocked by its job's running firing, was %.1fs late "
+                "(instruction %s); %s",
+                trigger.key,
+                (now - row.next_fire_time) / 1000,
+                trigger.misfire_instruction,
+                outcome,
+            )
         conn.execute(
             update(t)
             .where(of_job, t.c.trigger_state == TriggerState.BLOCKED)
@@ -1323,6 +1456,333 @@ class SqlStore:
             .values(trigger_state=TriggerState.PAUSED)
         )
 
+    # -- dead workers, expired messages, triggers in error ----------------------------------------
+
+    def executing_workers(self) -> dict[str, int]:
+        """Worker node name → the earliest start time (ms) of the firings it is executing."""
+        f = self.tables.fired_triggers
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(f.c.worker_name, func.min(f.c.started_time).label("since"))
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.state == FiringState.EXECUTING,
+                    f.c.worker_name.is_not(None),
+                )
+                .group_by(f.c.worker_name)
+            ).all()
+        return {r.worker_name: r.since for r in rows}
+
+    def recover_worker(
+        self,
+        worker_name: str,
+        *,
+        seen_checkin_millis: int | None,
+        defer_nonconcurrent_millis: int = 0,
+    ) -> WorkerRecovery | None:
+        """Resolve the executions of a dead worker; None if another scheduler got there first or
+        the worker checked in again.
+
+        * a job with ``requests_recovery`` gets a recovery firing: a one-shot trigger in the
+          RECOVERING_JOBS group, due now, carrying the original trigger, occurrence and data;
+          the task sees ``context.recovering``;
+        * any other job's occurrence is closed as interrupted (its row removed; it is not run
+          again);
+        * a ``disallow_concurrent`` execution is first deferred by ``defer_nonconcurrent_millis``
+          (4.x: it may still be running on a worker that is only slow), then resolved as above.
+
+        Race settled: several schedulers see the same dead worker. Its check-in row is locked and
+        must still carry the check-in time judged stale; each fired row is removed by a delete
+        conditional on EXECUTING, and only the remover acts on it.
+        """
+        s, f = self.tables.scheduler_state, self.tables.fired_triggers
+        now = self._now()
+        result = WorkerRecovery(worker_name)
+        state_clause = and_(s.c.sched_name == self.scheduler_name, s.c.instance_name == worker_name)
+        with self.transaction() as conn:
+            if seen_checkin_millis is not None:
+                seen = conn.execute(
+                    select(s.c.last_checkin_time).where(state_clause).with_for_update()
+                ).scalar_one_or_none()
+                if seen != seen_checkin_millis:
+                    return None
+            rows = conn.execute(
+                select(f)
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.worker_name == worker_name,
+                    f.c.state == FiringState.EXECUTING,
+                )
+                .with_for_update(skip_locked=True)
+            ).all()
+            for row in rows:
+                if row.is_nonconcurrent and defer_nonconcurrent_millis:
+                    if row.recovery_after is None:
+                        conn.execute(
+                            update(f)
+                            .where(f.c.sched_name == self.scheduler_name)
+                            .where(f.c.entry_id == row.entry_id)
+                            .values(recovery_after=now + defer_nonconcurrent_millis)
+                        )
+                        logger.info(
+                            "worker %s is dead; recovery of firing %s of disallow_concurrent "
+                            "job %s.%s deferred %.1fs",
+                            worker_name,
+                            row.entry_id,
+                            row.job_group,
+                            row.job_name,
+                            defer_nonconcurrent_millis / 1000,
+                        )
+                        result.deferred += 1
+                        continue
+                    if now < row.recovery_after:
+                        result.deferred += 1
+                        continue
+                gone = conn.execute(
+                    delete(f).where(
+                        f.c.sched_name == self.scheduler_name,
+                        f.c.entry_id == row.entry_id,
+                        f.c.state == FiringState.EXECUTING,
+                    )
+                ).rowcount
+                if not gone:
+                    continue
+                if row.requests_recovery and self._schedule_recovery_firing(conn, row, now):
+                    result.recovered += 1
+                else:
+                    result.interrupted += 1
+                    logger.info(
+                        "worker %s died running firing %s of trigger %s.%s (scheduled %s); "
+                        "closed as interrupted",
+                        worker_name,
+                        row.entry_id,
+                        row.trigger_group,
+                        row.trigger_name,
+                        from_millis(row.sched_time).isoformat(),
+                    )
+                self._release_after_firing(conn, row)
+            if seen_checkin_millis is not None and not result.deferred:
+                conn.execute(delete(s).where(state_clause))
+        return result
+
+    def _schedule_recovery_firing(self, conn: Connection, row: Row[Any], now: int) -> bool:
+        """A one-shot trigger that runs the interrupted occurrence again, as soon as possible."""
+        from celery_quartz.triggers.simple import SimpleTrigger
+
+        t = self.tables.triggers
+        job_key = JobKey(row.job_name, row.job_group)
+        if (
+            conn.execute(
+                select(self.tables.jobs.c.job_name).where(self._job_key_clause(job_key))
+            ).first()
+            is None
+        ):
+            logger.info("firing %s cannot be recovered: job %s is gone", row.entry_id, job_key)
+            return False
+        original = conn.execute(
+            select(
+                t.c.job_data,
+                t.c.origin_trigger_name,
+                t.c.origin_trigger_group,
+                t.c.origin_fire_time,
+                t.c.origin_sched_time,
+            ).where(self._trigger_key_clause(TriggerKey(row.trigger_name, row.trigger_group)))
+        ).first()
+        if original is not None and original.origin_trigger_name is not None:
+            # Recovering a recovery (or retry) firing: keep pointing at the first occurrence.
+            origin = (
+                original.origin_trigger_name,
+                original.origin_trigger_group,
+                original.origin_fire_time,
+                original.origin_sched_time,
+            )
+        else:
+            origin = (row.trigger_name, row.trigger_group, row.fired_time, row.sched_time)
+        key = TriggerKey(f"recover_{row.entry_id}", RECOVERING_JOBS_GROUP)
+        trigger = SimpleTrigger(
+            key=key,
+            job_key=job_key,
+            start_at=from_millis(now),
+            repeat_count=0,
+            repeat_interval=timedelta(0),
+            priority=row.priority,
+            misfire_instruction=MisfireInstruction.IGNORE_MISFIRE_POLICY,
+            data=json.loads(original.job_data) if original is not None else {},
+        )
+        self._store_trigger(conn, trigger, True, from_millis(now))
+        conn.execute(
+            update(t)
+            .where(self._trigger_key_clause(key))
+            .values(
+                origin_trigger_name=origin[0],
+                origin_trigger_group=origin[1],
+                origin_fire_time=origin[2],
+                origin_sched_time=origin[3],
+                recovering=True,
+                execution_group=row.execution_group,
+            )
+        )
+        logger.info(
+            "worker %s died running firing %s of trigger %s.%s (scheduled %s); recovery firing "
+            "%s scheduled",
+            row.worker_name,
+            row.entry_id,
+            origin[1],
+            origin[0],
+            from_millis(origin[3]).isoformat(),
+            key,
+        )
+        return True
+
+    def resolve_expired_firings(
+        self,
+        instance_name: str,
+        *,
+        grace: float,
+        expires_after: float,
+        max_count: int,
+    ) -> list[Firing]:
+        """Resolve firings whose message expired before any worker started it (see
+        :mod:`celery_quartz.misfire`); returns those to publish again (now owned by
+        ``instance_name``, with a new expiry ``expires_after`` seconds from now).
+
+        ``grace`` (seconds past the expiry) lets a worker that took the message just in time mark
+        it EXECUTING first. Race settled: two schedulers resolving the same firing, or a worker
+        starting it meanwhile; each row is locked and its update or delete is conditional on its
+        state, so exactly one outcome holds.
+        """
+        from celery_quartz.misfire import runs_missed_occurrence
+
+        f, t = self.tables.fired_triggers, self.tables.triggers
+        now = self._now()
+        cutoff = now - int(grace * 1000)
+        in_flight = [FiringState.FIRED, FiringState.PUBLISHED]
+        republish: list[str] = []
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(f)
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.state.in_(in_flight),
+                    f.c.expires_time < cutoff,
+                )
+                .order_by(f.c.expires_time)
+                .limit(max_count)
+                .with_for_update(skip_locked=True)
+            ).all()
+            for row in rows:
+                trigger_row = conn.execute(
+                    select(t).where(
+                        self._trigger_key_clause(TriggerKey(row.trigger_name, row.trigger_group))
+                    )
+                ).first()
+                trigger = None if trigger_row is None else self._trigger_from_row(trigger_row)
+                late_by = (now - row.sched_time) / 1000
+                if (
+                    row.expired_count == 0
+                    and trigger is not None
+                    and (row.recovering or runs_missed_occurrence(trigger))
+                ):
+                    conn.execute(
+                        update(f)
+                        .where(f.c.sched_name == self.scheduler_name)
+                        .where(f.c.entry_id == row.entry_id, f.c.state.in_(in_flight))
+                        .values(
+                            state=FiringState.FIRED,
+                            instance_name=instance_name,
+                            fired_time=now,
+                            expires_time=now + int(expires_after * 1000),
+                            expired_count=f.c.expired_count + 1,
+                        )
+                    )
+                    republish.append(row.entry_id)
+                    logger.info(
+                        "misfire: firing %s of trigger %s.%s was not started by any worker "
+                        "(%.1fs after its fire time); its instruction runs it now: published again",
+                        row.entry_id,
+                        row.trigger_group,
+                        row.trigger_name,
+                        late_by,
+                    )
+                else:
+                    why = (
+                        "it expired again after being published again"
+                        if row.expired_count
+                        else "no worker started it and its misfire instruction skips a missed "
+                        "occurrence"
+                    )
+                    self._drop_firing(conn, row, f"misfire: {why} ({late_by:.1f}s late)")
+            firings = (
+                self._firings_to_publish(conn, f.c.entry_id.in_(republish), instance_name)
+                if republish
+                else []
+            )
+        return firings
+
+    def set_trigger_error(self, acquired: AcquiredFiring, reason: str) -> None:
+        """Put a claimed trigger in ERROR (Quartz: its job cannot be run) and drop the claim."""
+        t, f = self.tables.triggers, self.tables.fired_triggers
+        with self.transaction() as conn:
+            conn.execute(
+                delete(f).where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.entry_id == acquired.fire_instance_id,
+                )
+            )
+            conn.execute(
+                update(t)
+                .where(
+                    self._trigger_key_clause(acquired.trigger.key),
+                    t.c.trigger_state == TriggerState.ACQUIRED,
+                )
+                .values(trigger_state=TriggerState.ERROR)
+            )
+        logger.error("trigger %s put in ERROR: %s", acquired.trigger.key, reason)
+
+    def reset_trigger_from_error_state(self, keys: Sequence[TriggerKey]) -> int:
+        """Return triggers in ERROR to their schedule (WAITING, or PAUSED when their group is
+        paused, or BLOCKED while their disallow_concurrent job runs). The number reset."""
+        t, j = self.tables.triggers, self.tables.jobs
+        reset = 0
+        with self.transaction() as conn:
+            for key in keys:
+                row = conn.execute(
+                    select(t.c.trigger_state, j.c.is_nonconcurrent, t.c.job_name, t.c.job_group)
+                    .join(
+                        j,
+                        and_(
+                            j.c.sched_name == t.c.sched_name,
+                            j.c.job_name == t.c.job_name,
+                            j.c.job_group == t.c.job_group,
+                        ),
+                    )
+                    .where(self._trigger_key_clause(key))
+                ).first()
+                if row is None or row.trigger_state != TriggerState.ERROR:
+                    continue
+                state = self._initial_state(
+                    conn, key, JobKey(row.job_name, row.job_group), bool(row.is_nonconcurrent)
+                )
+                reset += conn.execute(
+                    update(t)
+                    .where(self._trigger_key_clause(key), t.c.trigger_state == TriggerState.ERROR)
+                    .values(trigger_state=state)
+                ).rowcount
+        return reset
+
+    def in_flight(self, instance_name: str | None = None) -> int:
+        """Firings published and not yet finished (of one scheduler instance, or of all)."""
+        f = self.tables.fired_triggers
+        q = (
+            select(func.count())
+            .select_from(f)
+            .where(f.c.sched_name == self.scheduler_name, f.c.state != FiringState.ACQUIRED)
+        )
+        if instance_name is not None:
+            q = q.where(f.c.instance_name == instance_name)
+        with self.transaction() as conn:
+            return int(conn.execute(q).scalar_one())
+
     def firing_states(self) -> dict[str, str]:
         """Every fired row of this scheduler: fire instance id → state (diagnostics and tests)."""
         f = self.tables.fired_triggers
@@ -1331,6 +1791,22 @@ class SqlStore:
                 select(f.c.entry_id, f.c.state).where(f.c.sched_name == self.scheduler_name)
             ).all()
         return {r.entry_id: r.state for r in rows}
+
+
+@dataclass
+class WorkerRecovery:
+    """What :meth:`SqlStore.recover_worker` did with a dead worker's executions."""
+
+    worker_name: str
+    recovered: int = 0
+    interrupted: int = 0
+    deferred: int = 0
+
+
+def _origin_key(row: Row[Any]) -> TriggerKey | None:
+    if row.origin_trigger_name is None:
+        return None
+    return TriggerKey(row.origin_trigger_name, row.origin_trigger_group)
 
 
 def new_fire_instance_id() -> str:

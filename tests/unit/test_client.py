@@ -291,7 +291,7 @@ def test_trigger_job_fires_the_job_once_now(
         "sched-a", no_later_than=at(5), max_count=10, time_window=0, misfire_threshold=60
     )
     [firing] = store.fire("sched-a", [claimed])
-    assert (firing.task, firing.data, firing.scheduled_millis) == (
+    assert (firing.task, firing.trigger_data, firing.scheduled_millis) == (
         "tasks.report",
         {"reason": "by hand"},
         claimed.scheduled_millis,

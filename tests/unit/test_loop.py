@@ -140,7 +140,7 @@ def test_a_due_firing_is_published_with_the_fire_instance_id_as_task_id(
         header["scheduler"],
         header["fire_instance_id"],
         header["fired_by"],
-        header["data"],
+        header["job_data"],
     ) == (
         "unit",
         fire_instance_id,

@@ -289,7 +289,7 @@ def test_the_firing_carries_the_job_and_the_merged_data(store: MemoryStore) -> N
         {"queue": "reports"},
     )
     assert (firing.job_key, firing.trigger_key, firing.fired_by) == (key, TriggerKey("t1"), A)
-    assert firing.data == {"a": 1, "b": 2}
+    assert (firing.job_data, firing.trigger_data) == ({"a": 1, "b": 1}, {"b": 2})
 
 
 def test_fire_completes_a_trigger_with_no_later_fire_time(store: MemoryStore) -> None:

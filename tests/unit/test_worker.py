@@ -117,7 +117,8 @@ def test_the_task_reads_its_firing_from_the_context(
         TriggerKey("every-minute"),
         T0,
     )
-    assert context.job_data == {"from": "trigger", "job_only": 1}
+    assert context.merged_job_data == {"from": "trigger", "job_only": 1}
+    assert context.job_data == {"from": "job", "job_only": 1}
     assert context.worker_name is not None and context.recovering is False
 
 

@@ -51,6 +51,13 @@ def upgrade() -> None:
         sa.Column("retry_attempt", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("refire_count", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("recovering", sa.Boolean(), server_default=sa.false(), nullable=False),
+        sa.Column("expired_count", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.Column("recovery_after", sa.BigInteger(), nullable=True),
+        sa.Column("preferred_node", sa.String(length=255), nullable=True),
+        sa.Column(
+            "preferred_node_auto", sa.Boolean(), server_default=sa.false(), nullable=False
+        ),
+        sa.Column("queue", sa.String(length=200), nullable=True),
         sa.PrimaryKeyConstraint("sched_name", "entry_id"),
     )
     op.create_index(

@@ -127,7 +127,7 @@ class ClusterManager:
         window = int(self.checkin_interval * 1000) + self.threshold_millis
         now = to_millis(self.clock.now())
         for worker_name, since in self.store.executing_workers().items():
-            if worker_name in known or since > now - window:
+            if worker_name in known or since >= now - window:
                 continue
             logger.info("worker %s never checked in; recovering what it was running", worker_name)
             result = self.store.recover_worker(

@@ -1432,6 +1432,8 @@ class SqlStore:
                     update(t)
                     .where(self._trigger_key_clause(trigger.key))
                     .values(
+                        next_fire_time=to_millis(trigger.next_fire_time),
+                        times_triggered=trigger.times_triggered,
                         misfire_orig_fire_time=row.next_fire_time,
                         **self._rescheduled_definition(trigger),
                     )

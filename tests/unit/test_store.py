@@ -5,8 +5,7 @@ Each test names one behaviour the scheduling loop, the cluster manager or the wo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -18,129 +17,27 @@ from celery_quartz.store import NONE_STATE, FiringState, MemoryStore, TriggerSta
 from celery_quartz.triggers import (
     REPEAT_INDEFINITELY,
     CronMisfireInstruction,
-    CronTrigger,
     SimpleMisfireInstruction,
     SimpleTrigger,
     Trigger,
 )
-from tests.unit.conftest import T0
-
-A, B, C = "sched-a", "sched-b", "sched-c"
-IGNORE = SimpleMisfireInstruction.IGNORE_MISFIRE_POLICY
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def one_shot(
-    name: str,
-    when: datetime,
-    *,
-    job: str = "job",
-    priority: int = 5,
-    misfire: int = 0,
-    data: dict | None = None,
-) -> SimpleTrigger:
-    return SimpleTrigger(
-        key=TriggerKey(name),
-        job_key=JobKey(job),
-        start_at=when,
-        priority=priority,
-        misfire_instruction=misfire,
-        data=data or {},
-    )
-
-
-def repeating(
-    name: str,
-    start: datetime,
-    every: float,
-    *,
-    job: str = "job",
-    count: int = REPEAT_INDEFINITELY,
-    misfire: int = 0,
-) -> SimpleTrigger:
-    return SimpleTrigger(
-        key=TriggerKey(name),
-        job_key=JobKey(job),
-        start_at=start,
-        repeat_interval=timedelta(seconds=every),
-        repeat_count=count,
-        misfire_instruction=misfire,
-    )
-
-
-def cron(name: str, expression: str, *, job: str = "job", misfire: int = 0) -> CronTrigger:
-    return CronTrigger(
-        key=TriggerKey(name),
-        job_key=JobKey(job),
-        start_at=T0,
-        expression=expression,
-        misfire_instruction=misfire,
-    )
-
-
-def add(store: MemoryStore, *triggers: Trigger, job: str = "job", **flags: object) -> JobKey:
-    """Store a job (task ``tasks.work``) with ``triggers``."""
-    key = JobKey(job)
-    store.store_jobs_and_triggers([(Job(key=key, task="tasks.work", **flags), list(triggers))])
-    return key
-
-
-def acquire(
-    store: MemoryStore,
-    instance: str = A,
-    *,
-    until: datetime | None = None,
-    max_count: int = 10,
-    window: float = 0.0,
-    threshold: float = 60.0,
-) -> list[AcquiredFiring]:
-    return store.acquire_next_triggers(
-        instance,
-        no_later_than=until or at(1),
-        max_count=max_count,
-        time_window=window,
-        misfire_threshold=threshold,
-    )
-
-
-def names(acquired: Sequence[AcquiredFiring]) -> list[str]:
-    return [a.trigger.key.name for a in acquired]
-
-
-def state(store: MemoryStore, name: str) -> str:
-    return store.get_trigger_state(TriggerKey(name))
-
-
-def next_fire(store: MemoryStore, name: str) -> datetime | None:
-    trigger = store.retrieve_trigger(TriggerKey(name))
-    assert trigger is not None
-    return trigger.next_fire_time
-
-
-def fire_one(store: MemoryStore, name: str, *, instance: str = A) -> str:
-    """Acquire and fire the trigger ``name`` (due now); return its fire instance id."""
-    acquired = acquire(store, instance, until=at(3600), window=3600)
-    mine = [a for a in acquired if a.trigger.key.name == name]
-    firings = store.fire(instance, mine)
-    store.release_acquired(instance, [a for a in acquired if a not in mine])
-    assert len(firings) == 1
-    return firings[0].fire_instance_id
-
-
-def fire_times(store: MemoryStore, clock: FakeClock, name: str, most: int = 10) -> list[datetime]:
-    """Fire ``name`` at each of its next fire times until it has none; the times it fired at."""
-    fired_at = []
-    while (due := next_fire(store, name)) is not None and len(fired_at) < most:
-        clock.set(due)
-        fire_one(store, name)
-        fired_at.append(due)
-    return fired_at
-
-
-# -- acquisition -------------------------------------------------------------------------------
+from tests.unit.builders import (
+    IGNORE,
+    A,
+    B,
+    C,
+    acquire,
+    add,
+    at,
+    cron,
+    fire_one,
+    fire_times,
+    names,
+    next_fire,
+    one_shot,
+    repeating,
+    state,
+)
 
 
 def test_acquisition_orders_by_next_fire_time_then_higher_priority(store: MemoryStore) -> None:

@@ -1,0 +1,343 @@
+"""Nothing is silently lost: dead workers' executions, messages no worker started, triggers whose
+job cannot run, and triggers blocked past their fire time. RAM store, fake clock."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from celery_quartz.clock import FakeClock, to_millis
+from celery_quartz.cluster import ClusterManager
+from celery_quartz.errors import SchedulerStateError
+from celery_quartz.keys import RECOVERING_JOBS_GROUP, TriggerKey
+from celery_quartz.store import FiringState, MemoryStore, TriggerState
+from celery_quartz.triggers import CronMisfireInstruction, SimpleMisfireInstruction
+from tests.unit.builders import A, B, acquire, add, at, cron, fire_one, one_shot, repeating, state
+
+WORKER = "celery@w1"
+
+
+def executing(store: MemoryStore, name: str, worker: str = WORKER) -> str:
+    """Fire ``name`` and start it on ``worker``; its fire instance id."""
+    fire_id = fire_one(store, name)
+    assert store.start_execution(fire_id, worker)
+    return fire_id
+
+
+def cluster(store: MemoryStore, clock: FakeClock, instance: str = B) -> ClusterManager:
+    return ClusterManager(
+        store, clock, instance, checkin_interval=7.5, checkin_misfire_threshold=7.5
+    )
+
+
+# -- a dead worker's executions ----------------------------------------------------------------
+
+
+def test_a_dead_workers_recoverable_execution_gets_a_recovery_firing(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)), requests_recovery=True)
+    fire_id = executing(store, "t1")
+    result = store.recover_worker(WORKER, seen_checkin_millis=None)
+    assert result is not None and (result.recovered, result.interrupted) == (1, 0)
+    recovery = TriggerKey(f"recover_{fire_id}", RECOVERING_JOBS_GROUP)
+    assert store.get_trigger_state(recovery) == TriggerState.WAITING
+    assert store.firing_states() == {}
+
+
+def test_the_recovery_firing_runs_the_original_occurrence_marked_recovering(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(0), data={"from": "trigger"}), requests_recovery=True)
+    executing(store, "t1")
+    clock.set(at(30))
+    store.recover_worker(WORKER, seen_checkin_millis=None)
+    [claimed] = acquire(store, until=at(30))
+    [firing] = store.fire(A, [claimed])
+    assert (
+        firing.recovering,
+        firing.origin_trigger_key,
+        firing.scheduled_millis,
+        firing.trigger_key.group,
+        firing.trigger_data,
+    ) == (True, TriggerKey("t1"), to_millis(at(0)), RECOVERING_JOBS_GROUP, {"from": "trigger"})
+    assert firing.header()["origin_trigger"] == ["t1", "DEFAULT"]
+
+
+def test_recovering_a_recovery_firing_keeps_the_first_occurrence(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(0)), requests_recovery=True)
+    executing(store, "t1")
+    clock.set(at(30))
+    store.recover_worker(WORKER, seen_checkin_millis=None)
+    [claimed] = acquire(store, until=at(30))
+    [firing] = store.fire(A, [claimed])
+    store.start_execution(firing.fire_instance_id, "celery@w2")
+    store.recover_worker("celery@w2", seen_checkin_millis=None)
+    [again] = acquire(store, until=at(30))
+    [refired] = store.fire(A, [again])
+    assert (refired.origin_trigger_key, refired.scheduled_millis) == (
+        TriggerKey("t1"),
+        to_millis(at(0)),
+    )
+
+
+def test_a_dead_workers_plain_execution_is_closed_as_interrupted(
+    store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    add(store, repeating("t1", at(0), 60))
+    executing(store, "t1")
+    with caplog.at_level(logging.INFO, logger="celery_quartz"):
+        result = store.recover_worker(WORKER, seen_checkin_millis=None)
+    assert result is not None and (result.recovered, result.interrupted) == (0, 1)
+    assert store.firing_states() == {}
+    assert store.count_rows()["triggers"] == 1
+    assert "closed as interrupted" in caplog.text and "t1" in caplog.text
+
+
+def test_an_interrupted_one_shot_trigger_is_removed_with_its_job(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)))
+    executing(store, "t1")
+    store.recover_worker(WORKER, seen_checkin_millis=None)
+    assert store.count_rows()["triggers"] == 0 and store.count_rows()["jobs"] == 0
+
+
+def test_a_disallow_concurrent_execution_is_deferred_before_it_is_recovered(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(
+        store,
+        repeating("t1", at(0), 60),
+        one_shot("other", at(1)),
+        requests_recovery=True,
+        disallow_concurrent=True,
+    )
+    fire_id = executing(store, "t1")
+    assert state(store, "other") == TriggerState.BLOCKED
+    first = store.recover_worker(
+        WORKER, seen_checkin_millis=None, defer_nonconcurrent_millis=22_500
+    )
+    assert first is not None and (first.deferred, first.recovered) == (1, 0)
+    assert store.firing_states() == {fire_id: FiringState.EXECUTING}
+    clock.set(at(22.4))
+    store.recover_worker(WORKER, seen_checkin_millis=None, defer_nonconcurrent_millis=22_500)
+    assert store.firing_states() == {fire_id: FiringState.EXECUTING}
+    clock.set(at(22.5))
+    last = store.recover_worker(WORKER, seen_checkin_millis=None, defer_nonconcurrent_millis=22_500)
+    assert last is not None and last.recovered == 1
+    assert store.firing_states() == {}
+    assert state(store, "other") == TriggerState.WAITING
+
+
+def test_a_worker_that_checked_in_again_is_not_recovered(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(0)), requests_recovery=True)
+    store.check_in(WORKER, interval=7.5, kind="worker")
+    seen = store.check_ins("worker")[0].last_checkin_millis
+    executing(store, "t1")
+    clock.set(at(5))
+    store.check_in(WORKER, interval=7.5, kind="worker")
+    assert store.recover_worker(WORKER, seen_checkin_millis=seen) is None
+    assert len(store.firing_states()) == 1
+
+
+def test_a_completion_after_recovery_finds_nothing_to_complete(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)), requests_recovery=True)
+    fire_id = executing(store, "t1")
+    store.recover_worker(WORKER, seen_checkin_millis=None)
+    assert store.complete_execution(fire_id) is False
+
+
+def test_the_cluster_manager_recovers_a_worker_silent_past_the_window(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(0)))
+    store.check_in(WORKER, interval=7.5, kind="worker")
+    executing(store, "t1")
+    manager = cluster(store, clock)
+    manager.check_in()
+    clock.set(at(15))
+    assert manager.recover_failed_workers() == 0
+    clock.set(at(15.001))
+    assert manager.recover_failed_workers() == 1
+    assert store.check_ins("worker") == []
+
+
+def test_a_worker_that_never_checked_in_is_recovered_after_a_window(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(0)))
+    executing(store, "t1", worker="celery@ghost")
+    manager = cluster(store, clock)
+    manager.check_in()
+    clock.set(at(15))
+    assert manager.recover_failed_workers() == 0
+    clock.set(at(15.001))
+    assert manager.recover_failed_workers() == 1
+
+
+# -- messages no worker started ----------------------------------------------------------------
+
+
+def published_firing(store: MemoryStore, name: str, *, expires_after: float = 60.0) -> str:
+    [claimed] = [
+        a for a in acquire(store, until=at(3600), window=3600) if a.trigger.key.name == name
+    ]
+    [firing] = store.fire(A, [claimed], expires_after=expires_after)
+    store.mark_published([firing.fire_instance_id])
+    return firing.fire_instance_id
+
+
+def expire(store: MemoryStore, instance: str = B) -> list[str]:
+    return [
+        f.fire_instance_id
+        for f in store.resolve_expired_firings(
+            instance, grace=8.5, expires_after=60.0, max_count=20
+        )
+    ]
+
+
+def test_a_firing_is_published_with_an_expiry_of_the_misfire_threshold(store: MemoryStore) -> None:
+    add(store, cron("c1", "0 * * * * ?"))
+    [claimed] = acquire(store, until=at(0))
+    [firing] = store.fire(A, [claimed], expires_after=60.0)
+    assert firing.expires_millis == to_millis(at(60))
+
+
+def test_an_expired_firing_whose_instruction_runs_it_now_is_published_again_once(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, cron("c1", "0 0 * * * ?", misfire=CronMisfireInstruction.FIRE_ONCE_NOW))
+    fire_id = published_firing(store, "c1")
+    clock.set(at(68.5))
+    assert expire(store) == []  # within the grace
+    clock.set(at(68.501))
+    assert expire(store) == [fire_id]
+    assert store.firing_states() == {fire_id: FiringState.FIRED}
+    [again] = store.unpublished_firings(B)
+    assert (again.fire_instance_id, again.expires_millis) == (fire_id, to_millis(at(128.501)))
+
+
+def test_a_firing_that_expires_a_second_time_is_dropped(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, cron("c1", "0 0 * * * ?"))
+    fire_id = published_firing(store, "c1")
+    clock.set(at(70))
+    assert expire(store) == [fire_id]
+    store.mark_published([fire_id])
+    clock.set(at(140))
+    assert expire(store) == []
+    assert store.firing_states() == {}
+
+
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        cron("c1", "0 0 * * * ?", misfire=CronMisfireInstruction.DO_NOTHING),
+        repeating("c1", at(0), 3600),  # SmartPolicy of a forever-repeating simple trigger
+        repeating(
+            "c1", at(0), 3600, misfire=SimpleMisfireInstruction.RESCHEDULE_NEXT_WITH_EXISTING_COUNT
+        ),
+    ],
+    ids=["cron-do-nothing", "simple-smart-forever", "simple-reschedule-next"],
+)
+def test_an_expired_firing_whose_instruction_skips_it_is_dropped(
+    store: MemoryStore, clock: FakeClock, trigger: object
+) -> None:
+    add(store, trigger)  # type: ignore[arg-type]
+    published_firing(store, "c1")
+    clock.set(at(70))
+    assert expire(store) == []
+    assert store.firing_states() == {}
+    assert state(store, "c1") == TriggerState.WAITING
+
+
+def test_an_expired_one_shot_that_is_dropped_leaves_no_trigger_or_job(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("once", at(0), misfire=SimpleMisfireInstruction.FIRE_NOW))
+    fire_id = published_firing(store, "once")
+    clock.set(at(70))
+    assert expire(store) == [fire_id]
+    store.mark_published([fire_id])
+    clock.set(at(140))
+    expire(store)
+    assert store.count_rows() == {
+        "jobs": 0,
+        "triggers": 0,
+        "fired_triggers": 0,
+        "calendars": 0,
+        "paused_trigger_groups": 0,
+    }
+
+
+def test_a_firing_a_worker_started_is_not_expired(store: MemoryStore, clock: FakeClock) -> None:
+    add(store, cron("c1", "0 0 * * * ?"))
+    fire_id = published_firing(store, "c1")
+    store.start_execution(fire_id, WORKER)
+    clock.set(at(600))
+    assert expire(store) == []
+    assert store.firing_states() == {fire_id: FiringState.EXECUTING}
+
+
+# -- triggers whose job cannot run, blocked triggers, refire ------------------------------------
+
+
+def test_a_trigger_in_error_is_not_acquired_until_reset(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)))
+    [claimed] = acquire(store)
+    store.set_trigger_error(claimed, "task missing")
+    assert state(store, "t1") == TriggerState.ERROR
+    assert store.firing_states() == {}
+    assert acquire(store) == []
+    assert store.reset_trigger_from_error_state([TriggerKey("t1"), TriggerKey("absent")]) == 1
+    assert state(store, "t1") == TriggerState.WAITING
+    assert [a.trigger.key.name for a in acquire(store)] == ["t1"]
+
+
+def test_unblocking_applies_the_misfire_instruction_to_a_trigger_made_late(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(
+        store,
+        repeating("long", at(0), 3600),
+        cron("every-minute", "0 * * * * ?", misfire=CronMisfireInstruction.DO_NOTHING),
+        disallow_concurrent=True,
+    )
+    fire_id = executing(store, "long")
+    assert state(store, "every-minute") == TriggerState.BLOCKED
+    clock.set(at(300.5))
+    store.complete_execution(fire_id)
+    trigger = store.retrieve_trigger(TriggerKey("every-minute"))
+    assert trigger is not None
+    assert (state(store, "every-minute"), trigger.next_fire_time) == (TriggerState.WAITING, at(360))
+
+
+def test_a_refire_puts_the_firing_back_in_flight_with_its_count_up(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)))
+    fire_id = executing(store, "t1")
+    assert store.return_to_published(fire_id, refire=True)
+    assert store.firing_states() == {fire_id: FiringState.PUBLISHED}
+    assert store.start_execution(fire_id, WORKER)
+    assert store.firing_states() == {fire_id: FiringState.EXECUTING}
+
+
+# -- one mode per set of tables ----------------------------------------------------------------
+
+
+def test_a_clustered_scheduler_refuses_tables_a_live_non_clustered_one_uses(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.check_in("solo", interval=7.5, clustered=False)
+    with pytest.raises(SchedulerStateError, match="solo"):
+        cluster(store, clock).refuse_mixed_modes()
+
+
+def test_a_dead_non_clustered_scheduler_does_not_block_a_clustered_one(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    store.check_in("solo", interval=7.5, clustered=False)
+    clock.set(at(15.001))
+    cluster(store, clock).refuse_mixed_modes()  # raises SchedulerStateError when it refuses

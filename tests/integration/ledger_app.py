@@ -26,6 +26,7 @@ from sqlalchemy import (
     Table,
     create_engine,
     insert,
+    update,
 )
 from sqlalchemy.exc import IntegrityError
 
@@ -53,11 +54,24 @@ duplicates = Table(
     Column("fire_instance_id", String(95)),
     Column("worker", String(255)),
 )
+# Recovery firings run an occurrence again on purpose (its first worker died): recorded apart.
+recoveries = Table(
+    "ledger_recoveries",
+    metadata,
+    Column("trigger_group", String(200)),
+    Column("trigger_name", String(200)),
+    Column("scheduled_ms", BigInteger),
+    Column("fire_instance_id", String(95)),
+    Column("worker", String(255)),
+    Column("started", Float),
+)
 
 app = Celery("ledger_app", broker=os.environ.get("CQ_BROKER_URL", "memory://"))
 app.conf.quartz_store_url = os.environ.get("CQ_STORE_URL", "sqlite://")
 app.conf.quartz_checkin_interval = float(os.environ.get("CQ_CHECKIN_INTERVAL", "1"))
 app.conf.quartz_checkin_misfire_threshold = float(os.environ.get("CQ_CHECKIN_THRESHOLD", "1"))
+app.conf.quartz_idle_wait = float(os.environ.get("CQ_IDLE_WAIT", "1"))
+app.conf.quartz_misfire_threshold = float(os.environ.get("CQ_MISFIRE_THRESHOLD", "60"))
 app.conf.worker_prefetch_multiplier = 1
 app.conf.beat_schedule = {
     name: {"task": spec["task"], "schedule": float(spec["schedule"])}
@@ -82,26 +96,42 @@ def create_ledger(url: str) -> None:
 
 @app.task(name="ledger.record")
 def record(sleep: float = 0.0) -> None:
+    """One row per execution start of an occurrence; a second start cannot insert."""
     ctx = celery_quartz.current_context()
     assert ctx is not None, "ledger.record runs only as a celery-quartz firing"
+    trigger, scheduled = ctx.occurrence
     row = {
-        "trigger_group": ctx.trigger_key.group,
-        "trigger_name": ctx.trigger_key.name,
-        "scheduled_ms": int(ctx.scheduled_fire_time.timestamp() * 1000),
+        "trigger_group": trigger.group,
+        "trigger_name": trigger.name,
+        "scheduled_ms": int(scheduled.timestamp() * 1000),
         "fire_instance_id": ctx.fire_instance_id,
     }
-    try:
-        with ledger_engine().begin() as conn:
+    engine = ledger_engine()
+    if ctx.recovering:
+        with engine.begin() as conn:
             conn.execute(
-                insert(ledger).values(
-                    **row, fired_by=ctx.fired_by, worker=ctx.worker_name, started=time.time()
-                )
+                insert(recoveries).values(**row, worker=ctx.worker_name, started=time.time())
             )
-    except IntegrityError:
-        with ledger_engine().begin() as conn:
-            conn.execute(insert(duplicates).values(**row, worker=ctx.worker_name))
+    else:
+        try:
+            with engine.begin() as conn:
+                conn.execute(
+                    insert(ledger).values(
+                        **row, fired_by=ctx.fired_by, worker=ctx.worker_name, started=time.time()
+                    )
+                )
+        except IntegrityError:
+            with engine.begin() as conn:
+                conn.execute(insert(duplicates).values(**row, worker=ctx.worker_name))
     if sleep:
         time.sleep(sleep)
+        if not ctx.recovering:
+            with engine.begin() as conn:
+                conn.execute(
+                    update(ledger)
+                    .where(ledger.c.fire_instance_id == ctx.fire_instance_id)
+                    .values(ended=time.time())
+                )
 
 
 @app.task(name="ledger.noop")

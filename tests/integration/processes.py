@@ -25,7 +25,7 @@ class Processes:
         self._logs: list[object] = []
 
     def _start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop_all
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop_all
         self._logs.append(log)
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", APP, *argv],
@@ -33,6 +33,8 @@ class Processes:
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            # Its own process group: kill() takes a prefork worker's pool children with it.
+            start_new_session=True,
         )
         self.procs[name] = proc
         return proc
@@ -71,8 +73,9 @@ class Processes:
         return self._start(name, argv)
 
     def kill(self, name: str) -> None:
+        """SIGKILL the process and everything it started (a worker's pool processes too)."""
         proc = self.procs[name]
-        proc.send_signal(signal.SIGKILL)
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
 
     def stop(self, name: str, timeout: float = 30) -> int:

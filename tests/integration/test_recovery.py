@@ -1,0 +1,207 @@
+"""Real processes die and nothing is lost: a scheduler killed holding claims, a worker killed
+mid-job, a message no worker ever takes."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from sqlalchemy import create_engine, select
+
+from celery_quartz import (
+    Job,
+    JobKey,
+    Quartz,
+    SimpleMisfireInstruction,
+    SimpleTrigger,
+    TriggerKey,
+)
+from celery_quartz.store import FiringState, SqlStore, migrate
+from tests.integration import ledger_app
+from tests.integration.processes import processes, wait_for
+
+CHECKIN = {"CQ_CHECKIN_INTERVAL": "1", "CQ_CHECKIN_THRESHOLD": "1"}
+
+
+def _setup(url: str) -> tuple[SqlStore, Quartz]:
+    store = SqlStore(url, scheduler_name="ledger_app")
+    migrate.upgrade(store.engine)
+    ledger_app.create_ledger(url)
+    return store, Quartz(ledger_app.app, store=store)
+
+
+def _rows(url: str, table: object) -> list:  # type: ignore[type-arg]
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(select(table)).all()  # type: ignore[call-overload]
+    engine.dispose()
+    return rows
+
+
+def _one_shot(name: str, at: datetime) -> SimpleTrigger:
+    return SimpleTrigger(
+        key=TriggerKey(name, "recovery"), start_at=at, repeat_count=0, repeat_interval=timedelta(0)
+    )
+
+
+def test_claims_of_a_killed_scheduler_fire_on_a_survivor_within_the_detection_window(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    store, quartz = _setup(pg_url)
+    due = datetime.now(timezone.utc) + timedelta(seconds=6)
+    quartz.schedule_jobs(
+        [
+            (Job(key=JobKey(f"j{i}", "recovery"), task="ledger.record"), [_one_shot(f"t{i}", due)])
+            for i in range(5)
+        ]
+    )
+    # A long idle wait: a scheduler claims triggers up to 10 s ahead, then waits for them.
+    env = {
+        "CQ_BROKER_URL": redis_url,
+        "CQ_STORE_URL": pg_url,
+        "CQ_LEDGER_URL": pg_url,
+        "CQ_IDLE_WAIT": "10",
+        **CHECKIN,
+    }
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1")
+        procs.beat("beat1")
+        procs.beat("beat2")
+
+        def claimed_by() -> set[str]:
+            engine = store.engine
+            f = store.tables.fired_triggers
+            with engine.connect() as conn:
+                return {
+                    r.instance_name
+                    for r in conn.execute(
+                        select(f.c.instance_name).where(f.c.state == FiringState.ACQUIRED)
+                    )
+                }
+
+        wait_for(lambda: len(claimed_by()) > 0, timeout=20, message="a scheduler to claim")
+        [owner] = claimed_by()
+        owner_pid = int(owner.split("-")[-2])
+        victim = next(n for n, p in procs.procs.items() if p.pid == owner_pid)
+        survivor = "beat2" if victim == "beat1" else "beat1"
+        procs.kill(victim)
+        wait_for(
+            lambda: len(_rows(pg_url, ledger_app.ledger)) == 5,
+            timeout=30,
+            message="the five claimed triggers to run",
+        )
+        procs.assert_running(survivor, "worker1")
+        assert "recovered scheduler instance" in procs.log(survivor)
+    rows = _rows(pg_url, ledger_app.ledger)
+    assert {r.fired_by for r in rows} != {owner}
+    # Detection: at most two check-in intervals plus the threshold after the kill, and the kill
+    # came before the fire time; allow 2 s for process scheduling on a loaded machine.
+    lateness = [r.started - due.timestamp() for r in rows]
+    assert max(lateness) < 3 + 2, lateness
+    assert _rows(pg_url, ledger_app.duplicates) == []
+    store.dispose()
+
+
+def test_a_killed_workers_recoverable_job_runs_again_marked_recovering_and_a_plain_one_does_not(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    store, quartz = _setup(pg_url)
+    now = datetime.now(timezone.utc)
+    quartz.schedule_jobs(
+        [
+            (
+                Job(
+                    key=JobKey("recoverable"),
+                    task="ledger.record",
+                    kwargs={"sleep": 8},
+                    requests_recovery=True,
+                ),
+                [_one_shot("recoverable", now)],
+            ),
+            (
+                Job(key=JobKey("plain"), task="ledger.record", kwargs={"sleep": 8}),
+                [_one_shot("plain", now)],
+            ),
+        ]
+    )
+    env = {"CQ_BROKER_URL": redis_url, "CQ_STORE_URL": pg_url, "CQ_LEDGER_URL": pg_url, **CHECKIN}
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1", concurrency=2)
+        procs.beat("beat1")
+        wait_for(
+            lambda: len(_rows(pg_url, ledger_app.ledger)) == 2,
+            timeout=30,
+            message="both jobs to start on worker1",
+        )
+        procs.kill("worker1")
+        procs.worker("worker2", concurrency=2)
+        wait_for(
+            lambda: len(_rows(pg_url, ledger_app.recoveries)) == 1,
+            timeout=30,
+            message="the recoverable job to run again",
+        )
+        wait_for(lambda: not store.firing_states(), timeout=30, message="nothing left in flight")
+        time.sleep(1)
+        beat_log = procs.log("beat1")
+    [recovered] = _rows(pg_url, ledger_app.recoveries)
+    assert (recovered.trigger_name, recovered.worker.split("@")[0]) == ("recoverable", "worker2")
+    assert "closed as interrupted" in beat_log and "plain" in beat_log
+    assert re.search(r"recovery firing \S+ scheduled", beat_log)
+    assert len(_rows(pg_url, ledger_app.ledger)) == 2  # the plain job did not run again
+    store.dispose()
+
+
+def test_a_message_no_worker_consumes_ends_as_a_misfire_with_no_fired_row_left(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    store, quartz = _setup(pg_url)
+    now = datetime.now(timezone.utc)
+    nobody = {"queue": "nobody-consumes-this"}
+    quartz.schedule_jobs(
+        [
+            # SmartPolicy of a one-shot simple trigger is FireNow: published again once.
+            (
+                Job(key=JobKey("fire-now"), task="ledger.record", options=nobody),
+                [_one_shot("fire-now", now)],
+            ),
+            # RescheduleNextWithRemainingCount skips a missed occurrence: dropped at once.
+            (
+                Job(key=JobKey("skipper"), task="ledger.record", options=nobody),
+                [
+                    SimpleTrigger(
+                        key=TriggerKey("skipper", "recovery"),
+                        start_at=now,
+                        repeat_count=1,
+                        repeat_interval=timedelta(hours=1),
+                        misfire_instruction=SimpleMisfireInstruction.RESCHEDULE_NEXT_WITH_REMAINING_COUNT,
+                    )
+                ],
+            ),
+        ]
+    )
+    env = {
+        "CQ_BROKER_URL": redis_url,
+        "CQ_STORE_URL": pg_url,
+        "CQ_LEDGER_URL": pg_url,
+        "CQ_MISFIRE_THRESHOLD": "2",
+        **CHECKIN,
+    }
+    with processes(tmp_path, env) as procs:
+        procs.beat("beat1")
+        wait_for(lambda: len(store.firing_states()) == 2, timeout=20, message="both to fire")
+        wait_for(
+            lambda: not store.firing_states(),
+            timeout=60,
+            message="the unconsumed firings to be resolved",
+        )
+        log = procs.log("beat1")
+    assert re.search(r"fire-now was not started by any worker .*published again", log)
+    assert re.search(r"fire-now dropped: misfire: it expired again after being published", log)
+    assert re.search(r"skipper dropped: misfire: no worker started it .* skips", log)
+    assert store.count_rows()["fired_triggers"] == 0
+    # The one-shot is done; the skipper waits for its next (and last) occurrence.
+    assert quartz.get_trigger(TriggerKey("fire-now", "recovery")) is None
+    assert quartz.get_trigger_state(TriggerKey("skipper", "recovery")) == "WAITING"
+    store.dispose()

@@ -9,8 +9,9 @@ a day. Two measurements per size, each repeated and the median reported:
 * idle: after the due ones advanced an hour, one scheduler process that sleeps what
   ``run_once`` returns (as ``celery beat`` does) runs ``--idle-seconds``; SQL statements and
   transactions per second (counted by SQLAlchemy events on the store's engine inside that
-  process, so nothing else on the database is counted) and its CPU time per second
-  (``getrusage``).
+  process, so nothing else on the database is counted), the statements the server executed for
+  that database meanwhile (``pg_stat_statements``: the same plus BEGIN/COMMIT and the connection
+  pool's pre-ping ``SELECT 1``), and its CPU time per second (``getrusage``).
 
     .venv/bin/python bench/bench_scale.py [--sizes 10000,200000] [--due 5000]
         [--idle-seconds 15] [--repeats 3]
@@ -25,6 +26,7 @@ import sys
 import time
 
 from _harness import (
+    PG_STAT_STATEMENTS,
     NodeConfig,
     TriggerSet,
     fresh_store,
@@ -34,6 +36,7 @@ from _harness import (
     now_ms,
     query,
     reset,
+    reset_statement_stats,
     seed,
     services,
     table,
@@ -50,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"# scale: sizes {sizes}, {args.due:,} due; {machine_summary()}", flush=True)
     rows = []
-    with services() as (pg, rd):
+    with services(PG_STAT_STATEMENTS) as (pg, rd):
         broker = rd.url(0)
         redis = rd.client(0)
         for size in sizes:
@@ -66,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"seeded {size:,} triggers in {seconds:.1f}s", flush=True)
             wall_us, cpu_us, stmts = [], [], []
-            idle_q, idle_tx, idle_cpu = [], [], []
+            idle_q, idle_tx, idle_cpu, idle_server = [], [], [], []
             for attempt in range(args.repeats):
                 reset(dsn, "due")
                 redis.flushdb()
@@ -88,8 +91,20 @@ def main(argv: list[str] | None = None) -> int:
                 stmts.append(result.statements / args.due)
                 idle = NodeConfig(name="idle0", store_url=url, broker_url=broker, mode="beat")
                 with nodes([idle]) as group:
+                    reset_statement_stats(dsn)
+                    since = time.perf_counter()
                     group.release()
                     time.sleep(args.idle_seconds)
+                    # What the server executed for this database meanwhile (only the idle node
+                    # is connected): its statements plus BEGIN/COMMIT and the pool's pre-ping.
+                    server = query(
+                        dsn,
+                        "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements WHERE dbid = "
+                        "(SELECT oid FROM pg_database WHERE datname = current_database()) "
+                        "AND query NOT LIKE %s",
+                        ["%pg_stat_statements%"],
+                    )[0][0]
+                    idle_server.append(float(server) / (time.perf_counter() - since))
                     (result,) = group.stop()
                 assert result.fired == 0, result
                 idle_q.append(result.statements / result.wall_s)

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
                     "min",
                     "max",
                     "CPU µs/firing (all nodes)",
-                    "SQL statements/firing",
+                    "SQL executes/firing",
                 ],
                 [(c, r, f"{r / base:.2f}x", lo, hi, cpu, st) for c, r, lo, hi, cpu, st in rows],
             )

@@ -204,7 +204,10 @@ class SchedulingLoop:
                 self.instance_id, batch, expires_after=self.settings.misfire_threshold
             )
         except DBAPIError:
-            raise  # the claims stay; fired again on the next step or released by a survivor
+            # Nothing was written (or, if the commit went through, the claims are no longer
+            # ACQUIRED and firing again drops them): try the same batch on the next step.
+            self._batch = batch
+            raise
         except Exception:
             # A trigger that cannot compute its next fire time must not take the scheduler down
             # (nor, after recovery, every other scheduler in turn): give the batch back.
@@ -214,7 +217,17 @@ class SchedulingLoop:
         self._publish(firings)
 
     def _recover(self) -> None:
-        """Recover dead schedulers and workers, and take over what is now ours to publish."""
+        """Recover dead schedulers and workers, and take over what is now ours to publish.
+
+        Also gives back claims of ours this loop does not hold: an acquisition whose commit went
+        through while its answer was lost (the store restarted at that moment) would otherwise
+        stay ACQUIRED, owned by a live instance, for ever.
+        """
+        stale = self.store.release_acquired(
+            self.instance_id, keep=[a.fire_instance_id for a in self._batch]
+        )
+        if stale:
+            logger.info("released %d claim(s) this instance no longer held", stale)
         self.cluster.recover_failed_peers()
         self.cluster.recover_failed_workers()
         for firing in self.cluster.take_over_unpublished():

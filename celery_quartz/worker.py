@@ -84,13 +84,18 @@ class _WorkerHooks:
         if header is None or getattr(request, "quartz_fire_instance_id", None) == task_id:
             return
         worker = request.hostname or "unknown"
+        uncertain = _custom_headers(request).get(_UNCERTAIN_START)
         try:
-            started = self.store(header["scheduler"]).start_execution(task_id, worker)
+            started = self.store(header["scheduler"]).start_execution(
+                task_id, worker, restart_from=uncertain
+            )
         except DBAPIError:
-            # The store is unreachable (a restart, a blip): deliver the same firing again
-            # shortly rather than run it unrecorded or lose it.
+            # The store did not answer (a restart, a blip): deliver the same firing again shortly
+            # rather than run it unrecorded or lose it. Whether this start was recorded before
+            # the connection broke is unknown; the next delivery may take over from this worker.
             logger.warning("firing %s: the store did not answer; retrying in 1 s", task_id)
-            raise task.retry(countdown=1, max_retries=None) from None
+            headers = {**_custom_headers(request), HEADER: header, _UNCERTAIN_START: worker}
+            raise task.retry(countdown=1, max_retries=None, headers=headers) from None
         if not started:
             logger.info(
                 "firing %s of trigger %s is already executing or complete: not starting it again",
@@ -144,6 +149,15 @@ class _WorkerHooks:
             routing_key=delivery.get("routing_key"),
         )
         logger.info("firing %s refired (refire count %d)", task_id, context.refire_count + 1)
+
+
+#: Header of a firing re-delivered after a start whose recording is uncertain: names the worker.
+_UNCERTAIN_START = "quartz_uncertain_start"
+
+
+def _custom_headers(request: Any) -> dict[str, Any]:
+    headers = getattr(request, "headers", None)
+    return dict(headers) if isinstance(headers, dict) else {}
 
 
 #: How long a worker keeps trying to record a firing's end while the store does not answer.

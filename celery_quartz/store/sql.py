@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Engine,
     Row,
@@ -854,11 +855,15 @@ class SqlStore:
             nonconcurrent_fired: set[JobKey] = set()
             for fire_id, firing in by_id.items():
                 trigger = firing.trigger
+                if fire_id not in owned:
+                    # Not our claim any more (recovered by a survivor), or already fired: a
+                    # first attempt whose commit went through while its answer was lost. Such a
+                    # FIRED row is published from the store (take-over), never deleted here.
+                    continue
                 if (
-                    fire_id not in owned
-                    or (trigger.key.name, trigger.key.group) not in still_acquired
-                    or firing.job.key in nonconcurrent_fired
-                ):
+                    trigger.key.name,
+                    trigger.key.group,
+                ) not in still_acquired or firing.job.key in nonconcurrent_fired:
                     dropped.append(fire_id)
                     continue
                 values = advanced[fire_id]
@@ -896,7 +901,8 @@ class SqlStore:
                     )
                 )
                 logger.info(
-                    "%s dropped %d firing(s) whose trigger changed or was recovered meanwhile",
+                    "%s dropped %d claim(s): the trigger was paused, changed or removed "
+                    "meanwhile, or its disallow_concurrent job already fired in this batch",
                     instance_name,
                     len(dropped),
                 )
@@ -983,19 +989,32 @@ class SqlStore:
             )
 
     def release_acquired(
-        self, instance_name: str, acquired: Sequence[AcquiredFiring] | None = None
+        self,
+        instance_name: str,
+        acquired: Sequence[AcquiredFiring] | None = None,
+        *,
+        keep: Sequence[str] = (),
     ) -> int:
         """Give claimed-but-unfired triggers back (ACQUIRED → WAITING), as at shutdown.
 
-        ``None`` releases every claim of the instance (a restart under a fixed instance id).
+        ``None`` releases every claim of the instance (a restart under a fixed instance id),
+        except the fire instance ids in ``keep``.
         """
         if acquired is not None and not acquired:
             return 0
-        ids = None if acquired is None else [a.fire_instance_id for a in acquired]
         with self.transaction() as conn:
-            return self._release(conn, instance_name, ids)
+            if acquired is not None:
+                return self._release(conn, instance_name, [a.fire_instance_id for a in acquired])
+            return self._release(conn, instance_name, None, keep=keep)
 
-    def _release(self, conn: Connection, instance_name: str, fire_ids: Sequence[str] | None) -> int:
+    def _release(
+        self,
+        conn: Connection,
+        instance_name: str,
+        fire_ids: Sequence[str] | None,
+        *,
+        keep: Sequence[str] = (),
+    ) -> int:
         t, f = self.tables.triggers, self.tables.fired_triggers
         where = [
             f.c.sched_name == self.scheduler_name,
@@ -1004,6 +1023,8 @@ class SqlStore:
         ]
         if fire_ids is not None:
             where.append(f.c.entry_id.in_(list(fire_ids)))
+        if keep:
+            where.append(f.c.entry_id.not_in(list(keep)))
         rows = conn.execute(
             delete(f).where(*where).returning(f.c.trigger_name, f.c.trigger_group)
         ).all()
@@ -1294,22 +1315,34 @@ class SqlStore:
 
     # -- the worker's side -----------------------------------------------------------------------
 
-    def start_execution(self, fire_instance_id: str, worker_name: str) -> bool:
+    def start_execution(
+        self, fire_instance_id: str, worker_name: str, *, restart_from: str | None = None
+    ) -> bool:
         """Mark a firing EXECUTING on ``worker_name``; False when it must not run here.
 
         Race settled: the same firing delivered twice (a broker redelivery, a republish after a
         scheduler died between publishing and recording, a republish of an expired message).
         Only the first conditional update from FIRED/PUBLISHED matches; every later delivery
         finds EXECUTING, or no row once complete.
+
+        ``restart_from`` names a worker whose own start of this firing may or may not have been
+        recorded (its store connection broke); it did not run the task, so a row EXECUTING on
+        that worker may be taken over.
         """
         f = self.tables.fired_triggers
+        startable: ColumnElement[bool] = f.c.state.in_([FiringState.FIRED, FiringState.PUBLISHED])
+        if restart_from is not None:
+            startable = or_(
+                startable,
+                and_(f.c.state == FiringState.EXECUTING, f.c.worker_name == restart_from),
+            )
         with self.transaction() as conn:
             started = conn.execute(
                 update(f)
                 .where(
                     f.c.sched_name == self.scheduler_name,
                     f.c.entry_id == fire_instance_id,
-                    f.c.state.in_([FiringState.FIRED, FiringState.PUBLISHED]),
+                    startable,
                 )
                 .values(
                     state=FiringState.EXECUTING, worker_name=worker_name, started_time=self._now()
@@ -1385,10 +1418,11 @@ class SqlStore:
         if gone:
             self._release_after_firing(conn, row)
             logger.info(
-                "firing %s of trigger %s.%s dropped: %s",
+                "firing %s of trigger %s.%s (scheduled %s) dropped: %s",
                 row.entry_id,
                 row.trigger_group,
                 row.trigger_name,
+                from_millis(row.sched_time).isoformat(),
                 why,
             )
         return bool(gone)

@@ -28,7 +28,7 @@ from sqlalchemy import (
     insert,
     update,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 import celery_quartz
 
@@ -94,6 +94,21 @@ def create_ledger(url: str) -> None:
     engine.dispose()
 
 
+def _write(statement: object) -> None:
+    """Write to the ledger, riding out a restart of its database (the chaos run restarts it):
+    the ledger is the tests' source of truth, so its own writes must not be lost."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with ledger_engine().begin() as conn:
+                conn.execute(statement)  # type: ignore[call-overload]
+            return
+        except OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 @app.task(name="ledger.record")
 def record(sleep: float = 0.0) -> None:
     """One row per execution start of an occurrence; a second start cannot insert."""
@@ -106,32 +121,25 @@ def record(sleep: float = 0.0) -> None:
         "scheduled_ms": int(scheduled.timestamp() * 1000),
         "fire_instance_id": ctx.fire_instance_id,
     }
-    engine = ledger_engine()
     if ctx.recovering:
-        with engine.begin() as conn:
-            conn.execute(
-                insert(recoveries).values(**row, worker=ctx.worker_name, started=time.time())
-            )
+        _write(insert(recoveries).values(**row, worker=ctx.worker_name, started=time.time()))
     else:
         try:
-            with engine.begin() as conn:
-                conn.execute(
-                    insert(ledger).values(
-                        **row, fired_by=ctx.fired_by, worker=ctx.worker_name, started=time.time()
-                    )
+            _write(
+                insert(ledger).values(
+                    **row, fired_by=ctx.fired_by, worker=ctx.worker_name, started=time.time()
                 )
+            )
         except IntegrityError:
-            with engine.begin() as conn:
-                conn.execute(insert(duplicates).values(**row, worker=ctx.worker_name))
+            _write(insert(duplicates).values(**row, worker=ctx.worker_name))
     if sleep:
         time.sleep(sleep)
         if not ctx.recovering:
-            with engine.begin() as conn:
-                conn.execute(
-                    update(ledger)
-                    .where(ledger.c.fire_instance_id == ctx.fire_instance_id)
-                    .values(ended=time.time())
-                )
+            _write(
+                update(ledger)
+                .where(ledger.c.fire_instance_id == ctx.fire_instance_id)
+                .values(ended=time.time())
+            )
 
 
 @app.task(name="ledger.noop")

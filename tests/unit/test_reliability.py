@@ -341,3 +341,39 @@ def test_a_dead_non_clustered_scheduler_does_not_block_a_clustered_one(
     store.check_in("solo", interval=7.5, clustered=False)
     clock.set(at(15.001))
     cluster(store, clock).refuse_mixed_modes()  # raises SchedulerStateError when it refuses
+
+
+# -- a store that restarted mid-transaction ------------------------------------------------------
+
+
+def test_claims_the_instance_no_longer_holds_are_released(store: MemoryStore) -> None:
+    add(store, one_shot("held", at(0)), one_shot("lost", at(0)))
+    held, lost = acquire(store)
+    assert store.release_acquired(A, keep=[held.fire_instance_id]) == 1
+    assert (state(store, held.trigger.key.name), state(store, lost.trigger.key.name)) == (
+        TriggerState.ACQUIRED,
+        TriggerState.WAITING,
+    )
+
+
+def test_a_start_whose_recording_was_uncertain_may_be_taken_over_from_that_worker(
+    store: MemoryStore,
+) -> None:
+    add(store, one_shot("t1", at(0)))
+    fire_id = executing(store, "t1", worker="celery@w1")
+    assert not store.start_execution(fire_id, "celery@w2")
+    assert not store.start_execution(fire_id, "celery@w2", restart_from="celery@w3")
+    assert store.start_execution(fire_id, "celery@w2", restart_from="celery@w1")
+    assert not store.start_execution(fire_id, "celery@w2", restart_from="celery@w1")
+
+
+def test_firing_a_batch_again_after_its_commit_went_through_keeps_the_fired_rows(
+    store: MemoryStore,
+) -> None:
+    add(store, one_shot("t1", at(0)))
+    batch = acquire(store)
+    [firing] = store.fire(A, batch)
+    # The first answer was lost (the store restarted): the loop fires the same batch again.
+    assert store.fire(A, batch) == []
+    assert store.firing_states() == {firing.fire_instance_id: FiringState.FIRED}
+    assert [f.fire_instance_id for f in store.unpublished_firings(A)] == [firing.fire_instance_id]

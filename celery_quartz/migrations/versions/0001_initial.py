@@ -54,9 +54,7 @@ def upgrade() -> None:
         sa.Column("expired_count", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("recovery_after", sa.BigInteger(), nullable=True),
         sa.Column("preferred_node", sa.String(length=255), nullable=True),
-        sa.Column(
-            "preferred_node_auto", sa.Boolean(), server_default=sa.false(), nullable=False
-        ),
+        sa.Column("preferred_node_auto", sa.Boolean(), server_default=sa.false(), nullable=False),
         sa.Column("queue", sa.String(length=200), nullable=True),
         sa.PrimaryKeyConstraint("sched_name", "entry_id"),
     )

@@ -1,0 +1,34 @@
+"""Run the chaos suite on its own: ``python -m tests.chaos --seconds 600 [--seed N]``.
+
+Starts its own PostgreSQL and Redis (as the tests do), prints the report table, exits 1 if any
+check failed. Logs of every process are kept in the printed work folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.chaos.harness import run_chaos
+from tests.services import postgres_server, redis_server
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos", description=__doc__)
+    parser.add_argument("--seconds", type=float, default=120.0, help="length of the chaos phase")
+    parser.add_argument("--seed", type=int, default=1, help="random seed of the kill schedule")
+    args = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="celery-quartz-chaos-"))
+    print(f"logs in {workdir}", flush=True)
+    with postgres_server() as postgres, redis_server() as redis:
+        report = run_chaos(workdir, postgres, redis, seconds=args.seconds, seed=args.seed)
+    print(report.table())
+    if report.lost:
+        print("lost:", report.lost[:20])
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

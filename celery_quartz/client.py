@@ -133,6 +133,21 @@ class Quartz:
         self._require_job(key)
         self.store.resume_job(key)
 
+    def pause_trigger_group(self, group: str) -> None:
+        """Pause every trigger of ``group`` now and every trigger stored in it later."""
+        self.store.pause_trigger_group(group)
+
+    def resume_trigger_group(self, group: str) -> None:
+        self.store.resume_trigger_group(group)
+
+    def get_paused_trigger_groups(self) -> list[str]:
+        return self.store.paused_trigger_groups()
+
+    def reset_trigger_from_error_state(self, *keys: TriggerKey) -> int:
+        """Return triggers in ERROR (their job's task was missing when they came due) to their
+        schedule; the number reset."""
+        return self.store.reset_trigger_from_error_state(keys)
+
     # -- reading ---------------------------------------------------------------------------------
 
     def get_job(self, key: JobKey) -> Job | None:

@@ -560,6 +560,37 @@ class SqlStore:
         with self.transaction() as conn:
             self._resume_triggers(conn, self._triggers_of_job_clause(key))
 
+    def pause_trigger_group(self, group: str) -> None:
+        """Pause every trigger of ``group``, and the triggers stored in it later."""
+        p, t = self.tables.paused_trigger_groups, self.tables.triggers
+        with self.transaction() as conn:
+            clause = and_(p.c.sched_name == self.scheduler_name, p.c.trigger_group == group)
+            if conn.execute(select(p.c.trigger_group).where(clause)).first() is None:
+                conn.execute(insert(p).values(sched_name=self.scheduler_name, trigger_group=group))
+            self._pause_triggers(
+                conn, and_(t.c.sched_name == self.scheduler_name, t.c.trigger_group == group)
+            )
+
+    def resume_trigger_group(self, group: str) -> None:
+        """Resume every trigger of ``group``; a trigger the pause made late follows its misfire
+        instruction."""
+        p, t = self.tables.paused_trigger_groups, self.tables.triggers
+        with self.transaction() as conn:
+            conn.execute(
+                delete(p).where(p.c.sched_name == self.scheduler_name, p.c.trigger_group == group)
+            )
+            self._resume_triggers(
+                conn, and_(t.c.sched_name == self.scheduler_name, t.c.trigger_group == group)
+            )
+
+    def paused_trigger_groups(self) -> list[str]:
+        p = self.tables.paused_trigger_groups
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(p.c.trigger_group).where(p.c.sched_name == self.scheduler_name)
+            ).all()
+        return sorted(r.trigger_group for r in rows)
+
     def _triggers_of_job_clause(self, key: JobKey) -> Any:
         t = self.tables.triggers
         return and_(

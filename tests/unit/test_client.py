@@ -552,3 +552,21 @@ def test_resume_applies_the_configured_misfire_threshold(
         assert trigger is not None and trigger.next_fire_time == at(70)
     finally:
         quartz.store.dispose()
+
+
+def test_a_paused_trigger_group_pauses_its_triggers_and_later_ones_until_resumed(
+    quartz: Quartz,
+) -> None:
+    quartz.schedule_job(
+        Job(key=JobKey("grouped"), task="tasks.report"),
+        SimpleTrigger(key=TriggerKey("a", "reports"), repeat_interval=60, repeat_count=-1),
+    )
+    quartz.pause_trigger_group("reports")
+    quartz.schedule_trigger(
+        SimpleTrigger(key=TriggerKey("b", "reports"), job_key=JobKey("grouped"), repeat_count=0)
+    )
+    assert quartz.get_paused_trigger_groups() == ["reports"]
+    assert [quartz.get_trigger_state(TriggerKey(n, "reports")) for n in "ab"] == ["PAUSED"] * 2
+    quartz.resume_trigger_group("reports")
+    assert [quartz.get_trigger_state(TriggerKey(n, "reports")) for n in "ab"] == ["WAITING"] * 2
+    assert quartz.get_paused_trigger_groups() == []

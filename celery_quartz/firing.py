@@ -86,6 +86,8 @@ class Firing:
     retry_attempt: int = 0
     refire_count: int = 0
     origin_trigger_key: TriggerKey | None = None
+    #: The job writes its data back at completion (the worker sends it only then).
+    persist_job_data: bool = False
 
     def header(self) -> dict[str, Any]:
         """What the worker reads back into a :class:`~celery_quartz.context.JobExecutionContext`."""
@@ -103,6 +105,8 @@ class Firing:
             "retry_attempt": self.retry_attempt,
             "refire_count": self.refire_count,
         }
+        if self.persist_job_data:
+            header["persist_job_data"] = True
         if self.origin_trigger_key is not None:
             header["origin_trigger"] = [self.origin_trigger_key.name, self.origin_trigger_key.group]
         return header

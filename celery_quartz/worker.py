@@ -128,7 +128,9 @@ class _WorkerHooks:
         elif isinstance(retval, RefireJob):
             self._refire(task, store, context)
         else:
-            _persist(lambda: store.complete_execution(task_id, job_data=context.job_data), task_id)
+            header = firing_header(request) or {}
+            job_data = context.job_data if header.get("persist_job_data") else None
+            _persist(lambda: store.complete_execution(task_id, job_data=job_data), task_id)
 
     def _refire(self, task: Task, store: SqlStore, context: JobExecutionContext) -> None:
         """Run the same firing again at once, with ``refire_count`` one higher."""

@@ -36,6 +36,10 @@ def create_store_engine(url: str, **kwargs: Any) -> Engine:
     if backend == "sqlite":
         return _sqlite_engine(parsed, **kwargs)
     kwargs.setdefault("pool_pre_ping", True)
+    if parsed.get_driver_name() == "psycopg2":
+        # Batched UPDATEs (one per fired batch) in pages, not one round trip per row; psycopg 3
+        # pipelines executemany by itself.
+        kwargs.setdefault("executemany_mode", "values_plus_batch")
     return create_engine(parsed, **kwargs)
 
 

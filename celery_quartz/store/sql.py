@@ -1000,6 +1000,7 @@ class SqlStore:
             recovering=firing.recovering,
             retry_attempt=firing.retry_attempt,
             origin_trigger_key=firing.origin_trigger_key,
+            persist_job_data=job.persist_job_data,
         )
 
     def mark_published(self, fire_instance_ids: Sequence[str]) -> None:
@@ -1290,6 +1291,7 @@ class SqlStore:
                 j.c.kwargs,
                 j.c.options,
                 j.c.job_data,
+                j.c.is_update_data,
                 t.c.job_data.label("trigger_data"),
                 t.c.origin_trigger_name,
                 t.c.origin_trigger_group,
@@ -1340,6 +1342,7 @@ class SqlStore:
                     retry_attempt=r.retry_attempt,
                     refire_count=r.refire_count,
                     origin_trigger_key=_origin_key(r),
+                    persist_job_data=r.is_update_data,
                 )
             )
         return firings

@@ -176,6 +176,7 @@ def run_chaos(
         "CQ_CHECKIN_INTERVAL": "1",
         "CQ_CHECKIN_THRESHOLD": "1",
         "CQ_MISFIRE_THRESHOLD": "10",
+        "CQ_QUARTZ_DEBUG": "1",
     }
     report = ChaosReport(seconds=seconds)
     procs = Processes(workdir, env)
@@ -231,9 +232,10 @@ def _check(
     with engine.connect() as conn:
         started = conn.execute(select(ledger_app.ledger)).all()
         report.duplicates = len(conn.execute(select(ledger_app.duplicates)).all())
-        report.recoveries = len(conn.execute(select(ledger_app.recoveries)).all())
+        recovered = conn.execute(select(ledger_app.recoveries)).all()
+        report.recoveries = len(recovered)
     engine.dispose()
-    executed = {(r.trigger_name, r.scheduled_ms) for r in started}
+    executed = {(r.trigger_name, r.scheduled_ms) for r in (*started, *recovered)}
     dropped = {
         (name, to_millis(datetime.fromisoformat(when))) for name, when in _DROPPED.findall(logs)
     }

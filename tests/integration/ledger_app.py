@@ -12,10 +12,12 @@ the same occurrence cannot insert and is written to ``ledger_duplicates`` instea
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 
 from celery import Celery
+from celery.signals import after_setup_logger
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -78,6 +80,13 @@ app.conf.beat_schedule = {
     for name, spec in json.loads(os.environ.get("CQ_BEAT_SCHEDULE", "{}")).items()
 }
 
+if os.environ.get("CQ_QUARTZ_DEBUG"):
+    # Every firing published and started, named, for reading a chaos run's logs afterwards.
+    @after_setup_logger.connect(weak=False)
+    def _debug_quartz(**_: object) -> None:
+        logging.getLogger("celery_quartz").setLevel(logging.DEBUG)
+
+
 _engines: dict[int, Engine] = {}
 
 
@@ -121,6 +130,13 @@ def record(sleep: float = 0.0) -> None:
         "scheduled_ms": int(scheduled.timestamp() * 1000),
         "fire_instance_id": ctx.fire_instance_id,
     }
+    logging.getLogger("ledger").info(
+        "ledger: %s.%s at %d started as %s",
+        trigger.group,
+        trigger.name,
+        row["scheduled_ms"],
+        ctx.fire_instance_id,
+    )
     if ctx.recovering:
         _write(insert(recoveries).values(**row, worker=ctx.worker_name, started=time.time()))
     else:

@@ -60,7 +60,7 @@ class Scheduler(beat.Scheduler):
         self.data = {}
         self.loop = SchedulingLoop(
             store,
-            Publisher(self.app, batch_size=settings.batch_size),
+            Publisher(self.app, batch_size=settings.batch_size, clock=self._clock),
             settings,
             self._clock,
             settings.resolve_instance_id(),

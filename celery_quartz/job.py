@@ -6,6 +6,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from celery_quartz.errors import JobDataError, ValidationError
@@ -55,6 +56,27 @@ class Job:
         encode_json(f"job {self.key}", "args", list(self.args), max_data_bytes)
         for name in ("kwargs", "data", "options"):
             encode_json_object(f"job {self.key}", name, getattr(self, name), max_data_bytes)
+        _check_expires(self.key, self.options.get("expires"))
+
+
+def _check_expires(key: JobKey, expires: Any) -> None:
+    """A job's own message expiry: seconds after publication, or an ISO 8601 instant."""
+    if expires is None:
+        return
+    if isinstance(expires, (int, float)) and not isinstance(expires, bool):
+        if expires < 0:
+            raise ValidationError(f"job {key}: options expires must not be negative: {expires!r}")
+        return
+    if isinstance(expires, str):
+        try:
+            if datetime.fromisoformat(expires).tzinfo is not None:
+                return
+        except ValueError:
+            pass
+    raise ValidationError(
+        f"job {key}: options expires must be seconds or an aware ISO 8601 instant, "
+        f"got {expires!r}"
+    )
 
 
 def encode_json_object(owner: str, field_name: str, value: Any, max_bytes: int) -> str:

@@ -58,3 +58,14 @@ def test_the_bound_counts_the_encoded_bytes_with_non_ascii_escaped() -> None:
     assert encode_json("job x", "data", "é", 8) == '"\\u00e9"'
     with pytest.raises(JobDataError, match=re.escape("job x: data is 14 bytes encoded")):
         encode_json("job x", "data", "éé", 13)
+
+
+@pytest.mark.parametrize("expires", [30, 1.5, "2027-01-01T00:00:00+00:00"])
+def test_a_job_may_give_its_messages_an_expiry(expires: object) -> None:
+    Job(key=JobKey("j"), task="t", options={"expires": expires}).validate()
+
+
+@pytest.mark.parametrize("expires", [-1, "tomorrow", "2027-01-01T00:00:00", True])
+def test_an_expiry_that_is_neither_seconds_nor_an_aware_instant_is_refused(expires: object) -> None:
+    with pytest.raises(ValidationError, match="options expires"):
+        Job(key=JobKey("j"), task="t", options={"expires": expires}).validate()

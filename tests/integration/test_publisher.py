@@ -1,0 +1,76 @@
+"""The Redis path writes exactly the message Celery's own publishing writes."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from celery import Celery
+
+from celery_quartz.firing import Firing
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.publisher import Publisher, RedisPath
+from tests.services import RedisServer
+
+
+def _firing(**options: Any) -> Firing:
+    return Firing(
+        fire_instance_id=str(uuid.uuid4()),
+        scheduler_name="unit",
+        task="tasks.report",
+        args=[1, "two"],
+        kwargs={"period": "week"},
+        options=dict(options),
+        job_key=JobKey("report"),
+        trigger_key=TriggerKey("nightly"),
+        scheduled_millis=1_800_000_000_000,
+        fired_millis=1_800_000_000_005,
+        fired_by="sched-a",
+        job_data={"a": 1},
+        expires_millis=1_800_000_060_005,
+    )
+
+
+def _stored(redis: RedisServer, db: int, queue: str) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in redis.client(db).lrange(queue, 0, -1)]
+
+
+def _comparable(message: dict[str, Any]) -> dict[str, Any]:
+    """The message less what differs between any two publishes: its delivery tag, and its TTL
+    (milliseconds left at the instant of publishing)."""
+    message = json.loads(json.dumps(message))
+    del message["properties"]["delivery_tag"]
+    message["properties"]["expiration"] = int(message["properties"]["expiration"]) // 10_000
+    return message
+
+
+def test_the_redis_path_writes_what_celery_writes(redis: RedisServer, redis_url: str) -> None:
+    db = int(redis_url.rsplit("/", 1)[1])
+    app = Celery("unit", broker=redis_url, set_as_current=False)
+    firing = _firing(queue="reports", expires=30)
+    path = RedisPath.for_app(app)
+    assert path is not None and path.accepts(firing)
+    path.publish([firing])
+    publisher = Publisher(app)
+    publisher._redis = None  # through Celery's own publishing
+    publisher.publish([firing])
+    slow, fast = _stored(redis, db, "reports")  # LPUSH: the latest first
+    assert _comparable(fast) == _comparable(slow)
+    assert fast["headers"]["expires"] == "2027-01-15T08:00:30.005000+00:00"  # fired + 30 s
+
+
+def test_options_the_redis_path_cannot_honour_go_through_celery(redis_url: str) -> None:
+    app = Celery("unit", broker=redis_url, set_as_current=False)
+    path = RedisPath.for_app(app)
+    assert path is not None
+    assert path.accepts(_firing())
+    assert not path.accepts(_firing(priority=9))
+    assert not path.accepts(_firing(routing_key="elsewhere"))
+
+
+def test_a_broker_that_is_not_plain_redis_takes_celerys_path() -> None:
+    assert RedisPath.for_app(Celery("unit", broker="memory://", set_as_current=False)) is None
+    app = Celery("unit", broker="redis://localhost/0", set_as_current=False)
+    app.conf.broker_transport_options = {"global_keyprefix": "x:"}
+    assert RedisPath.for_app(app) is None

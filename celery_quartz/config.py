@@ -6,7 +6,7 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from celery_quartz.errors import ConfigurationError
@@ -14,6 +14,12 @@ from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
 from celery_quartz.store.schema import DEFAULT_TABLE_PREFIX
 
 AUTO = "AUTO"
+#: Values of ``quartz_election``: none, a PostgreSQL advisory lock, a Redis lock.
+ELECTIONS = ("", "postgresql", "redis")
+#: Settings that mean something only to a clustered scheduler (failure detection of peers).
+CLUSTER_ONLY = ("checkin_misfire_threshold",)
+#: Settings that mean something only to a non-clustered scheduler.
+NON_CLUSTERED_ONLY = ("election",)
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,20 @@ class Settings:
     shutdown_wait_for_jobs: bool = False
     #: The most seconds that wait may take.
     shutdown_timeout: float = 30.0
+    #: Start the scheduler with ``celery beat``; off, it is built and left in CREATED until
+    #: something (an election, application code) calls ``start()``.
+    auto_start: bool = True
+    #: A built-in leader election for a non-clustered scheduler: ``"postgresql"`` (an advisory
+    #: lock on the store's database) or ``"redis"`` (a lock with renewal); empty for none.
+    election: str = ""
+    #: Redis URL of the ``"redis"`` election; empty: the broker URL.
+    election_redis_url: str = ""
+    #: Seconds a Redis election lock lives without renewal (renewed every third of it).
+    election_lock_timeout: float = 10.0
+    #: Seconds between attempts to become leader, and between checks that the lock is held.
+    election_retry_interval: float = 1.0
+    #: The ``quartz_*`` keys the application set itself (for the clustering guard).
+    explicitly_set: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     @classmethod
     def from_app(cls, app: Any) -> Settings:
@@ -60,10 +80,10 @@ class Settings:
         values: dict[str, Any] = {}
         for f in fields(cls):
             key = f"quartz_{f.name}"
-            value = conf.get(key)
+            value = conf.get(key) if f.name != "explicitly_set" else None
             if value is not None:
                 values[f.name] = value
-        settings = cls(**values)
+        settings = cls(**values, explicitly_set=frozenset(values))
         if not settings.scheduler_name:
             settings = _replace(settings, scheduler_name=app.main or "celery")
         settings.validate()
@@ -86,6 +106,8 @@ class Settings:
             "max_job_data_bytes",
         ):
             positive(name)
+        for name in ("election_lock_timeout", "election_retry_interval"):
+            positive(name)
         for name in ("fire_ahead_window", "checkin_misfire_threshold", "shutdown_timeout"):
             positive(name, allow_zero=True)
         # Bug fix: these were not checked, so a count of 2.5 reached SQL LIMIT and a string such
@@ -99,6 +121,7 @@ class Settings:
             "schema_auto_upgrade",
             "import_beat_schedule",
             "shutdown_wait_for_jobs",
+            "auto_start",
         ):
             value = getattr(self, name)
             if not isinstance(value, bool):
@@ -106,6 +129,11 @@ class Settings:
         if not isinstance(self.store_url, str) or "://" not in self.store_url:
             raise ConfigurationError(
                 f"quartz_store_url must be a SQLAlchemy URL, got {self.store_url!r}"
+            )
+        if self.election not in ELECTIONS:
+            raise ConfigurationError(
+                f"quartz_election must be one of {', '.join(map(repr, ELECTIONS))}, "
+                f"got {self.election!r}"
             )
         if not self.instance_id or len(self.instance_id) > 200:
             raise ConfigurationError(

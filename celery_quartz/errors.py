@@ -55,6 +55,11 @@ class SchedulerStateError(QuartzError):
     """The scheduler is not in a state that allows the requested operation."""
 
 
+class FencedError(SchedulerStateError):
+    """A non-clustered scheduler's write was refused: another leader has taken the fencing epoch
+    since this one was elected (this process was deposed while paused or partitioned)."""
+
+
 class RefireJob(QuartzError):
     """Raised by a task to run the same firing again at once (Quartz's refire-immediately).
 

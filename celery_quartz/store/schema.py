@@ -168,7 +168,9 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         triggers.c.sched_name,
         triggers.c.trigger_state,
         triggers.c.next_fire_time,
-        triggers.c.priority,
+        # Descending, as acquisition orders: a batch is the first rows of the index, even when
+        # thousands are due at the same instant (no sort of everything due).
+        triggers.c.priority.desc(),
     )
     Index(f"ix_{p}triggers_job", triggers.c.sched_name, triggers.c.job_name, triggers.c.job_group)
     Index(
@@ -235,6 +237,8 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("checkin_interval", BigInteger, nullable=False),
         Column("clustered", Boolean, nullable=False, server_default=true()),
         Column("epoch", BigInteger, nullable=False, server_default=text("0")),
+        # A scheduler's lifecycle status (RUNNING, STANDBY, ...), written at each transition.
+        Column("status", String(16)),
         Column("hostname", String(255)),
         Column("pid", Integer),
         Column("started_time", BigInteger),

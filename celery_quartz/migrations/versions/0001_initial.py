@@ -125,6 +125,7 @@ def upgrade() -> None:
         sa.Column("checkin_interval", sa.BigInteger(), nullable=False),
         sa.Column("clustered", sa.Boolean(), server_default=sa.true(), nullable=False),
         sa.Column("epoch", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
+        sa.Column("status", sa.String(length=16), nullable=True),
         sa.Column("hostname", sa.String(length=255), nullable=True),
         sa.Column("pid", sa.Integer(), nullable=True),
         sa.Column("started_time", sa.BigInteger(), nullable=True),
@@ -174,7 +175,7 @@ def upgrade() -> None:
     op.create_index(
         f"ix_{p}triggers_acquire",
         f"{p}triggers",
-        ["sched_name", "trigger_state", "next_fire_time", "priority"],
+        ["sched_name", "trigger_state", "next_fire_time", sa.text("priority DESC")],
         unique=False,
     )
     op.create_index(

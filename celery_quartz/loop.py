@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -24,8 +25,17 @@ from sqlalchemy.exc import DBAPIError
 from celery_quartz.clock import Clock, from_millis, to_millis
 from celery_quartz.cluster import ClusterManager
 from celery_quartz.config import Settings
+from celery_quartz.errors import FencedError
 from celery_quartz.firing import AcquiredFiring, Firing
+from celery_quartz.lifecycle import (
+    SchedulerStatus,
+    check_clustering,
+    refuse_standby,
+    refuse_start,
+    warn_generated_instance_id,
+)
 from celery_quartz.publisher import Publisher
+from celery_quartz.store import fencing
 from celery_quartz.store.sql import SqlStore
 
 logger = logging.getLogger(__name__)
@@ -74,17 +84,109 @@ class SchedulingLoop:
         self._store_down = False
         #: Firings this loop has published (for the log and for tests).
         self.fired_count = 0
+        #: Lifecycle status (see :mod:`celery_quartz.lifecycle`).
+        self.status = SchedulerStatus.CREATED
+        #: Whether run_once() starts a CREATED scheduler by itself (off: an election or the
+        #: application calls start()).
+        self.auto_start = settings.auto_start and not settings.election
+        #: Called (with the error) when the store refuses a write because another leader has
+        #: been elected; the scheduler has already stood down. Elections register here.
+        self.on_fenced: list[Callable[[FencedError], None]] = []
+        #: The epoch this instance last led with (non-clustered).
+        self.epoch: int | None = None
+        # Lifecycle calls come from an election's thread while beat's thread runs steps.
+        self._lifecycle_lock = threading.RLock()
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Check in, refuse a mixed clustered/non-clustered setup, and take over what a previous
-        life of this instance id or a dead peer left behind."""
+        """Start, or resume from standby; nothing when already running.
+
+        The first start checks in, refuses a mixed clustered/non-clustered setup, and takes over
+        what a previous life of this instance id or a dead peer left behind. A non-clustered
+        scheduler takes the next fencing epoch at every start (each one is a leadership), and
+        runs the leader-move recovery pass whenever another leader held the epoch meanwhile.
+        Raises :class:`~celery_quartz.errors.SchedulerStateError` after shutdown.
+        """
+        with self._lifecycle_lock:
+            refuse_start(self.status, self._name)
+            if self.status is SchedulerStatus.RUNNING:
+                return
+            if not self._started:
+                self._first_start()
+            elif not self.settings.clustered:
+                self._take_leadership()
+            self._set_status(SchedulerStatus.RUNNING)
+
+    def standby(self) -> None:
+        """Stop acquiring triggers. Running jobs, an acquired batch and the misfire handler go
+        on; a never-started scheduler stays CREATED. Raises after shutdown."""
+        with self._lifecycle_lock:
+            refuse_standby(self.status, self._name)
+            if self.status is SchedulerStatus.RUNNING:
+                self._set_status(SchedulerStatus.STANDBY)
+                logger.info("scheduler instance %s is in standby", self.instance_id)
+
+    @property
+    def _name(self) -> str:
+        return f"{self.store.scheduler_name!r} (instance {self.instance_id})"
+
+    def _set_status(self, status: SchedulerStatus) -> None:
+        self.status = status
         if self._started:
-            return
+            try:
+                fencing.record_status(self.store, self.instance_id, status.value)
+            except DBAPIError:
+                logger.warning("could not record status %s of %s", status.value, self.instance_id)
+
+    def _take_leadership(self) -> None:
+        """Non-clustered: take the next epoch; recover if another leader held it meanwhile."""
+        previous, epoch = fencing.advance_epoch(self.store, self.instance_id)
+        moved = self.epoch is None or previous != self.epoch
+        self.epoch = epoch
+        self.store.fence = fencing.Fence(epoch, self.instance_id)
+        logger.info("scheduler instance %s leads with epoch %d", self.instance_id, epoch)
+        if moved:
+            self._batch = []
+            self._unpublished.clear()
+            fencing.recover_leader_move(self.store, self.instance_id, self.store.fence)
+            # Step 2: every misfire, with no limit (the background handler is bounded).
+            while True:
+                _, more = self.store.handle_misfires(
+                    threshold=self.settings.misfire_threshold,
+                    max_count=self.settings.max_misfires_per_round,
+                )
+                if not more:
+                    break
+            for firing in self.cluster.take_over_unpublished():
+                self._unpublished.setdefault(firing.fire_instance_id, firing)
+
+    def _deposed(self, error: FencedError) -> None:
+        """Another leader was elected while this one still ran: stand down by ourselves."""
+        with self._lifecycle_lock:
+            # The claims and unpublished firings belong to the new leader's recovery now.
+            self._batch = []
+            self._unpublished.clear()
+            if self.status is not SchedulerStatus.RUNNING:
+                # Already stood down: the misfire handler's writes go on being refused.
+                logger.debug("%s (in %s)", error, self.status.value)
+                return
+            logger.warning("%s; scheduler instance %s stands down", error, self.instance_id)
+            self._set_status(SchedulerStatus.STANDBY)
+        for callback in list(self.on_fenced):
+            try:
+                callback(error)
+            except Exception:
+                logger.exception("a fencing callback failed")
+
+    def _first_start(self) -> None:
+        check_clustering(self.settings)
+        warn_generated_instance_id(self.settings, self.instance_id)
         self.store.set_misfire_threshold(self.settings.misfire_threshold)
         self.cluster.refuse_mixed_modes()
         self.cluster.check_in()
+        if not self.settings.clustered:
+            self._take_leadership()
         released = self.store.release_acquired(self.instance_id)
         if released:
             logger.info(
@@ -111,6 +213,18 @@ class SchedulingLoop:
         stay in the store under this instance; removing the check-in row makes them orphans that
         a surviving scheduler publishes again.
         """
+        with self._lifecycle_lock:
+            if self.status.is_shut_down:
+                return
+            self.status = SchedulerStatus.SHUTTING_DOWN
+            try:
+                self._shutdown(wait_for_jobs, timeout, sleep)
+            finally:
+                self.status = SchedulerStatus.SHUTDOWN
+
+    def _shutdown(
+        self, wait_for_jobs: bool, timeout: float, sleep: Callable[[float], None]
+    ) -> None:
         if not self._started:
             return
         try:
@@ -121,9 +235,12 @@ class SchedulingLoop:
             if wait_for_jobs:
                 self._wait_for_jobs(timeout, sleep)
             self.cluster.leave()
+        except FencedError as exc:
+            # Deposed meanwhile: what we held is the new leader's to recover.
+            logger.info("shutdown: %s", exc)
+            self.cluster.leave()
         except DBAPIError:
             logger.exception("shutdown: the store did not answer; survivors will recover us")
-        self._started = False
 
     def _wait_for_jobs(self, timeout: float, sleep: Callable[[float], None]) -> None:
         poll = 0.5
@@ -147,10 +264,21 @@ class SchedulingLoop:
         A store that does not answer (a restart, a network blip) is waited out: the step is
         tried again a second later, and nothing is lost meanwhile (claims are committed rows).
         """
+        with self._lifecycle_lock:
+            return self._run_once()
+
+    def _run_once(self) -> float:
+        if self.status is SchedulerStatus.CREATED and not self.auto_start:
+            return self.settings.idle_wait  # built and bound; an election will start it
+        if self.status.is_shut_down:
+            return self.settings.idle_wait
         try:
-            if not self._started:
+            if self.status is SchedulerStatus.CREATED:
                 self.start()
             delay = self._step()
+        except FencedError as exc:
+            self._deposed(exc)
+            return self.settings.idle_wait
         except DBAPIError as exc:
             if not self._store_down:
                 logger.warning("the store did not answer (%s); retrying", exc.__class__.__name__)
@@ -170,7 +298,7 @@ class SchedulingLoop:
             self._scan_misfires(now)
         if self._unpublished:
             self._publish(list(self._unpublished.values()))
-        if not self._batch:
+        if not self._batch and self.status is SchedulerStatus.RUNNING:
             self._batch = self.store.acquire_next_triggers(
                 self.instance_id,
                 no_later_than=now + timedelta(seconds=self.settings.idle_wait),

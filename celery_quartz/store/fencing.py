@@ -127,7 +127,9 @@ def current_epoch(store: SqlStore) -> int:
         return conn.execute(select(locks.c.epoch).where(_leader_key(store))).scalar() or 0
 
 
-def recover_leader_move(store: SqlStore, instance_name: str, fence: Fence | None) -> LeaderMoveRecovery:
+def recover_leader_move(
+    store: SqlStore, instance_name: str, fence: Fence | None
+) -> LeaderMoveRecovery:
     """The recovery pass a new non-clustered leader runs (seed 000, steps 1, 3 and 4; step 2,
     every misfire with no limit, is the caller's), in one fenced transaction.
 
@@ -154,7 +156,9 @@ def recover_leader_move(store: SqlStore, instance_name: str, fence: Fence | None
         ).all()
         released = conn.execute(
             update(t)
-            .where(t.c.sched_name == store.scheduler_name, t.c.trigger_state == TriggerState.ACQUIRED)
+            .where(
+                t.c.sched_name == store.scheduler_name, t.c.trigger_state == TriggerState.ACQUIRED
+            )
             .values(trigger_state=TriggerState.WAITING)
         ).rowcount
         others = conn.execute(

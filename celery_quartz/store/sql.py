@@ -9,6 +9,7 @@ scheduler instance that owns it.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import uuid
@@ -45,6 +46,7 @@ from celery_quartz.firing import AcquiredFiring, Firing, JobRecord
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json, encode_json_object
 from celery_quartz.keys import RECOVERING_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.store.engine import create_store_engine
+from celery_quartz.store.fencing import Fence, check_fence
 from celery_quartz.store.schema import (
     DEFAULT_TABLE_PREFIX,
     FiringState,
@@ -105,6 +107,8 @@ class SqlStore:
         self.tables: Tables = build_tables(table_prefix)
         self.clock = clock or SystemClock()
         self.max_data_bytes = max_data_bytes
+        #: A non-clustered leader's fencing epoch: its writes check it (see store.fencing).
+        self.fence: Fence | None = None
         # Trigger kinds register themselves on import.
         import celery_quartz.triggers  # noqa: F401
 
@@ -128,6 +132,11 @@ class SqlStore:
 
     def _now(self) -> int:
         return to_millis(self.clock.now())
+
+    def _check_fence(self, conn: Connection) -> None:
+        """Refuse the transaction when this store's fence is stale (nothing without one)."""
+        if self.fence is not None:
+            check_fence(self, conn, self.fence)
 
     def _lock(self, conn: Connection, name: str) -> None:
         """Hold the named lock row until the transaction ends (SQLite: the write lock is)."""
@@ -751,6 +760,7 @@ class SqlStore:
             .with_for_update(skip_locked=True, of=t)
         )
         with self.transaction() as conn:
+            self._check_fence(conn)
             rows = conn.execute(query).all()
             if not rows or rows[0].next_fire_time > limit_ms:
                 return []
@@ -838,7 +848,9 @@ class SqlStore:
         calendars = self._calendars({a.trigger.calendar_name for a in acquired})
         advanced: dict[str, dict[str, Any]] = {}
         for firing in acquired:
-            trigger = firing.trigger
+            # Advance a copy: the claim keeps the trigger as claimed, so firing the same batch
+            # again (after a store outage) computes the same next fire time, not the one after.
+            trigger = copy.copy(firing.trigger)
             trigger.triggered(calendars.get(trigger.calendar_name or ""))
             advanced[firing.fire_instance_id] = {
                 "b_name": trigger.key.name,
@@ -852,6 +864,7 @@ class SqlStore:
         by_id = {a.fire_instance_id: a for a in acquired}
         firings: list[Firing] = []
         with self.transaction() as conn:
+            self._check_fence(conn)
             owned = {
                 r.entry_id
                 for r in conn.execute(
@@ -1009,6 +1022,7 @@ class SqlStore:
             return
         f = self.tables.fired_triggers
         with self.transaction() as conn:
+            self._check_fence(conn)
             # Conditional: a worker may already have started one (EXECUTING) or finished it (gone).
             conn.execute(
                 update(f)
@@ -1035,6 +1049,7 @@ class SqlStore:
         if acquired is not None and not acquired:
             return 0
         with self.transaction() as conn:
+            self._check_fence(conn)
             if acquired is not None:
                 return self._release(conn, instance_name, [a.fire_instance_id for a in acquired])
             return self._release(conn, instance_name, None, keep=keep)
@@ -1087,6 +1102,7 @@ class SqlStore:
         now = self._now()
         late_before = now - int(threshold * 1000)
         with self.transaction() as conn:
+            self._check_fence(conn)
             rows = conn.execute(
                 select(t)
                 .where(
@@ -1275,6 +1291,7 @@ class SqlStore:
         """
         f = self.tables.fired_triggers
         with self.transaction() as conn:
+            self._check_fence(conn)
             return self._firings_to_publish(
                 conn,
                 and_(f.c.instance_name == instance_name, f.c.state == FiringState.FIRED),
@@ -1729,6 +1746,7 @@ class SqlStore:
         in_flight = [FiringState.FIRED, FiringState.PUBLISHED]
         republish: list[str] = []
         with self.transaction() as conn:
+            self._check_fence(conn)
             rows = conn.execute(
                 select(f)
                 .where(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
 from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.cluster import ClusterManager
@@ -377,3 +378,23 @@ def test_firing_a_batch_again_after_its_commit_went_through_keeps_the_fired_rows
     assert store.fire(A, batch) == []
     assert store.firing_states() == {firing.fire_instance_id: FiringState.FIRED}
     assert [f.fire_instance_id for f in store.unpublished_firings(A)] == [firing.fire_instance_id]
+
+
+def test_firing_a_batch_again_after_a_failed_attempt_fires_the_claimed_occurrence(
+    store: MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add(store, repeating("t1", at(0), 1))
+    batch = acquire(store)
+    working = store.transaction
+
+    def outage() -> object:
+        monkeypatch.setattr(store, "transaction", working)
+        raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(store, "transaction", outage)
+    with pytest.raises(OperationalError):
+        store.fire(A, batch)
+    [firing] = store.fire(A, batch)
+    assert firing.scheduled_millis == to_millis(at(0))
+    trigger = store.retrieve_trigger(TriggerKey("t1"))
+    assert trigger is not None and trigger.next_fire_time == at(1)

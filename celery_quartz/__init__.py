@@ -19,6 +19,7 @@ from celery_quartz.context import JobExecutionContext, current_context
 from celery_quartz.cron import CronExpression, CronFormat
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.lifecycle import SchedulerStatus
 from celery_quartz.triggers import (
     REPEAT_INDEFINITELY,
     CalendarIntervalTrigger,
@@ -58,6 +59,7 @@ __all__ = [
     "Quartz",
     "RecurrenceTrigger",
     "Scheduler",
+    "SchedulerStatus",
     "SimpleMisfireInstruction",
     "SimpleTrigger",
     "SystemClock",

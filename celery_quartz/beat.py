@@ -15,6 +15,9 @@ from celery import beat
 from celery_quartz.beat_schedule import import_beat_schedule
 from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.config import Settings
+from celery_quartz.elections import Election, build_election
+from celery_quartz.leadership import SchedulerLeadership
+from celery_quartz.lifecycle import SchedulerStatus, check_clustering
 from celery_quartz.loop import SchedulingLoop
 from celery_quartz.publisher import Publisher
 from celery_quartz.store import migrate
@@ -33,11 +36,16 @@ class Scheduler(beat.Scheduler):
         self._clock = clock or SystemClock()
         self.loop: SchedulingLoop | None = None
         self.quartz_settings = Settings.from_app(app)
+        #: The built-in election (``quartz_election``), if any; it starts and stands us down.
+        self.election: Election | None = None
+        self._status_after_close = SchedulerStatus.CREATED
         kwargs.setdefault("max_interval", self.max_interval)
         super().__init__(app, *args, **kwargs)
 
     def setup_schedule(self) -> None:
         settings = self.quartz_settings
+        # Refused here, not at the first election: a replica that is never elected must fail too.
+        check_clustering(settings)
         store = SqlStore(
             settings.store_url,
             scheduler_name=settings.scheduler_name,
@@ -66,7 +74,29 @@ class Scheduler(beat.Scheduler):
             settings.resolve_instance_id(),
             task_exists=self.app.tasks.__contains__,
         )
+        if settings.election:
+            # Built, initialised and bound, left in CREATED: the election starts it.
+            self.election = build_election(settings, self.app, SchedulerLeadership(self.loop))
+            self.loop.on_fenced.append(self.election.stand_down)
+            self.election.start()
+        elif self.loop.auto_start:
+            self.loop.start()
+
+    # -- lifecycle, for an election or application code (see celery_quartz.lifecycle) ----------
+
+    @property
+    def status(self) -> SchedulerStatus:
+        return self._status_after_close if self.loop is None else self.loop.status
+
+    def start(self) -> None:
+        """Start, or resume from standby (idempotent)."""
+        assert self.loop is not None, "setup_schedule() has not run"
         self.loop.start()
+
+    def standby(self) -> None:
+        """Stop acquiring; running jobs, the acquired batch and the misfire handler go on."""
+        assert self.loop is not None, "setup_schedule() has not run"
+        self.loop.standby()
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         assert self.loop is not None, "setup_schedule() has not run"
@@ -81,7 +111,12 @@ class Scheduler(beat.Scheduler):
                 wait_for_jobs=self.quartz_settings.shutdown_wait_for_jobs,
                 timeout=self.quartz_settings.shutdown_timeout,
             )
+            # After the shutdown: the next leader starts once this one has finished.
+            if self.election is not None:
+                self.election.stop()
+                self.election = None
             self.loop.store.dispose()
+            self._status_after_close = self.loop.status
             self.loop = None
 
     @property

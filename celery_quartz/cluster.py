@@ -59,6 +59,11 @@ class ClusterManager:
         self._previous_checkin_millis: int | None = None
         self._last_checkin_millis: int | None = None
 
+    @property
+    def last_checkin_millis(self) -> int | None:
+        """When this instance last wrote its check-in (None before the first)."""
+        return self._last_checkin_millis
+
     def check_in_due(self, now: datetime) -> bool:
         return self.next_check_in is None or now >= self.next_check_in
 

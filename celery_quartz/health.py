@@ -1,0 +1,89 @@
+"""A health check of one scheduler (Quartz 4.x's ``AddQuartz()`` health check), no web stack.
+
+It asserts less than its name suggests: that the scheduler is in a state that can fire and that
+the store answers a query. It does not assert that any trigger is firing: pair it with an alert on
+a job you expect to see regularly.
+
+====================================  ===========
+state                                 result
+====================================  ===========
+RUNNING, the store answers            healthy
+STANDBY                               degraded (a non-leader replica stays in rotation)
+CREATED with auto-start off           degraded (waiting to be elected)
+CREATED otherwise                     unhealthy
+SHUTTING_DOWN, SHUTDOWN               unhealthy
+the store does not answer             unhealthy
+clustered, own check-in too old       degraded
+====================================  ===========
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery_quartz.clock import from_millis, to_millis
+from celery_quartz.lifecycle import SchedulerStatus
+from celery_quartz.store import fencing
+
+
+class HealthStatus(enum.Enum):
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"
+    UNHEALTHY = "unhealthy"
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """The result of :func:`health_check`: a status, why, and what it looked at."""
+
+    status: HealthStatus
+    description: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def health_check(scheduler: Any) -> HealthReport:
+    """Check a :class:`~celery_quartz.loop.SchedulingLoop` or a beat
+    :class:`celery_quartz.Scheduler` (its loop)."""
+    loop = getattr(scheduler, "loop", scheduler)
+    if loop is None:  # a beat scheduler closed (or not yet set up)
+        return HealthReport(HealthStatus.UNHEALTHY, "the scheduler is not set up or was closed")
+    status: SchedulerStatus = loop.status
+    data: dict[str, Any] = {
+        "scheduler": loop.store.scheduler_name,
+        "instance": loop.instance_id,
+        "status": status.value,
+        "clustered": loop.settings.clustered,
+    }
+    if status.is_shut_down:
+        return HealthReport(HealthStatus.UNHEALTHY, f"the scheduler is {status.value}", data)
+    if status is SchedulerStatus.CREATED and loop.auto_start:
+        return HealthReport(
+            HealthStatus.UNHEALTHY, "the scheduler was never started (auto-start is on)", data
+        )
+    try:
+        fencing.ping(loop.store)
+    except Exception as exc:
+        data["error"] = f"{exc.__class__.__name__}: {exc}"
+        return HealthReport(HealthStatus.UNHEALTHY, "the store does not answer", data)
+    if status is SchedulerStatus.CREATED:
+        return HealthReport(
+            HealthStatus.DEGRADED, "not started: waiting to be elected (auto-start is off)", data
+        )
+    if status is SchedulerStatus.STANDBY:
+        return HealthReport(HealthStatus.DEGRADED, "in standby: not acquiring triggers", data)
+    if loop.settings.clustered:
+        last = loop.cluster.last_checkin_millis
+        allowed = loop.settings.checkin_interval + loop.settings.checkin_misfire_threshold
+        if last is not None:
+            data["last_checkin"] = from_millis(last).isoformat()
+            age = (to_millis(loop.clock.now()) - last) / 1000
+            if age > allowed:
+                return HealthReport(
+                    HealthStatus.DEGRADED,
+                    f"this node last checked in {age:.1f}s ago (peers write it off after "
+                    f"{allowed:.1f}s)",
+                    data,
+                )
+    return HealthReport(HealthStatus.HEALTHY, "running, and the store answers", data)

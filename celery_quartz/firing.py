@@ -44,6 +44,8 @@ class AcquiredFiring:
     origin_trigger_key: TriggerKey | None = None
     origin_scheduled_millis: int | None = None
     retry_attempt: int = 0
+    priority: int = 5
+    execution_group: str | None = None
 
     @property
     def scheduled_fire_time(self) -> datetime:

@@ -79,6 +79,8 @@ class SchedulingLoop:
         self._batch: list[AcquiredFiring] = []
         # Fired but not yet handed to the broker, by fire instance id.
         self._unpublished: dict[str, Firing] = {}
+        # Published, not yet recorded as PUBLISHED in the store.
+        self._published: list[str] = []
         self._next_misfire_scan: datetime | None = None
         self._started = False
         self._store_down = False
@@ -228,6 +230,7 @@ class SchedulingLoop:
         if not self._started:
             return
         try:
+            self._flush_published()
             released = self.store.release_acquired(self.instance_id, self._batch)
             self._batch = []
             if released:
@@ -299,13 +302,22 @@ class SchedulingLoop:
         if self._unpublished:
             self._publish(list(self._unpublished.values()))
         if not self._batch and self.status is SchedulerStatus.RUNNING:
-            self._batch = self.store.acquire_next_triggers(
+            claim = self.store.claim(
                 self.instance_id,
                 no_later_than=now + timedelta(seconds=self.settings.idle_wait),
                 max_count=self.settings.batch_size,
                 time_window=self.settings.fire_ahead_window,
                 misfire_threshold=self.settings.misfire_threshold,
+                expires_after=self.settings.misfire_threshold,
+                published=self._published,
+                task_exists=self.task_exists,
             )
+            self._published = []
+            if claim.firings:
+                # Due already: claimed and fired in one transaction.
+                self._publish(claim.firings)
+                return 0.0
+            self._batch = claim.acquired
         if self._batch:
             wait = (self._batch[0].scheduled_fire_time - self.clock.now()).total_seconds()
             if wait > 0:
@@ -351,6 +363,7 @@ class SchedulingLoop:
         through while its answer was lost (the store restarted at that moment) would otherwise
         stay ACQUIRED, owned by a live instance, for ever.
         """
+        self._flush_published()
         stale = self.store.release_acquired(
             self.instance_id, keep=[a.fire_instance_id for a in self._batch]
         )
@@ -360,6 +373,11 @@ class SchedulingLoop:
         self.cluster.recover_failed_workers()
         for firing in self.cluster.take_over_unpublished():
             self._unpublished.setdefault(firing.fire_instance_id, firing)
+
+    def _flush_published(self) -> None:
+        if self._published:
+            self.store.mark_published(self._published)
+            self._published = []
 
     def _publish(self, firings: list[Firing]) -> None:
         if not firings:
@@ -375,7 +393,10 @@ class SchedulingLoop:
             return
         for firing in firings:
             self._unpublished.pop(firing.fire_instance_id, None)
-        self.store.mark_published([f.fire_instance_id for f in firings])
+        # Recorded as PUBLISHED with the next claim, in its transaction (one commit fewer per
+        # batch). Until then they read as FIRED, which a survivor would publish again if this
+        # process died: harmless, the worker guard starts one delivery.
+        self._published.extend(f.fire_instance_id for f in firings)
         self.fired_count += len(firings)
         if logger.isEnabledFor(logging.DEBUG):
             for firing in firings:

@@ -13,7 +13,7 @@ import copy
 import json
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -60,6 +60,14 @@ logger = logging.getLogger(__name__)
 
 #: ``get_trigger_state`` of a key that is not stored (Quartz's ``TriggerState.None``).
 NONE_STATE = "NONE"
+
+
+@dataclass
+class Claim:
+    """What one :meth:`SqlStore.claim` took: firings to publish now, or claims to fire later."""
+
+    firings: list[Firing] = field(default_factory=list)
+    acquired: list[AcquiredFiring] = field(default_factory=list)
 
 
 @dataclass
@@ -717,7 +725,43 @@ class SqlStore:
         the claim correct even without the lock. Triggers later than the misfire threshold are
         left to the misfire handler unless they ignore misfires (Quartz does the same).
         """
-        t, j, f = self.tables.triggers, self.tables.jobs, self.tables.fired_triggers
+        claim = self.claim(
+            instance_name,
+            no_later_than=no_later_than,
+            max_count=max_count,
+            time_window=time_window,
+            misfire_threshold=misfire_threshold,
+            fire_due=False,
+        )
+        return claim.acquired
+
+    def claim(
+        self,
+        instance_name: str,
+        *,
+        no_later_than: datetime,
+        max_count: int,
+        time_window: float,
+        misfire_threshold: float,
+        fire_due: bool = True,
+        expires_after: float | None = None,
+        published: Sequence[str] = (),
+        task_exists: Callable[[str], bool] | None = None,
+    ) -> Claim:
+        """Claim the next batch of due triggers (Quartz's batch rule), in one transaction.
+
+        When the batch's first trigger is already due and ``fire_due`` is set, the batch is fired
+        in the same transaction (:attr:`Claim.firings`, fired rows written FIRED): one commit per
+        batch instead of a claim and a firing. Otherwise the batch is claimed (ACQUIRED,
+        :attr:`Claim.acquired`), to be fired by :meth:`fire` once due. ``published`` fire
+        instance ids are recorded as PUBLISHED in the same transaction (they were handed to the
+        broker since the last claim). A trigger whose job's task ``task_exists`` does not know is
+        put in ERROR instead (Quartz: the job cannot be run).
+
+        Race settled: as for :meth:`acquire_next_triggers` — the rows are locked (skipping those
+        another scheduler holds) and still WAITING when written.
+        """
+        t, j = self.tables.triggers, self.tables.jobs
         now = self._now()
         limit_ms = to_millis(no_later_than)
         window_ms = int(time_window * 1000)
@@ -746,9 +790,8 @@ class SqlStore:
             .where(
                 t.c.sched_name == self.scheduler_name,
                 t.c.trigger_state == TriggerState.WAITING,
-                # Bug fix: the window was not added here, so triggers due after no_later_than
-                # never joined a batch however wide the window (Quartz selects up to
-                # noLaterThan + timeWindow; the first trigger must still be due by no_later_than).
+                # Quartz selects up to noLaterThan + timeWindow; the first trigger must still be
+                # due by no_later_than.
                 t.c.next_fire_time <= limit_ms + window_ms,
                 or_(
                     t.c.misfire_instr == MisfireInstruction.IGNORE_MISFIRE_POLICY,
@@ -759,69 +802,214 @@ class SqlStore:
             .limit(max_count)
             .with_for_update(skip_locked=True, of=t)
         )
+        claim = Claim()
         with self.transaction() as conn:
             self._check_fence(conn)
+            if published:
+                self._mark_published(conn, published, now)
             rows = conn.execute(query).all()
             if not rows or rows[0].next_fire_time > limit_ms:
-                return []
+                return claim
             # Quartz's batch rule: after the first trigger, take the others only while they are due
             # no later than max(first fire time, now) + the fire-ahead window.
             batch_end = max(rows[0].next_fire_time, now) + window_ms
-            rows = [r for r in rows if r.next_fire_time <= batch_end]
-            keys = [(r.trigger_name, r.trigger_group) for r in rows]
-            claimed = {
-                (r.trigger_name, r.trigger_group)
-                for r in conn.execute(
-                    update(t)
-                    .where(
-                        t.c.sched_name == self.scheduler_name,
-                        tuple_(t.c.trigger_name, t.c.trigger_group).in_(keys),
-                        t.c.trigger_state == TriggerState.WAITING,
+            batch = [
+                self._acquired_from_row(row) for row in rows if row.next_fire_time <= batch_end
+            ]
+            if task_exists is not None:
+                batch = self._error_unrunnable(conn, batch, task_exists)
+            if fire_due and rows[0].next_fire_time <= now:
+                expires = None if expires_after is None else now + int(expires_after * 1000)
+                calendars = self._calendars_in(conn, {a.trigger.calendar_name for a in batch})
+                claim.firings, _ = self._write_fired(
+                    conn, instance_name, batch, self._advance(batch, calendars), now, expires
+                )
+                rows_to_insert = {f.fire_instance_id for f in claim.firings}
+                self._insert_fired_rows(
+                    conn,
+                    instance_name,
+                    [a for a in batch if a.fire_instance_id in rows_to_insert],
+                    FiringState.FIRED,
+                    now,
+                    expires,
+                )
+            else:
+                claimed = {
+                    (r.trigger_name, r.trigger_group)
+                    for r in conn.execute(
+                        update(t)
+                        .where(
+                            t.c.sched_name == self.scheduler_name,
+                            tuple_(t.c.trigger_name, t.c.trigger_group).in_(
+                                [(a.trigger.key.name, a.trigger.key.group) for a in batch]
+                            ),
+                            t.c.trigger_state == TriggerState.WAITING,
+                        )
+                        .values(trigger_state=TriggerState.ACQUIRED)
+                        .returning(t.c.trigger_name, t.c.trigger_group)
                     )
-                    .values(trigger_state=TriggerState.ACQUIRED)
-                    .returning(t.c.trigger_name, t.c.trigger_group)
+                }
+                claim.acquired = [
+                    a for a in batch if (a.trigger.key.name, a.trigger.key.group) in claimed
+                ]
+                self._insert_fired_rows(
+                    conn, instance_name, claim.acquired, FiringState.ACQUIRED, now, None
                 )
+        logger.debug(
+            "%s claimed %d trigger(s), fired %d at once",
+            instance_name,
+            len(claim.acquired),
+            len(claim.firings),
+        )
+        return claim
+
+    def _error_unrunnable(
+        self, conn: Connection, batch: list[AcquiredFiring], task_exists: Callable[[str], bool]
+    ) -> list[AcquiredFiring]:
+        t = self.tables.triggers
+        runnable = []
+        for firing in batch:
+            if task_exists(firing.job.task):
+                runnable.append(firing)
+                continue
+            conn.execute(
+                update(t)
+                .where(self._trigger_key_clause(firing.trigger.key))
+                .values(trigger_state=TriggerState.ERROR)
+            )
+            logger.error(
+                "trigger %s put in ERROR: job %s: task %r is not registered",
+                firing.trigger.key,
+                firing.job.key,
+                firing.job.task,
+            )
+        return runnable
+
+    def _acquired_from_row(self, row: Row[Any]) -> AcquiredFiring:
+        return AcquiredFiring(
+            fire_instance_id=new_fire_instance_id(),
+            trigger=self._trigger_from_row(row),
+            job=self._job_record_from_row(row),
+            scheduled_millis=row.next_fire_time,
+            recovering=row.recovering,
+            origin_trigger_key=_origin_key(row),
+            origin_scheduled_millis=row.origin_sched_time,
+            retry_attempt=row.retry_attempt,
+            priority=row.priority,
+            execution_group=row.execution_group,
+        )
+
+    def _insert_fired_rows(
+        self,
+        conn: Connection,
+        instance_name: str,
+        batch: Sequence[AcquiredFiring],
+        state: str,
+        now: int,
+        expires: int | None,
+    ) -> None:
+        if not batch:
+            return
+        conn.execute(
+            insert(self.tables.fired_triggers),
+            [
+                {
+                    "sched_name": self.scheduler_name,
+                    "entry_id": a.fire_instance_id,
+                    "trigger_name": a.trigger.key.name,
+                    "trigger_group": a.trigger.key.group,
+                    "instance_name": instance_name,
+                    "fired_time": now,
+                    "sched_time": a.scheduled_millis,
+                    "priority": a.priority,
+                    "state": state,
+                    "job_name": a.job.key.name,
+                    "job_group": a.job.key.group,
+                    "is_nonconcurrent": a.job.disallow_concurrent,
+                    "requests_recovery": a.job.requests_recovery,
+                    "execution_group": a.execution_group,
+                    "recovering": a.recovering,
+                    "retry_attempt": a.retry_attempt,
+                    "expires_time": expires,
+                }
+                for a in batch
+            ],
+        )
+
+    @staticmethod
+    def _advance(
+        batch: Sequence[AcquiredFiring], calendars: dict[str, Any]
+    ) -> dict[str, dict[str, Any]]:
+        """Each trigger's values after it fires, computed on a copy: the claim keeps the trigger
+        as claimed, so firing the same batch again (after a store outage) computes the same next
+        fire time, not the one after."""
+        advanced: dict[str, dict[str, Any]] = {}
+        for firing in batch:
+            trigger = copy.copy(firing.trigger)
+            trigger.triggered(calendars.get(trigger.calendar_name or ""))
+            advanced[firing.fire_instance_id] = {
+                "b_name": trigger.key.name,
+                "b_group": trigger.key.group,
+                "b_nft": _millis_or_none(trigger.next_fire_time),
+                "b_prev": _millis_or_none(trigger.previous_fire_time),
+                "b_times": trigger.times_triggered,
             }
-            acquired: list[AcquiredFiring] = []
-            fired_rows: list[dict[str, Any]] = []
-            for row in rows:
-                if (row.trigger_name, row.trigger_group) not in claimed:
-                    continue
-                firing = AcquiredFiring(
-                    fire_instance_id=new_fire_instance_id(),
-                    trigger=self._trigger_from_row(row),
-                    job=self._job_record_from_row(row),
-                    scheduled_millis=row.next_fire_time,
-                    recovering=row.recovering,
-                    origin_trigger_key=_origin_key(row),
-                    origin_scheduled_millis=row.origin_sched_time,
-                    retry_attempt=row.retry_attempt,
+        return advanced
+
+    def _write_fired(
+        self,
+        conn: Connection,
+        instance_name: str,
+        batch: Sequence[AcquiredFiring],
+        advanced: dict[str, dict[str, Any]],
+        now: int,
+        expires: int | None,
+    ) -> tuple[list[Firing], list[str]]:
+        """Advance the batch's triggers (rows locked by the caller); the messages, and the fire
+        instance ids left out because their disallow_concurrent job already fired in the batch.
+
+        A job that disallows concurrent execution fires once per batch: the triggers of the batch
+        were read before its first firing blocked the others, so its later firings in this batch
+        are left out (their triggers stay BLOCKED until the first one completes).
+        """
+        t = self.tables.triggers
+        firings: list[Firing] = []
+        skipped: list[str] = []
+        updates: list[dict[str, Any]] = []
+        nonconcurrent_fired: set[JobKey] = set()
+        for firing in batch:
+            if firing.job.key in nonconcurrent_fired:
+                skipped.append(firing.fire_instance_id)
+                continue
+            values = advanced[firing.fire_instance_id]
+            if values["b_nft"] is None:
+                values["b_state"] = TriggerState.COMPLETE
+            elif firing.job.disallow_concurrent:
+                values["b_state"] = TriggerState.BLOCKED
+            else:
+                values["b_state"] = TriggerState.WAITING
+            updates.append(values)
+            if firing.job.disallow_concurrent:
+                self._block_other_triggers(conn, firing.job.key, firing.trigger.key)
+                nonconcurrent_fired.add(firing.job.key)
+            firings.append(self._firing_message(firing, now, instance_name, expires))
+        if updates:
+            conn.execute(
+                update(t)
+                .where(
+                    t.c.sched_name == self.scheduler_name,
+                    t.c.trigger_name == bindparam("b_name"),
+                    t.c.trigger_group == bindparam("b_group"),
                 )
-                acquired.append(firing)
-                fired_rows.append(
-                    {
-                        "sched_name": self.scheduler_name,
-                        "entry_id": firing.fire_instance_id,
-                        "trigger_name": row.trigger_name,
-                        "trigger_group": row.trigger_group,
-                        "instance_name": instance_name,
-                        "fired_time": now,
-                        "sched_time": row.next_fire_time,
-                        "priority": row.priority,
-                        "state": FiringState.ACQUIRED,
-                        "job_name": row.job_name,
-                        "job_group": row.job_group,
-                        "is_nonconcurrent": row.is_nonconcurrent,
-                        "requests_recovery": row.requests_recovery,
-                        "execution_group": row.execution_group,
-                        "recovering": row.recovering,
-                        "retry_attempt": row.retry_attempt,
-                    }
-                )
-            if fired_rows:
-                conn.execute(insert(f), fired_rows)
-        logger.debug("%s acquired %d trigger(s)", instance_name, len(acquired))
-        return acquired
+                .values(
+                    trigger_state=bindparam("b_state"),
+                    next_fire_time=bindparam("b_nft"),
+                    prev_fire_time=bindparam("b_prev"),
+                    times_triggered=bindparam("b_times"),
+                ),
+                updates,
+            )
+        return firings, skipped
 
     def fire(
         self,
@@ -840,29 +1028,16 @@ class SqlStore:
         Race settled: a scheduler that was declared dead (and whose claims were released and
         taken by a survivor) must not fire. Ownership is the fired row with this instance's name
         in state ACQUIRED, and the trigger still ACQUIRED; both are checked under row locks here.
-        Firings that lost either are dropped, their fired rows removed.
+        Claims that lost the trigger are dropped, their fired rows removed.
         """
         if not acquired:
             return []
         t, f = self.tables.triggers, self.tables.fired_triggers
-        calendars = self._calendars({a.trigger.calendar_name for a in acquired})
-        advanced: dict[str, dict[str, Any]] = {}
-        for firing in acquired:
-            # Advance a copy: the claim keeps the trigger as claimed, so firing the same batch
-            # again (after a store outage) computes the same next fire time, not the one after.
-            trigger = copy.copy(firing.trigger)
-            trigger.triggered(calendars.get(trigger.calendar_name or ""))
-            advanced[firing.fire_instance_id] = {
-                "b_name": trigger.key.name,
-                "b_group": trigger.key.group,
-                "b_nft": _millis_or_none(trigger.next_fire_time),
-                "b_prev": _millis_or_none(trigger.previous_fire_time),
-                "b_times": trigger.times_triggered,
-            }
+        advanced = self._advance(
+            acquired, self._calendars({a.trigger.calendar_name for a in acquired})
+        )
         now = self._now()
         expires = None if expires_after is None else now + int(expires_after * 1000)
-        by_id = {a.fire_instance_id: a for a in acquired}
-        firings: list[Firing] = []
         with self.transaction() as conn:
             self._check_fence(conn)
             owned = {
@@ -871,73 +1046,34 @@ class SqlStore:
                     select(f.c.entry_id)
                     .where(
                         f.c.sched_name == self.scheduler_name,
-                        f.c.entry_id.in_(list(by_id)),
+                        f.c.entry_id.in_([a.fire_instance_id for a in acquired]),
                         f.c.instance_name == instance_name,
                         f.c.state == FiringState.ACQUIRED,
                     )
                     .with_for_update()
                 )
             }
-            keys = [(a.trigger.key.name, a.trigger.key.group) for a in acquired]
             still_acquired = {
                 (r.trigger_name, r.trigger_group)
                 for r in conn.execute(
                     select(t.c.trigger_name, t.c.trigger_group)
                     .where(
                         t.c.sched_name == self.scheduler_name,
-                        tuple_(t.c.trigger_name, t.c.trigger_group).in_(keys),
+                        tuple_(t.c.trigger_name, t.c.trigger_group).in_(
+                            [(a.trigger.key.name, a.trigger.key.group) for a in acquired]
+                        ),
                         t.c.trigger_state == TriggerState.ACQUIRED,
                     )
                     .with_for_update()
                 )
             }
-            dropped: list[str] = []
-            updates: list[dict[str, Any]] = []
-            # A job that disallows concurrent execution fires once per batch: `still_acquired`
-            # predates the BLOCKED state its first firing gives the others, so later firings of
-            # the same job in this batch are dropped (their triggers stay BLOCKED until it ends).
-            nonconcurrent_fired: set[JobKey] = set()
-            for fire_id, firing in by_id.items():
-                trigger = firing.trigger
-                if fire_id not in owned:
-                    # Not our claim any more (recovered by a survivor), or already fired: a
-                    # first attempt whose commit went through while its answer was lost. Such a
-                    # FIRED row is published from the store (take-over), never deleted here.
-                    continue
-                if (
-                    trigger.key.name,
-                    trigger.key.group,
-                ) not in still_acquired or firing.job.key in nonconcurrent_fired:
-                    dropped.append(fire_id)
-                    continue
-                values = advanced[fire_id]
-                if values["b_nft"] is None:
-                    values["b_state"] = TriggerState.COMPLETE
-                elif firing.job.disallow_concurrent:
-                    values["b_state"] = TriggerState.BLOCKED
-                else:
-                    values["b_state"] = TriggerState.WAITING
-                updates.append(values)
-                if firing.job.disallow_concurrent:
-                    self._block_other_triggers(conn, firing.job.key, trigger.key)
-                    nonconcurrent_fired.add(firing.job.key)
-                firings.append(self._firing_message(firing, now, instance_name, expires))
-            if updates:
-                conn.execute(
-                    update(t)
-                    .where(
-                        t.c.sched_name == self.scheduler_name,
-                        t.c.trigger_name == bindparam("b_name"),
-                        t.c.trigger_group == bindparam("b_group"),
-                    )
-                    .values(
-                        trigger_state=bindparam("b_state"),
-                        next_fire_time=bindparam("b_nft"),
-                        prev_fire_time=bindparam("b_prev"),
-                        times_triggered=bindparam("b_times"),
-                    ),
-                    updates,
-                )
+            # A claim not owned any more was recovered by a survivor, or already fired by a
+            # first attempt whose commit went through while its answer was lost: such a FIRED
+            # row is published from the store (take-over), never deleted here.
+            mine = [a for a in acquired if a.fire_instance_id in owned]
+            live = [a for a in mine if (a.trigger.key.name, a.trigger.key.group) in still_acquired]
+            firings, skipped = self._write_fired(conn, instance_name, live, advanced, now, expires)
+            dropped = [a.fire_instance_id for a in mine if a not in live] + skipped
             if dropped:
                 conn.execute(
                     delete(f).where(
@@ -963,18 +1099,23 @@ class SqlStore:
 
     def _calendars(self, names: set[str | None]) -> dict[str, Any]:
         """The named calendars, read in one short transaction (none when no trigger has one)."""
+        if not any(names):
+            return {}
+        with self.transaction() as conn:
+            return self._calendars_in(conn, names)
+
+    def _calendars_in(self, conn: Connection, names: set[str | None]) -> dict[str, Any]:
         wanted = {n for n in names if n}
         if not wanted:
             return {}
         from celery_quartz.calendars import calendar_from_dict
 
         c = self.tables.calendars
-        with self.transaction() as conn:
-            rows = conn.execute(
-                select(c.c.calendar_name, c.c.calendar).where(
-                    c.c.sched_name == self.scheduler_name, c.c.calendar_name.in_(wanted)
-                )
-            ).all()
+        rows = conn.execute(
+            select(c.c.calendar_name, c.c.calendar).where(
+                c.c.sched_name == self.scheduler_name, c.c.calendar_name.in_(wanted)
+            )
+        ).all()
         return {r.calendar_name: calendar_from_dict(json.loads(r.calendar)) for r in rows}
 
     def _block_other_triggers(self, conn: Connection, job: JobKey, fired: TriggerKey) -> None:
@@ -1020,19 +1161,22 @@ class SqlStore:
         """Record that the broker accepted these firings (FIRED → PUBLISHED)."""
         if not fire_instance_ids:
             return
-        f = self.tables.fired_triggers
         with self.transaction() as conn:
             self._check_fence(conn)
-            # Conditional: a worker may already have started one (EXECUTING) or finished it (gone).
-            conn.execute(
-                update(f)
-                .where(
-                    f.c.sched_name == self.scheduler_name,
-                    f.c.entry_id.in_(list(fire_instance_ids)),
-                    f.c.state == FiringState.FIRED,
-                )
-                .values(state=FiringState.PUBLISHED, published_time=self._now())
+            self._mark_published(conn, fire_instance_ids, self._now())
+
+    def _mark_published(self, conn: Connection, fire_instance_ids: Sequence[str], now: int) -> None:
+        f = self.tables.fired_triggers
+        # Conditional: a worker may already have started one (EXECUTING) or finished it (gone).
+        conn.execute(
+            update(f)
+            .where(
+                f.c.sched_name == self.scheduler_name,
+                f.c.entry_id.in_(list(fire_instance_ids)),
+                f.c.state == FiringState.FIRED,
             )
+            .values(state=FiringState.PUBLISHED, published_time=now)
+        )
 
     def release_acquired(
         self,

@@ -149,14 +149,36 @@ def test_a_due_firing_is_published_with_the_fire_instance_id_as_task_id(
     )
 
 
-def test_a_published_firing_is_recorded_published(
+def test_a_published_firing_is_recorded_published_with_the_next_claim(
     store: MemoryStore, app: Celery, clock: FakeClock
 ) -> None:
     schedule(store, once("now", at(0)))
     loop = make_loop(store, app, clock)
     loop.run_once()
-    assert list(store.firing_states().values()) == [FiringState.PUBLISHED]
+    assert list(store.firing_states().values()) == [FiringState.FIRED]
     assert loop.fired_count == 1
+    loop.run_once()
+    assert list(store.firing_states().values()) == [FiringState.PUBLISHED]
+
+
+def test_a_due_batch_is_claimed_and_fired_in_one_step(
+    store: MemoryStore, app: Celery, clock: FakeClock, queue: str
+) -> None:
+    schedule(store, once("a", at(0)), once("b", at(0)))
+    loop = make_loop(store, app, clock)
+    assert loop.run_once() == 0.0
+    assert len(published(app, queue)) == 2
+    assert sorted(store.firing_states().values()) == [FiringState.FIRED] * 2
+
+
+def test_shutdown_records_what_was_published(
+    store: MemoryStore, app: Celery, clock: FakeClock
+) -> None:
+    schedule(store, once("now", at(0)))
+    loop = make_loop(store, app, clock)
+    loop.run_once()
+    loop.shutdown()
+    assert list(store.firing_states().values()) == [FiringState.PUBLISHED]
 
 
 def test_the_job_s_queue_option_routes_the_message(

@@ -754,3 +754,63 @@ def test_a_trigger_for_a_missing_job_is_refused_and_nothing_is_stored(store: Mem
             ]
         )
     assert store.count_rows() == before
+
+
+def test_a_claim_of_a_batch_already_due_fires_it_in_the_same_transaction(
+    store: MemoryStore,
+) -> None:
+    add(store, one_shot("t1", at(0)), repeating("t2", at(0), 10))
+    claim = store.claim(A, no_later_than=at(1), max_count=10, time_window=0, misfire_threshold=60)
+    assert claim.acquired == []
+    assert sorted(f.trigger_key.name for f in claim.firings) == ["t1", "t2"]
+    assert sorted(store.firing_states().values()) == [FiringState.FIRED] * 2
+    assert (state(store, "t1"), state(store, "t2")) == (TriggerState.COMPLETE, TriggerState.WAITING)
+    assert next_fire(store, "t2") == at(10)
+
+
+def test_a_claim_of_a_batch_due_later_only_claims_it(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0.5)))
+    claim = store.claim(A, no_later_than=at(1), max_count=10, time_window=0, misfire_threshold=60)
+    assert (claim.firings, names(claim.acquired)) == ([], ["t1"])
+    assert state(store, "t1") == TriggerState.ACQUIRED
+
+
+def test_a_direct_claim_fires_a_disallow_concurrent_job_once_and_blocks_its_other_trigger(
+    store: MemoryStore,
+) -> None:
+    add(store, one_shot("t1", at(0)), one_shot("t2", at(0)), disallow_concurrent=True)
+    claim = store.claim(A, no_later_than=at(1), max_count=10, time_window=0, misfire_threshold=60)
+    assert [f.trigger_key.name for f in claim.firings] == ["t1"]
+    assert len(store.firing_states()) == 1
+    assert state(store, "t2") == TriggerState.BLOCKED
+
+
+def test_a_claimed_trigger_whose_task_is_unknown_goes_to_error(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)))
+    claim = store.claim(
+        A,
+        no_later_than=at(1),
+        max_count=10,
+        time_window=0,
+        misfire_threshold=60,
+        task_exists=lambda name: False,
+    )
+    assert (claim.firings, claim.acquired) == ([], [])
+    assert state(store, "t1") == TriggerState.ERROR
+    assert store.firing_states() == {}
+
+
+def test_a_claim_records_the_previous_batch_as_published(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)))
+    [firing] = store.claim(
+        A, no_later_than=at(1), max_count=10, time_window=0, misfire_threshold=60
+    ).firings
+    store.claim(
+        A,
+        no_later_than=at(1),
+        max_count=10,
+        time_window=0,
+        misfire_threshold=60,
+        published=[firing.fire_instance_id],
+    )
+    assert store.firing_states() == {firing.fire_instance_id: FiringState.PUBLISHED}

@@ -1,0 +1,106 @@
+"""health_check: one row per state of the scheduler and its store."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from celery import Celery
+
+from celery_quartz.clock import FakeClock
+from celery_quartz.config import Settings
+from celery_quartz.health import HealthStatus, health_check
+from celery_quartz.loop import SchedulingLoop
+from celery_quartz.publisher import Publisher
+from celery_quartz.store import MemoryStore
+
+HEALTHY, DEGRADED, UNHEALTHY = HealthStatus.HEALTHY, HealthStatus.DEGRADED, HealthStatus.UNHEALTHY
+
+
+@pytest.fixture
+def app() -> Iterator[Celery]:
+    app = Celery("t", broker="memory://", set_as_current=False)
+    app.conf.task_default_queue = f"unit-{uuid.uuid4().hex}"
+    yield app
+    app.close()
+
+
+def nothing(loop: SchedulingLoop, clock: FakeClock) -> None:
+    pass
+
+
+def start(loop: SchedulingLoop, clock: FakeClock) -> None:
+    loop.start()
+
+
+def standby(loop: SchedulingLoop, clock: FakeClock) -> None:
+    loop.start()
+    loop.standby()
+
+
+def shutting_down(loop: SchedulingLoop, clock: FakeClock) -> None:
+    from celery_quartz.lifecycle import SchedulerStatus
+
+    loop.start()
+    loop.status = SchedulerStatus.SHUTTING_DOWN  # the moment inside shutdown()
+
+
+def shut_down(loop: SchedulingLoop, clock: FakeClock) -> None:
+    loop.start()
+    loop.shutdown()
+
+
+def store_down(loop: SchedulingLoop, clock: FakeClock) -> None:
+    loop.start()
+
+    def refuse() -> None:
+        raise ConnectionError("connection refused")
+
+    loop.store.engine.connect = refuse  # type: ignore[method-assign, assignment]
+
+
+def check_in_stale(loop: SchedulingLoop, clock: FakeClock) -> None:
+    loop.start()
+    clock.advance(7.5 + 7.5 + 1)  # no step ran: the node's own check-in is past the threshold
+
+
+def check_in_fresh(loop: SchedulingLoop, clock: FakeClock) -> None:
+    loop.start()
+    clock.advance(7.0)
+
+
+Setup = Callable[[SchedulingLoop, FakeClock], None]
+
+CASES: list[tuple[str, dict[str, object], Setup, HealthStatus]] = [
+    ("running, store answers", {}, start, HEALTHY),
+    ("running, not clustered", {"clustered": False}, start, HEALTHY),
+    ("standby", {}, standby, DEGRADED),
+    ("created, auto-start off", {"auto_start": False}, nothing, DEGRADED),
+    ("created, auto-start on", {}, nothing, UNHEALTHY),
+    ("shutting down", {}, shutting_down, UNHEALTHY),
+    ("shut down", {}, shut_down, UNHEALTHY),
+    ("store does not answer", {}, store_down, UNHEALTHY),
+    ("clustered, own check-in too old", {}, check_in_stale, DEGRADED),
+    ("clustered, own check-in recent", {}, check_in_fresh, HEALTHY),
+    ("non-clustered, check-in old", {"clustered": False}, check_in_stale, HEALTHY),
+]
+
+
+@pytest.mark.parametrize(("case", "changes", "setup", "expected"), CASES, ids=[c[0] for c in CASES])
+def test_health(
+    store: MemoryStore,
+    app: Celery,
+    clock: FakeClock,
+    case: str,
+    changes: dict[str, object],
+    setup: Setup,
+    expected: HealthStatus,
+) -> None:
+    values: dict[str, object] = {"scheduler_name": "unit", "instance_id": "node"}
+    values.update(changes)
+    loop = SchedulingLoop(store, Publisher(app), Settings(**values), clock, "node")  # type: ignore[arg-type]
+    setup(loop, clock)
+    report = health_check(loop)
+    assert report.status is expected, report.description
+    assert report.data["instance"] == "node"

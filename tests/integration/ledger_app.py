@@ -2,7 +2,9 @@
 
 Configured from the environment (set by :mod:`tests.integration.processes`):
 ``CQ_BROKER_URL``, ``CQ_STORE_URL``, ``CQ_LEDGER_URL`` and optional ``CQ_CHECKIN_INTERVAL``,
-``CQ_CHECKIN_THRESHOLD``, ``CQ_BEAT_SCHEDULE`` (JSON: name -> {"task", "schedule" seconds}).
+``CQ_CHECKIN_THRESHOLD``, ``CQ_BEAT_SCHEDULE`` (JSON: name -> {"task", "schedule" seconds});
+``CQ_CLUSTERED=0`` with ``CQ_ELECTION``, ``CQ_ELECTION_REDIS_URL``, ``CQ_ELECTION_LOCK_TIMEOUT``,
+``CQ_ELECTION_RETRY``, ``CQ_INSTANCE_ID`` for a non-clustered scheduler under an election.
 
 The task ``ledger.record`` writes one row per execution start into a ledger table whose primary
 key is the occurrence (trigger group, trigger name, scheduled fire time): a second execution of
@@ -71,7 +73,17 @@ recoveries = Table(
 app = Celery("ledger_app", broker=os.environ.get("CQ_BROKER_URL", "memory://"))
 app.conf.quartz_store_url = os.environ.get("CQ_STORE_URL", "sqlite://")
 app.conf.quartz_checkin_interval = float(os.environ.get("CQ_CHECKIN_INTERVAL", "1"))
-app.conf.quartz_checkin_misfire_threshold = float(os.environ.get("CQ_CHECKIN_THRESHOLD", "1"))
+if os.environ.get("CQ_CLUSTERED", "1") == "1":
+    app.conf.quartz_checkin_misfire_threshold = float(os.environ.get("CQ_CHECKIN_THRESHOLD", "1"))
+else:
+    # Non-clustered, under an election (tests/integration/test_leadership.py).
+    app.conf.quartz_clustered = False
+    app.conf.quartz_election = os.environ.get("CQ_ELECTION", "")
+    app.conf.quartz_election_redis_url = os.environ.get("CQ_ELECTION_REDIS_URL", "")
+    app.conf.quartz_election_lock_timeout = float(os.environ.get("CQ_ELECTION_LOCK_TIMEOUT", "10"))
+    app.conf.quartz_election_retry_interval = float(os.environ.get("CQ_ELECTION_RETRY", "0.5"))
+    if os.environ.get("CQ_INSTANCE_ID"):
+        app.conf.quartz_instance_id = os.environ["CQ_INSTANCE_ID"]
 app.conf.quartz_idle_wait = float(os.environ.get("CQ_IDLE_WAIT", "1"))
 app.conf.quartz_misfire_threshold = float(os.environ.get("CQ_MISFIRE_THRESHOLD", "60"))
 app.conf.worker_prefetch_multiplier = 1

@@ -1,0 +1,229 @@
+"""Non-clustered schedulers under a built-in leader election, in real ``celery beat`` processes:
+exactly one runs; a killed leader is replaced within the lock's detection time and the rest
+fires; a graceful handover fires nothing twice; a paused leader resumed after the lease moved is
+fenced off and stands down."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from sqlalchemy import create_engine, func, select
+
+from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
+from celery_quartz.clock import to_millis
+from celery_quartz.store import SqlStore, migrate
+from tests.integration import ledger_app
+from tests.integration.processes import Processes, processes, wait_for
+
+SCHEDULER_NAME = "ledger_app"
+
+
+def schedule(store: SqlStore, start: datetime) -> list[SimpleTrigger]:
+    """Four jobs, each with a trigger every half second: a leader nearly always holds a batch."""
+    quartz = Quartz(ledger_app.app, store=store)
+    triggers = []
+    for j in range(4):
+        trigger = SimpleTrigger(
+            key=TriggerKey(f"t-{j}", "leader"),
+            start_at=start,
+            repeat_interval=timedelta(seconds=0.5),
+            repeat_count=-1,
+        )
+        quartz.schedule_jobs(
+            [(Job(key=JobKey(f"job-{j}", "leader"), task="ledger.record"), [trigger])]
+        )
+        triggers.append(trigger)
+    return triggers
+
+
+def occurrences(
+    triggers: list[SimpleTrigger], since: datetime, until: datetime
+) -> set[tuple[str, int]]:
+    due = set()
+    for trigger in triggers:
+        t: datetime | None = trigger.start_at
+        while t is not None and t <= until:
+            if t >= since:
+                due.add((trigger.key.name, to_millis(t)))
+            t = trigger.next_fire_time_after(t)
+    return due
+
+
+def statuses(store: SqlStore, procs: Processes) -> dict[str, str | None]:
+    """Status of each live beat process that has checked in, by process name."""
+    s = store.tables.scheduler_state
+    with store.transaction() as conn:
+        rows = conn.execute(select(s.c.pid, s.c.status).where(s.c.kind == "scheduler")).all()
+    by_pid = {r.pid: r.status for r in rows}
+    return {
+        name: by_pid.get(proc.pid)
+        for name, proc in procs.procs.items()
+        if name.startswith("beat") and proc.poll() is None and proc.pid in by_pid
+    }
+
+
+def leader_of(store: SqlStore, procs: Processes) -> str | None:
+    running = [name for name, status in statuses(store, procs).items() if status == "RUNNING"]
+    assert len(running) <= 1, f"two schedulers RUNNING at once: {running}"
+    return running[0] if running else None
+
+
+def ledger_rows(url: str) -> tuple[set[tuple[str, int]], int]:
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(ledger_app.ledger.c.trigger_name, ledger_app.ledger.c.scheduled_ms)
+        ).all()
+        duplicates = conn.execute(
+            select(func.count()).select_from(ledger_app.duplicates)
+        ).scalar_one()
+    engine.dispose()
+    return {(r.trigger_name, r.scheduled_ms) for r in rows}, duplicates
+
+
+def setup(pg_url: str) -> tuple[SqlStore, list[SimpleTrigger]]:
+    store = SqlStore(pg_url, scheduler_name=SCHEDULER_NAME)
+    migrate.upgrade(store.engine)
+    ledger_app.create_ledger(pg_url)
+    return store, schedule(store, datetime.now(timezone.utc) + timedelta(seconds=2))
+
+
+def run_failover(
+    tmp_path: Path, pg_url: str, redis_url: str, env: dict[str, str], detection: float
+) -> None:
+    store, triggers = setup(pg_url)
+    env = {
+        "CQ_BROKER_URL": redis_url,
+        "CQ_STORE_URL": pg_url,
+        "CQ_LEDGER_URL": pg_url,
+        "CQ_CLUSTERED": "0",
+        **env,
+    }
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1", concurrency=4)
+        procs.beat("beat1")
+        procs.beat("beat2")
+        wait_for(lambda: leader_of(store, procs) is not None, 30, message="a leader")
+        time.sleep(3)
+        first = leader_of(store, procs)
+        assert first is not None
+        standby = "beat2" if first == "beat1" else "beat1"
+        # Exactly one is RUNNING; the other is built and bound, never started (no check-in).
+        assert statuses(store, procs).get(standby) is None
+
+        procs.kill(first)
+        killed = time.monotonic()
+        killed_at = datetime.now(timezone.utc)
+        wait_for(
+            lambda: leader_of(store, procs) == standby,
+            detection + 5,
+            interval=0.05,
+            message=f"{standby} to take over",
+        )
+        took = time.monotonic() - killed
+        assert took <= detection + 2, f"took over after {took:.1f}s"
+        time.sleep(4)
+
+        # Graceful handover back: the killed one returns as a standby, the leader stops.
+        procs.beat(first + "b")
+        time.sleep(2)
+        assert procs.stop(standby) == 0, procs.log(standby)[-4000:]
+        wait_for(lambda: leader_of(store, procs) == first + "b", detection + 10, message="handover")
+        time.sleep(3)
+        procs.assert_running("worker1", first + "b")
+        stopped = datetime.now(timezone.utc)
+        assert procs.stop(first + "b") == 0
+        wait_for(lambda: not store.firing_states(), timeout=20, message="fired rows to drain")
+
+    executed, duplicates = ledger_rows(pg_url)
+    assert duplicates == 0, f"{duplicates} occurrence(s) started twice"
+    start = triggers[0].start_at
+    assert start is not None
+    # Everything due before the kill, and from a second after it to the end, ran; only an
+    # occurrence the killed leader fired but had not published may be missing.
+    must = occurrences(triggers, start, killed_at - timedelta(seconds=1)) | occurrences(
+        triggers, killed_at + timedelta(seconds=1), stopped - timedelta(seconds=2)
+    )
+    assert len(must) > 60
+    assert must - executed == set(), f"{len(must - executed)} due occurrence(s) never ran"
+    store.dispose()
+
+
+def test_postgres_advisory_lock_election_fails_over_and_hands_over(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    # The server frees a dead session's advisory lock at once: detection is one retry interval.
+    run_failover(tmp_path, pg_url, redis_url, {"CQ_ELECTION": "postgresql"}, detection=1.0)
+
+
+def test_redis_lock_election_fails_over_and_hands_over(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    # A killed holder's lock expires after its timeout.
+    run_failover(
+        tmp_path,
+        pg_url,
+        redis_url,
+        {
+            "CQ_ELECTION": "redis",
+            "CQ_ELECTION_REDIS_URL": redis_url,
+            "CQ_ELECTION_LOCK_TIMEOUT": "2",
+        },
+        detection=2.5,
+    )
+
+
+def test_a_paused_leader_resumed_after_the_lease_moved_is_fenced_and_stands_down(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    store, _ = setup(pg_url)
+    env = {
+        "CQ_BROKER_URL": redis_url,
+        "CQ_STORE_URL": pg_url,
+        "CQ_LEDGER_URL": pg_url,
+        "CQ_CLUSTERED": "0",
+        "CQ_ELECTION": "redis",
+        "CQ_ELECTION_REDIS_URL": redis_url,
+        "CQ_ELECTION_LOCK_TIMEOUT": "2",
+        # One id for both: without the fence, the deposed leader would release and publish the
+        # new leader's rows as its own.
+        "CQ_INSTANCE_ID": "leader",
+    }
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1", concurrency=4)
+        procs.beat("beat1")
+        wait_for(lambda: "leads with epoch" in procs.log("beat1"), 30, message="beat1 leads")
+        procs.beat("beat2")
+        time.sleep(3)
+        old = procs.procs["beat1"]
+        os.kill(old.pid, signal.SIGSTOP)
+        try:
+            # The lock expires; beat2 is elected and takes the next epoch.
+            wait_for(lambda: "leads with epoch" in procs.log("beat2"), 15, message="beat2 to lead")
+            time.sleep(2)
+        finally:
+            os.kill(old.pid, signal.SIGCONT)
+        wait_for(
+            lambda: "this write is refused" in procs.log("beat1"),
+            15,
+            message="the deposed leader's write to be refused",
+        )
+        wait_for(
+            lambda: "stands down" in procs.log("beat1") or "in standby" in procs.log("beat1"),
+            10,
+            message="the deposed leader to stand down",
+        )
+        time.sleep(2)
+        procs.assert_running("beat1", "beat2", "worker1")
+        for name in ("beat2", "beat1"):
+            assert procs.stop(name) == 0, procs.log(name)[-4000:]
+        wait_for(lambda: not store.firing_states(), timeout=20, message="fired rows to drain")
+
+    executed, duplicates = ledger_rows(pg_url)
+    assert duplicates == 0, f"{duplicates} occurrence(s) started twice"
+    assert len(executed) > 20
+    store.dispose()

@@ -56,6 +56,9 @@ class ClusterManager:
         self.hostname = hostname
         self.pid = pid
         self.next_check_in: datetime | None = None
+        #: Off while a non-clustered scheduler stands by: the row then shows the leader alone
+        #: (replicas may share the leader's instance id). Check-ins fall due as usual.
+        self.writing = True
         self._previous_checkin_millis: int | None = None
         self._last_checkin_millis: int | None = None
 
@@ -69,6 +72,9 @@ class ClusterManager:
 
     def check_in(self) -> None:
         """Write this instance's check-in row; warn if another instance had recovered us."""
+        if not self.writing:
+            self.next_check_in = self.clock.now() + timedelta(seconds=self.checkin_interval)
+            return
         first = self._last_checkin_millis is None
         row_was_there = self.store.check_in(
             self.instance_id,
@@ -207,5 +213,14 @@ class ClusterManager:
         that are fired but not recorded as published: they are to be published (again)."""
         return self.store.unpublished_firings(self.instance_id)
 
-    def leave(self) -> None:
+    def leave(self, *, only_if_mine: bool = False) -> None:
+        """Remove this instance's check-in row; with ``only_if_mine``, only if this process
+        wrote it last (a deposed non-clustered leader may share the new leader's instance id)."""
+        if only_if_mine:
+            from celery_quartz.store import fencing
+
+            fencing.remove_check_in_of_process(
+                self.store, self.instance_id, hostname=self.hostname, pid=self.pid
+            )
+            return
         self.store.remove_check_in(self.instance_id)

@@ -37,6 +37,10 @@ class SchedulerLeadership:
     def on_started_leading(self) -> None:
         # The first acquisition starts the scheduler and every later one resumes it from
         # standby; start() does both, and nothing when the scheduler is already running.
+        if self.scheduler.status.is_shut_down:
+            # Elected while the process stops: nothing to start; the election lets go shortly.
+            logger.info("elected leader while shutting down: not starting")
+            return
         logger.info("elected leader: starting the scheduler")
         self.scheduler.start()
 

@@ -117,6 +117,8 @@ class SchedulingLoop:
             if not self._started:
                 self._first_start()
             elif not self.settings.clustered:
+                self.cluster.writing = True
+                self.cluster.check_in()
                 self._take_leadership()
             self._set_status(SchedulerStatus.RUNNING)
 
@@ -134,10 +136,25 @@ class SchedulingLoop:
         return f"{self.store.scheduler_name!r} (instance {self.instance_id})"
 
     def _set_status(self, status: SchedulerStatus) -> None:
+        if not self.settings.clustered and status is not SchedulerStatus.RUNNING:
+            self._record_status(status)  # the last write before check-ins pause
+            self.cluster.writing = False
+            self.status = status
+            return
         self.status = status
+        self.cluster.writing = True
+        self._record_status(status)
+
+    def _record_status(self, status: SchedulerStatus) -> None:
         if self._started:
             try:
-                fencing.record_status(self.store, self.instance_id, status.value)
+                fencing.record_status(
+                    self.store,
+                    self.instance_id,
+                    status.value,
+                    hostname=self.cluster.hostname,
+                    pid=self.cluster.pid,
+                )
             except DBAPIError:
                 logger.warning("could not record status %s of %s", status.value, self.instance_id)
 
@@ -237,11 +254,13 @@ class SchedulingLoop:
                 logger.info("released %d acquired trigger(s) at shutdown", released)
             if wait_for_jobs:
                 self._wait_for_jobs(timeout, sleep)
-            self.cluster.leave()
+            # Non-clustered replicas may share the leader's id: remove the row only if ours.
+            self.cluster.leave(only_if_mine=not self.settings.clustered)
         except FencedError as exc:
-            # Deposed meanwhile: what we held is the new leader's to recover.
+            # Deposed meanwhile: what we held is the new leader's to recover, and the check-in
+            # row may be the new leader's too (a shared instance id).
             logger.info("shutdown: %s", exc)
-            self.cluster.leave()
+            self.cluster.leave(only_if_mine=True)
         except DBAPIError:
             logger.exception("shutdown: the store did not answer; survivors will recover us")
 

@@ -28,6 +28,9 @@ class Election:
         self.hold_interval = hold_interval
         self._stop = threading.Event()
         self._stand_down = threading.Event()
+        #: Seconds to stay out of the contest after the store refused us (fenced): another
+        #: leader runs, and taking the lock straight back would only depose it in turn.
+        self.fenced_backoff = 10 * retry_interval
         self._thread: threading.Thread | None = None
         #: Whether this process holds the lock now.
         self.leading = False
@@ -106,8 +109,9 @@ class Election:
                 # with it, and on_stopped_leading sees a status it need not act on.
                 self._lose()
                 return
+            fenced = self._stand_down.is_set()
             self._lose()
-            self._stop.wait(self.retry_interval)
+            self._stop.wait(self.fenced_backoff if fenced else self.retry_interval)
 
     def _lose(self) -> None:
         self.leading = False

@@ -243,14 +243,38 @@ def recover_leader_move(
     return result
 
 
-def record_status(store: SqlStore, instance_name: str, status: str) -> None:
-    """Write a scheduler's lifecycle status to its check-in row (operators, health, tests)."""
+def record_status(
+    store: SqlStore, instance_name: str, status: str, *, hostname: str | None, pid: int | None
+) -> None:
+    """Write a scheduler's lifecycle status to its check-in row (operators, health, tests), if
+    this process (host, pid) wrote the row last: replicas may share the leader's instance id."""
     s = store.tables.scheduler_state
     with store.transaction() as conn:
         conn.execute(
             update(s)
-            .where(s.c.sched_name == store.scheduler_name, s.c.instance_name == instance_name)
+            .where(
+                s.c.sched_name == store.scheduler_name,
+                s.c.instance_name == instance_name,
+                s.c.hostname == hostname,
+                s.c.pid == pid,
+            )
             .values(status=status)
+        )
+
+
+def remove_check_in_of_process(
+    store: SqlStore, instance_name: str, *, hostname: str | None, pid: int | None
+) -> None:
+    """Remove the check-in row of ``instance_name`` only if this process (host, pid) wrote it."""
+    s = store.tables.scheduler_state
+    with store.transaction() as conn:
+        conn.execute(
+            delete(s).where(
+                s.c.sched_name == store.scheduler_name,
+                s.c.instance_name == instance_name,
+                s.c.hostname == hostname,
+                s.c.pid == pid,
+            )
         )
 
 

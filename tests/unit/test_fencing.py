@@ -323,3 +323,43 @@ def test_re_election_with_no_other_leader_between_keeps_the_batch(
     clock.advance(0.5)
     first.run_once()
     assert first.fired_count == 1
+
+
+# -- replicas sharing the leader's instance id ---------------------------------------------------
+
+
+def check_in_row(store: SqlStore) -> tuple[int | None, str | None, int]:
+    s = store.tables.scheduler_state
+    with store.transaction() as conn:
+        row = conn.execute(s.select()).one()
+    return row.pid, row.status, row.last_checkin_time
+
+
+def test_a_non_clustered_scheduler_in_standby_stops_checking_in(
+    store: MemoryStore, app: Celery, clock: FakeClock
+) -> None:
+    loop = leader(store, app, clock, "leader")
+    loop.start()
+    loop.standby()
+    written = check_in_row(store)
+    clock.advance(60)
+    loop.run_once()
+    assert check_in_row(store) == written
+    loop.start()
+    assert check_in_row(store)[1:] == ("RUNNING", int(clock.now().timestamp() * 1000))
+
+
+def test_a_deposed_leader_leaves_the_new_leader_s_row_alone(
+    store: MemoryStore, app: Celery, clock: FakeClock
+) -> None:
+    add(store, repeating("t1", at(0), 1))
+    old = leader(store, app, clock, "leader")
+    old.cluster.pid = 111  # another process, same instance id
+    old.start()
+    new = leader(process(store, clock), app, clock, "leader")
+    new.cluster.pid = 222
+    new.start()
+    old.run_once()  # refused: stands down
+    assert old.status is SchedulerStatus.STANDBY
+    old.shutdown()
+    assert check_in_row(store)[:2] == (222, "RUNNING")

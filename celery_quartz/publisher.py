@@ -117,6 +117,12 @@ def _expires(firing: Firing) -> datetime | None:
     return min(candidates) if candidates else None
 
 
+def _repr(value: Any) -> str:
+    """Celery's ``saferepr`` of JSON arguments: the plain ``repr`` unless it is too long."""
+    text = repr(value)
+    return text if len(text) <= _REPR_MAXSIZE else saferepr(value, _REPR_MAXSIZE)
+
+
 class RedisPath:
     """Firings pushed to Redis in one pipeline, as the envelope kombu's Redis transport writes."""
 
@@ -194,8 +200,9 @@ class RedisPath:
             "timelimit": [None, None],
             "root_id": task_id,
             "parent_id": None,
-            "argsrepr": saferepr(firing.args, _REPR_MAXSIZE),
-            "kwargsrepr": saferepr(firing.kwargs, _REPR_MAXSIZE),
+            # Celery shows empty arguments as () and {}.
+            "argsrepr": _repr(firing.args or ()),
+            "kwargsrepr": _repr(firing.kwargs or {}),
             "origin": self._origin,
             "ignore_result": None,
             "replaced_task_nesting": 0,

@@ -20,12 +20,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Connection,
     Engine,
+    Integer,
     Row,
+    String,
     and_,
     bindparam,
+    cast,
+    column,
     delete,
     func,
     insert,
@@ -33,6 +38,7 @@ from sqlalchemy import (
     select,
     tuple_,
     update,
+    values,
 )
 from sqlalchemy.exc import IntegrityError
 
@@ -972,7 +978,6 @@ class SqlStore:
         were read before its first firing blocked the others, so its later firings in this batch
         are left out (their triggers stay BLOCKED until the first one completes).
         """
-        t = self.tables.triggers
         firings: list[Firing] = []
         skipped: list[str] = []
         updates: list[dict[str, Any]] = []
@@ -994,22 +999,59 @@ class SqlStore:
                 nonconcurrent_fired.add(firing.job.key)
             firings.append(self._firing_message(firing, now, instance_name, expires))
         if updates:
+            self._advance_triggers(conn, updates)
+        return firings, skipped
+
+    def _advance_triggers(self, conn: Connection, updates: list[dict[str, Any]]) -> None:
+        """Write each fired trigger's new state and fire times: on PostgreSQL one
+        ``UPDATE … FROM (VALUES …)`` for the whole batch, elsewhere one executemany."""
+        t = self.tables.triggers
+        if self.dialect == "postgresql":
+            rows = values(
+                column("name", String),
+                column("grp", String),
+                column("state", String),
+                column("nft", BigInteger),
+                column("prev", BigInteger),
+                column("times", Integer),
+                name="fired",
+            ).data(
+                [
+                    (u["b_name"], u["b_group"], u["b_state"], u["b_nft"], u["b_prev"], u["b_times"])
+                    for u in updates
+                ]
+            )
             conn.execute(
                 update(t)
                 .where(
                     t.c.sched_name == self.scheduler_name,
-                    t.c.trigger_name == bindparam("b_name"),
-                    t.c.trigger_group == bindparam("b_group"),
+                    t.c.trigger_name == rows.c.name,
+                    t.c.trigger_group == rows.c.grp,
                 )
                 .values(
-                    trigger_state=bindparam("b_state"),
-                    next_fire_time=bindparam("b_nft"),
-                    prev_fire_time=bindparam("b_prev"),
-                    times_triggered=bindparam("b_times"),
-                ),
-                updates,
+                    trigger_state=rows.c.state,
+                    # A NULL in VALUES has no type of its own: say what it is.
+                    next_fire_time=cast(rows.c.nft, BigInteger),
+                    prev_fire_time=cast(rows.c.prev, BigInteger),
+                    times_triggered=rows.c.times,
+                )
             )
-        return firings, skipped
+            return
+        conn.execute(
+            update(t)
+            .where(
+                t.c.sched_name == self.scheduler_name,
+                t.c.trigger_name == bindparam("b_name"),
+                t.c.trigger_group == bindparam("b_group"),
+            )
+            .values(
+                trigger_state=bindparam("b_state"),
+                next_fire_time=bindparam("b_nft"),
+                prev_fire_time=bindparam("b_prev"),
+                times_triggered=bindparam("b_times"),
+            ),
+            updates,
+        )
 
     def fire(
         self,

@@ -6,6 +6,7 @@ import json
 import uuid
 from typing import Any
 
+import pytest
 from celery import Celery
 
 from celery_quartz.firing import Firing
@@ -45,10 +46,18 @@ def _comparable(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-def test_the_redis_path_writes_what_celery_writes(redis: RedisServer, redis_url: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [([1, "two"], {"period": "week"}), ([], {}), (["x" * 2000], {"k": list(range(500))})],
+    ids=["arguments", "none", "long"],
+)
+def test_the_redis_path_writes_what_celery_writes(
+    redis: RedisServer, redis_url: str, args: list[Any], kwargs: dict[str, Any]
+) -> None:
     db = int(redis_url.rsplit("/", 1)[1])
     app = Celery("unit", broker=redis_url, set_as_current=False)
     firing = _firing(queue="reports", expires=30)
+    firing.args, firing.kwargs = args, kwargs
     path = RedisPath.for_app(app)
     assert path is not None and path.accepts(firing)
     path.publish([firing])

@@ -27,6 +27,8 @@ def main() -> int:
     print(report.table())
     if report.lost:
         print("lost:", report.lost[:20])
+    for line in report.left_detail[:20]:
+        print("left in flight:", line)
     return 0 if report.ok else 1
 
 

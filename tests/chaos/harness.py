@@ -62,6 +62,7 @@ class ChaosReport:
     dropped: int = 0
     left_in_flight: int = 0
     overlaps: int = 0
+    left_detail: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -211,7 +212,16 @@ def run_chaos(
             procs.stop(name)
         with contextlib.suppress(AssertionError):  # what is left is counted below
             wait_for(lambda: not store.firing_states(), timeout=60, message="in-flight firings")
-        report.left_in_flight = len(store.firing_states())
+        left = store.firing_states()
+        report.left_in_flight = len(left)
+        if left:
+            f = store.tables.fired_triggers
+            with store.engine.connect() as conn:
+                report.left_detail = [
+                    f"{r.trigger_name} {r.state} by {r.instance_name} on {r.worker_name} "
+                    f"sched {r.sched_time} expires {r.expires_time} expired {r.expired_count}"
+                    for r in conn.execute(select(f))
+                ]
     finally:
         procs.stop_all()
     logs = "\n".join(procs.log(n) for n in (*SCHEDULERS, *WORKERS))

@@ -242,3 +242,48 @@ def test_a_paused_leader_resumed_after_the_lease_moved_is_fenced_and_stands_down
     assert duplicates == 0, f"{duplicates} occurrence(s) started twice"
     assert len(executed) > 20
     store.dispose()
+
+
+def test_losing_the_advisory_lock_connection_stands_the_leader_down_at_once(pg_url: str) -> None:
+    from celery_quartz.elections.postgres import PostgresAdvisoryLockElection
+    from celery_quartz.leadership import SchedulerLeadership
+    from celery_quartz.lifecycle import SchedulerStatus
+
+    class Scheduler:
+        status = SchedulerStatus.CREATED
+
+        def start(self) -> None:
+            self.status = SchedulerStatus.RUNNING
+
+        def standby(self) -> None:
+            self.status = SchedulerStatus.STANDBY
+
+    first, second = Scheduler(), Scheduler()
+    elections = [
+        PostgresAdvisoryLockElection(
+            pg_url, SchedulerLeadership(s), scheduler_name="s", retry_interval=0.2
+        )
+        for s in (first, second)
+    ]
+    elections[0].start()
+    try:
+        wait_for(lambda: first.status is SchedulerStatus.RUNNING, 10, message="first leads")
+        elections[1].start()
+        time.sleep(0.5)
+        assert second.status is SchedulerStatus.CREATED
+        # The server ends the leader's session (a network cut, a restart, an administrator).
+        admin = create_engine(pg_url)
+        with admin.begin() as conn:
+            ended = conn.exec_driver_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_locks "
+                "WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()"
+            ).all()
+        admin.dispose()
+        assert len(ended) == 1
+        began = time.monotonic()
+        wait_for(lambda: first.status is SchedulerStatus.STANDBY, 5, 0.02, "first stands down")
+        wait_for(lambda: second.status is SchedulerStatus.RUNNING, 5, 0.02, "second leads")
+        assert time.monotonic() - began < 1.5
+    finally:
+        for election in elections:
+            election.stop()

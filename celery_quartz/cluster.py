@@ -93,13 +93,15 @@ class ClusterManager:
         self._last_checkin_millis = to_millis(now)
         self.next_check_in = now + timedelta(seconds=self.checkin_interval)
 
-    def failed_peers(self, kind: str = "scheduler") -> list[CheckIn]:
+    def failed_peers(
+        self, kind: str = "scheduler", check_ins: list[CheckIn] | None = None
+    ) -> list[CheckIn]:
         """Instances of ``kind`` (schedulers or workers) whose check-in is too old by Quartz's
-        rule."""
+        rule; from ``check_ins`` when the caller has read them already."""
         now = to_millis(self.clock.now())
         return [
             peer
-            for peer in self.store.check_ins(kind=kind)
+            for peer in (self.store.check_ins(kind=kind) if check_ins is None else check_ins)
             if peer.instance_name != self.instance_id
             and now
             > failed_after(
@@ -121,7 +123,8 @@ class ClusterManager:
             return 0
         defer = int(2 * self.checkin_interval * 1000) + self.threshold_millis
         resolved = 0
-        for worker in self.failed_peers(kind="worker"):
+        workers = self.store.check_ins(kind="worker")
+        for worker in self.failed_peers(kind="worker", check_ins=workers):
             logger.info(
                 "worker %s last checked in at %s; recovering what it was running",
                 worker.instance_name,
@@ -134,7 +137,7 @@ class ClusterManager:
             )
             if result is not None:
                 resolved += result.recovered + result.interrupted
-        known = {w.instance_name for w in self.store.check_ins(kind="worker")}
+        known = {w.instance_name for w in workers}
         window = int(self.checkin_interval * 1000) + self.threshold_millis
         now = to_millis(self.clock.now())
         for worker_name, since in self.store.executing_workers().items():

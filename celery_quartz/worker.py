@@ -199,6 +199,17 @@ def _guard_class(cls: type[Task], hooks: _WorkerHooks) -> None:
     setattr(cls, _GUARDED, True)
 
 
+#: Held while the worker's main process talks to the store, and while it forks a pool process:
+#: a child must never start life in the middle of its parent's transaction (with SQLite the
+#: child would inherit the parent's view of the file's locks).
+_STORE_ACCESS = threading.Lock()
+os.register_at_fork(
+    before=_STORE_ACCESS.acquire,
+    after_in_parent=_STORE_ACCESS.release,
+    after_in_child=_STORE_ACCESS.release,
+)
+
+
 class WorkerCheckIn(bootsteps.StartStopStep):
     """Checks the worker in to the store, so its liveness is known from the database alone.
 
@@ -229,7 +240,8 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         # Before consuming: whatever this node name was executing belongs to a previous life of
         # the worker (killed, and restarted under the same name), which no one else will recover.
         try:
-            recovery = self._store.recover_worker(name, seen_checkin_millis=None)
+            with _STORE_ACCESS:
+                recovery = self._store.recover_worker(name, seen_checkin_millis=None)
             if recovery and (recovery.recovered or recovery.interrupted):
                 logger.info(
                     "worker %s: %d firing(s) of a previous run recovered, %d closed as interrupted",
@@ -246,15 +258,8 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         def run() -> None:
             while not self._stop.is_set():
                 try:
-                    store.check_in(
-                        name,
-                        interval=interval,
-                        kind="worker",
-                        hostname=name.partition("@")[2] or None,
-                        pid=os.getpid(),
-                        queues=queues,
-                        concurrency=concurrency,
-                    )
+                    with _STORE_ACCESS:
+                        self._check_in(store, name, interval, queues, concurrency)
                     wait = interval
                 except Exception:
                     logger.exception("worker %s: check-in failed; retrying in 1 s", name)
@@ -266,6 +271,20 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         worker_shutdown.connect(self._on_worker_shutdown, sender=parent, weak=False)
         logger.info(
             "worker %s checks in every %.1fs (queues %s)", name, interval, ", ".join(queues)
+        )
+
+    @staticmethod
+    def _check_in(
+        store: SqlStore, name: str, interval: float, queues: list[str], concurrency: Any
+    ) -> None:
+        store.check_in(
+            name,
+            interval=interval,
+            kind="worker",
+            hostname=name.partition("@")[2] or None,
+            pid=os.getpid(),
+            queues=queues,
+            concurrency=concurrency,
         )
 
     def stop(self, parent: Any) -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import NullPool, StaticPool
 
 from celery_quartz.errors import ConfigurationError
 
@@ -35,7 +35,9 @@ def create_store_engine(url: str, **kwargs: Any) -> Engine:
         )
     if backend == "sqlite":
         return _sqlite_engine(parsed, **kwargs)
-    kwargs.setdefault("pool_pre_ping", True)
+    # No pre-ping: it would add a round trip to every transaction. A connection the database
+    # dropped fails its statement instead; SQLAlchemy then discards the pool's connections, and
+    # every caller here retries (the loop a second later, workers by redelivery).
     if parsed.get_driver_name() == "psycopg2":
         # Batched UPDATEs (one per fired batch) in pages, not one round trip per row; psycopg 3
         # pipelines executemany by itself.
@@ -48,6 +50,10 @@ def _sqlite_engine(url: Any, **kwargs: Any) -> Engine:
     if memory:
         # One private database per engine: every connection must be the same one.
         kwargs.setdefault("poolclass", StaticPool)
+    else:
+        # No connection kept open between transactions: a process that forks (a Celery prefork
+        # worker) must not hand an open SQLite connection, and its locks, to its children.
+        kwargs.setdefault("poolclass", NullPool)
     kwargs.setdefault("connect_args", {"check_same_thread": False, "timeout": 30})
     engine = create_engine(url, **kwargs)
 

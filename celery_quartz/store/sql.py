@@ -10,6 +10,7 @@ scheduler instance that owns it.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import uuid
@@ -29,17 +30,16 @@ from sqlalchemy import (
     String,
     and_,
     bindparam,
-    cast,
-    column,
     delete,
     func,
     insert,
     or_,
     select,
+    text,
     tuple_,
     update,
-    values,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 
 from celery_quartz.clock import Clock, SystemClock, from_millis, to_millis
@@ -63,6 +63,9 @@ from celery_quartz.store.schema import (
 from celery_quartz.triggers.base import TRIGGER_KINDS, MisfireInstruction, Trigger
 
 logger = logging.getLogger(__name__)
+
+#: An import that adds at least this many jobs refreshes PostgreSQL's planner statistics.
+_ANALYZE_AFTER_ROWS = 1000
 
 #: ``get_trigger_state`` of a key that is not stored (Quartz's ``TriggerState.None``).
 NONE_STATE = "NONE"
@@ -347,6 +350,13 @@ class SqlStore:
             for key in stored.keys() - desired.keys():
                 self._delete_job(conn, key)
                 result.removed.append(key)
+        if self.dialect == "postgresql" and len(result.added) >= _ANALYZE_AFTER_ROWS:
+            # Fresh statistics: a planner that has never seen the new rows scans a whole trigger
+            # group where one key lookup would do, until autovacuum gets round to it.
+            with self.engine.connect() as conn:
+                conn.execute(text(f"ANALYZE {self.tables.jobs.name}"))
+                conn.execute(text(f"ANALYZE {self.tables.triggers.name}"))
+                conn.commit()
         return result
 
     def _delete_job(self, conn: Connection, key: JobKey) -> bool:
@@ -1002,39 +1012,55 @@ class SqlStore:
             self._advance_triggers(conn, updates)
         return firings, skipped
 
+    @functools.cached_property
+    def _advance_statement(self) -> Any:
+        """The batch advance as one PostgreSQL statement over arrays (built once per store)."""
+        t = self.tables.triggers
+        fired = (
+            func.unnest(
+                bindparam("names", type_=ARRAY(String)),
+                bindparam("groups", type_=ARRAY(String)),
+                bindparam("states", type_=ARRAY(String)),
+                bindparam("nfts", type_=ARRAY(BigInteger)),
+                bindparam("prevs", type_=ARRAY(BigInteger)),
+                bindparam("times", type_=ARRAY(Integer)),
+            )
+            .table_valued("name", "grp", "state", "nft", "prev", "times")
+            .render_derived(name="fired")
+        )
+        statement = (
+            update(t)
+            .where(
+                t.c.sched_name == self.scheduler_name,
+                t.c.trigger_name == fired.c.name,
+                t.c.trigger_group == fired.c.grp,
+            )
+            .values(
+                trigger_state=fired.c.state,
+                next_fire_time=fired.c.nft,
+                prev_fire_time=fired.c.prev,
+                times_triggered=fired.c.times,
+            )
+        )
+        return statement
+
     def _advance_triggers(self, conn: Connection, updates: list[dict[str, Any]]) -> None:
         """Write each fired trigger's new state and fire times: on PostgreSQL one
         ``UPDATE … FROM (VALUES …)`` for the whole batch, elsewhere one executemany."""
         t = self.tables.triggers
         if self.dialect == "postgresql":
-            rows = values(
-                column("name", String),
-                column("grp", String),
-                column("state", String),
-                column("nft", BigInteger),
-                column("prev", BigInteger),
-                column("times", Integer),
-                name="fired",
-            ).data(
-                [
-                    (u["b_name"], u["b_group"], u["b_state"], u["b_nft"], u["b_prev"], u["b_times"])
-                    for u in updates
-                ]
-            )
+            # Arrays, not a VALUES list: the statement keeps one shape whatever the batch size,
+            # so SQLAlchemy compiles it once.
             conn.execute(
-                update(t)
-                .where(
-                    t.c.sched_name == self.scheduler_name,
-                    t.c.trigger_name == rows.c.name,
-                    t.c.trigger_group == rows.c.grp,
-                )
-                .values(
-                    trigger_state=rows.c.state,
-                    # A NULL in VALUES has no type of its own: say what it is.
-                    next_fire_time=cast(rows.c.nft, BigInteger),
-                    prev_fire_time=cast(rows.c.prev, BigInteger),
-                    times_triggered=rows.c.times,
-                )
+                self._advance_statement,
+                {
+                    "names": [u["b_name"] for u in updates],
+                    "groups": [u["b_group"] for u in updates],
+                    "states": [u["b_state"] for u in updates],
+                    "nfts": [u["b_nft"] for u in updates],
+                    "prevs": [u["b_prev"] for u in updates],
+                    "times": [u["b_times"] for u in updates],
+                },
             )
             return
         conn.execute(

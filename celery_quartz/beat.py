@@ -126,7 +126,8 @@ class Scheduler(beat.Scheduler):
         return (
             f"    . store -> {_safe_url(settings.store_url)}\n"
             f"    . scheduler -> {settings.scheduler_name} (instance {instance}, "
-            f"{'clustered' if settings.clustered else 'not clustered'})"
+            f"{'clustered' if settings.clustered else 'not clustered'}"
+            f"{f', election {settings.election}' if settings.election else ''})"
         )
 
 

@@ -183,9 +183,11 @@ class SchedulingLoop:
     def _deposed(self, error: FencedError) -> None:
         """Another leader was elected while this one still ran: stand down by ourselves."""
         with self._lifecycle_lock:
-            # The claims and unpublished firings belong to the new leader's recovery now.
+            # The claims, unpublished firings and unrecorded publications belong to the new
+            # leader's recovery now (recording them would only be refused again).
             self._batch = []
             self._unpublished.clear()
+            self._published = []
             if self.status is not SchedulerStatus.RUNNING:
                 # Already stood down: the misfire handler's writes go on being refused.
                 logger.debug("%s (in %s)", error, self.status.value)

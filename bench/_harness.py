@@ -267,7 +267,8 @@ def _node_run(cfg: NodeConfig, ready: Any, go: Any, stop: Any, counter: Any, out
         schema_auto_upgrade=False,
         import_beat_schedule=False,
     )
-    store = SqlStore(cfg.store_url, scheduler_name=SCHEDULER_NAME, clock=clock)
+    # As celery beat builds it: the loop retries failed steps itself, no pre-ping.
+    store = SqlStore(cfg.store_url, scheduler_name=SCHEDULER_NAME, clock=clock, pre_ping=False)
     counts = {"statements": 0, "transactions": 0}
 
     @event.listens_for(store.engine, "before_cursor_execute")

@@ -52,6 +52,7 @@ class Scheduler(beat.Scheduler):
             table_prefix=settings.table_prefix,
             clock=self._clock,
             max_data_bytes=settings.max_job_data_bytes,
+            pre_ping=False,
         )
         if settings.schema_auto_upgrade:
             migrate.upgrade(store.engine, settings.table_prefix)

@@ -34,10 +34,9 @@ def create_store_engine(url: str, **kwargs: Any) -> Engine:
             f"is not supported (use one of {', '.join(SUPPORTED_BACKENDS)})"
         )
     if backend == "sqlite":
+        kwargs.pop("pool_pre_ping", None)  # no pool to ping: a connection per transaction
         return _sqlite_engine(parsed, **kwargs)
-    # No pre-ping: it would add a round trip to every transaction. A connection the database
-    # dropped fails its statement instead; SQLAlchemy then discards the pool's connections, and
-    # every caller here retries (the loop a second later, workers by redelivery).
+    kwargs.setdefault("pool_pre_ping", True)
     if parsed.get_driver_name() == "psycopg2":
         # Batched UPDATEs (one per fired batch) in pages, not one round trip per row; psycopg 3
         # pipelines executemany by itself.

@@ -22,6 +22,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     ColumnElement,
     Connection,
     Engine,
@@ -33,6 +34,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal,
     or_,
     select,
     text,
@@ -114,11 +116,15 @@ class SqlStore:
         clock: Clock | None = None,
         max_data_bytes: int = DEFAULT_MAX_DATA_BYTES,
         engine: Engine | None = None,
+        pre_ping: bool = True,
     ) -> None:
+        """``pre_ping`` tests a pooled connection before each transaction, so a database
+        restart is invisible to callers. The scheduling loop turns it off: it costs a round trip
+        per transaction, and the loop retries a failed step itself."""
         if engine is None:
             if url is None:
                 raise ValueError("SqlStore needs a url or an engine")
-            engine = create_store_engine(url)
+            engine = create_store_engine(url, pool_pre_ping=pre_ping)
         self.engine = engine
         self.scheduler_name = scheduler_name
         self.tables: Tables = build_tables(table_prefix)
@@ -926,6 +932,30 @@ class SqlStore:
     ) -> None:
         if not batch:
             return
+        if self.dialect == "postgresql":
+            # Per-row values as arrays, the rest as scalars: one statement of one shape.
+            conn.execute(
+                self._insert_fired_statement,
+                {
+                    "instance": instance_name,
+                    "fired": now,
+                    "state": state,
+                    "expires": expires,
+                    "ids": [a.fire_instance_id for a in batch],
+                    "names": [a.trigger.key.name for a in batch],
+                    "groups": [a.trigger.key.group for a in batch],
+                    "scheds": [a.scheduled_millis for a in batch],
+                    "priorities": [a.priority for a in batch],
+                    "job_names": [a.job.key.name for a in batch],
+                    "job_groups": [a.job.key.group for a in batch],
+                    "nonconcurrent": [a.job.disallow_concurrent for a in batch],
+                    "recovery": [a.job.requests_recovery for a in batch],
+                    "exec_groups": [a.execution_group for a in batch],
+                    "recovering": [a.recovering for a in batch],
+                    "attempts": [a.retry_attempt for a in batch],
+                },
+            )
+            return
         conn.execute(
             insert(self.tables.fired_triggers),
             [
@@ -951,6 +981,62 @@ class SqlStore:
                 for a in batch
             ],
         )
+
+    @functools.cached_property
+    def _insert_fired_statement(self) -> Any:
+        """Fired rows for a batch as one PostgreSQL INSERT … SELECT over arrays (built once)."""
+        f = self.tables.fired_triggers
+        rows = (
+            func.unnest(
+                bindparam("ids", type_=ARRAY(String)),
+                bindparam("names", type_=ARRAY(String)),
+                bindparam("groups", type_=ARRAY(String)),
+                bindparam("scheds", type_=ARRAY(BigInteger)),
+                bindparam("priorities", type_=ARRAY(Integer)),
+                bindparam("job_names", type_=ARRAY(String)),
+                bindparam("job_groups", type_=ARRAY(String)),
+                bindparam("nonconcurrent", type_=ARRAY(Boolean)),
+                bindparam("recovery", type_=ARRAY(Boolean)),
+                bindparam("exec_groups", type_=ARRAY(String)),
+                bindparam("recovering", type_=ARRAY(Boolean)),
+                bindparam("attempts", type_=ARRAY(Integer)),
+            )
+            .table_valued(
+                "id",
+                "name",
+                "grp",
+                "sched",
+                "priority",
+                "job_name",
+                "job_group",
+                "nonconcurrent",
+                "recovery",
+                "exec_group",
+                "recovering",
+                "attempt",
+            )
+            .render_derived(name="fired")
+        )
+        columns = {
+            f.c.sched_name: literal(self.scheduler_name),
+            f.c.entry_id: rows.c.id,
+            f.c.trigger_name: rows.c.name,
+            f.c.trigger_group: rows.c.grp,
+            f.c.instance_name: bindparam("instance", type_=String),
+            f.c.fired_time: bindparam("fired", type_=BigInteger),
+            f.c.sched_time: rows.c.sched,
+            f.c.priority: rows.c.priority,
+            f.c.state: bindparam("state", type_=String),
+            f.c.job_name: rows.c.job_name,
+            f.c.job_group: rows.c.job_group,
+            f.c.is_nonconcurrent: rows.c.nonconcurrent,
+            f.c.requests_recovery: rows.c.recovery,
+            f.c.execution_group: rows.c.exec_group,
+            f.c.recovering: rows.c.recovering,
+            f.c.retry_attempt: rows.c.attempt,
+            f.c.expires_time: bindparam("expires", type_=BigInteger),
+        }
+        return insert(f).from_select(list(columns), select(*columns.values()))
 
     @staticmethod
     def _advance(

@@ -74,8 +74,7 @@ def _check_expires(key: JobKey, expires: Any) -> None:
         except ValueError:
             pass
     raise ValidationError(
-        f"job {key}: options expires must be seconds or an aware ISO 8601 instant, "
-        f"got {expires!r}"
+        f"job {key}: options expires must be seconds or an aware ISO 8601 instant, got {expires!r}"
     )
 
 

@@ -416,8 +416,12 @@ class SchedulingLoop:
             self._unpublished.pop(firing.fire_instance_id, None)
         # Recorded as PUBLISHED with the next claim, in its transaction (one commit fewer per
         # batch). Until then they read as FIRED, which a survivor would publish again if this
-        # process died: harmless, the worker guard starts one delivery.
+        # process died: harmless, the worker guard starts one delivery. A non-clustered leader
+        # records them at once: the next leader's recovery pass deletes FIRED rows of other
+        # instance ids (Quartz's rule), which would refuse messages already sent.
         self._published.extend(f.fire_instance_id for f in firings)
+        if not self.settings.clustered:
+            self._flush_published()
         self.fired_count += len(firings)
         if logger.isEnabledFor(logging.DEBUG):
             for firing in firings:

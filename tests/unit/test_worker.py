@@ -174,3 +174,37 @@ def test_install_is_idempotent(app: Celery) -> None:
     hooks = app._celery_quartz_hooks  # type: ignore[attr-defined]
     install(app)
     assert app._celery_quartz_hooks is hooks  # type: ignore[attr-defined]
+
+
+def test_a_task_that_asks_to_refire_runs_the_same_firing_again_with_its_count_up(
+    app: Celery, file_store: SqlStore, contexts: list
+) -> None:
+    from celery_quartz.errors import RefireJob
+
+    app.conf.broker_url = "memory://"
+    app.conf.task_default_queue = "refire-test"
+
+    @app.task(name="tasks.flaky", shared=False)
+    def flaky() -> str:
+        context = current_context()
+        contexts.append(context)
+        if context is not None and context.refire_count == 0:
+            raise RefireJob("not yet")
+        return "done"
+
+    # Defined after the app was finalized: guard it as a worker's finalize would have.
+    app._celery_quartz_hooks.guard_tasks()  # type: ignore[attr-defined]
+    firing = fired(file_store)
+    firing.task = "tasks.flaky"
+    assert deliver(app, firing).state == "FAILURE"
+    assert file_store.firing_states() == {firing.fire_instance_id: FiringState.PUBLISHED}
+    with app.connection_for_read() as conn:
+        queue = conn.SimpleQueue("refire-test", no_ack=True)
+        message = queue.get(timeout=2)
+        queue.close()
+    header = message.headers[HEADER]
+    assert (message.headers["id"], header["refire_count"]) == (firing.fire_instance_id, 1)
+    refired = Firing(**{**firing.__dict__, "refire_count": 1})
+    assert deliver(app, refired).state == "SUCCESS"
+    assert [c.refire_count for c in contexts] == [0, 1]
+    assert file_store.firing_states() == {}

@@ -941,18 +941,18 @@ class SqlStore:
                     "fired": now,
                     "state": state,
                     "expires": expires,
-                    "ids": [a.fire_instance_id for a in batch],
-                    "names": [a.trigger.key.name for a in batch],
-                    "groups": [a.trigger.key.group for a in batch],
-                    "scheds": [a.scheduled_millis for a in batch],
-                    "priorities": [a.priority for a in batch],
-                    "job_names": [a.job.key.name for a in batch],
-                    "job_groups": [a.job.key.group for a in batch],
+                    "id": [a.fire_instance_id for a in batch],
+                    "name": [a.trigger.key.name for a in batch],
+                    "grp": [a.trigger.key.group for a in batch],
+                    "sched": [a.scheduled_millis for a in batch],
+                    "priority": [a.priority for a in batch],
+                    "job_name": [a.job.key.name for a in batch],
+                    "job_group": [a.job.key.group for a in batch],
                     "nonconcurrent": [a.job.disallow_concurrent for a in batch],
                     "recovery": [a.job.requests_recovery for a in batch],
-                    "exec_groups": [a.execution_group for a in batch],
+                    "exec_group": [a.execution_group for a in batch],
                     "recovering": [a.recovering for a in batch],
-                    "attempts": [a.retry_attempt for a in batch],
+                    "attempt": [a.retry_attempt for a in batch],
                 },
             )
             return
@@ -986,36 +986,20 @@ class SqlStore:
     def _insert_fired_statement(self) -> Any:
         """Fired rows for a batch as one PostgreSQL INSERT … SELECT over arrays (built once)."""
         f = self.tables.fired_triggers
-        rows = (
-            func.unnest(
-                bindparam("ids", type_=ARRAY(String)),
-                bindparam("names", type_=ARRAY(String)),
-                bindparam("groups", type_=ARRAY(String)),
-                bindparam("scheds", type_=ARRAY(BigInteger)),
-                bindparam("priorities", type_=ARRAY(Integer)),
-                bindparam("job_names", type_=ARRAY(String)),
-                bindparam("job_groups", type_=ARRAY(String)),
-                bindparam("nonconcurrent", type_=ARRAY(Boolean)),
-                bindparam("recovery", type_=ARRAY(Boolean)),
-                bindparam("exec_groups", type_=ARRAY(String)),
-                bindparam("recovering", type_=ARRAY(Boolean)),
-                bindparam("attempts", type_=ARRAY(Integer)),
-            )
-            .table_valued(
-                "id",
-                "name",
-                "grp",
-                "sched",
-                "priority",
-                "job_name",
-                "job_group",
-                "nonconcurrent",
-                "recovery",
-                "exec_group",
-                "recovering",
-                "attempt",
-            )
-            .render_derived(name="fired")
+        rows = _unnest(
+            "fired",
+            id=String,
+            name=String,
+            grp=String,
+            sched=BigInteger,
+            priority=Integer,
+            job_name=String,
+            job_group=String,
+            nonconcurrent=Boolean,
+            recovery=Boolean,
+            exec_group=String,
+            recovering=Boolean,
+            attempt=Integer,
         )
         columns = {
             f.c.sched_name: literal(self.scheduler_name),
@@ -1102,17 +1086,14 @@ class SqlStore:
     def _advance_statement(self) -> Any:
         """The batch advance as one PostgreSQL statement over arrays (built once per store)."""
         t = self.tables.triggers
-        fired = (
-            func.unnest(
-                bindparam("names", type_=ARRAY(String)),
-                bindparam("groups", type_=ARRAY(String)),
-                bindparam("states", type_=ARRAY(String)),
-                bindparam("nfts", type_=ARRAY(BigInteger)),
-                bindparam("prevs", type_=ARRAY(BigInteger)),
-                bindparam("times", type_=ARRAY(Integer)),
-            )
-            .table_valued("name", "grp", "state", "nft", "prev", "times")
-            .render_derived(name="fired")
+        fired = _unnest(
+            "fired",
+            name=String,
+            grp=String,
+            state=String,
+            nft=BigInteger,
+            prev=BigInteger,
+            times=Integer,
         )
         statement = (
             update(t)
@@ -1140,11 +1121,11 @@ class SqlStore:
             conn.execute(
                 self._advance_statement,
                 {
-                    "names": [u["b_name"] for u in updates],
-                    "groups": [u["b_group"] for u in updates],
-                    "states": [u["b_state"] for u in updates],
-                    "nfts": [u["b_nft"] for u in updates],
-                    "prevs": [u["b_prev"] for u in updates],
+                    "name": [u["b_name"] for u in updates],
+                    "grp": [u["b_group"] for u in updates],
+                    "state": [u["b_state"] for u in updates],
+                    "nft": [u["b_nft"] for u in updates],
+                    "prev": [u["b_prev"] for u in updates],
                     "times": [u["b_times"] for u in updates],
                 },
             )
@@ -2187,6 +2168,15 @@ class WorkerRecovery:
     recovered: int = 0
     interrupted: int = 0
     deferred: int = 0
+
+
+def _unnest(alias: str, **columns: Any) -> Any:
+    """``unnest(:a, :b, …) AS alias(a, b, …)``: one array parameter per column, named after it.
+
+    A batch passed as arrays keeps the statement's shape whatever the batch size, so SQLAlchemy
+    compiles it once (a VALUES list would be compiled again for every batch)."""
+    arrays = [bindparam(name, type_=ARRAY(type_)) for name, type_ in columns.items()]
+    return func.unnest(*arrays).table_valued(*columns).render_derived(name=alias)
 
 
 def _origin_key(row: Row[Any]) -> TriggerKey | None:

@@ -117,10 +117,9 @@ class ClusterManager:
         checked in at all and have been executing longer than a check-in window.
 
         A ``disallow_concurrent`` execution is deferred by two check-in intervals plus the
-        threshold first (Quartz 4.x), in case the worker is only slow.
+        threshold first (Quartz 4.x), in case the worker is only slow. Workers outlive schedulers
+        in either mode, so a non-clustered leader does this too.
         """
-        if not self.clustered:
-            return 0
         defer = int(2 * self.checkin_interval * 1000) + self.threshold_millis
         resolved = 0
         workers = self.store.check_ins(kind="worker")

@@ -1866,6 +1866,7 @@ class SqlStore:
         result = WorkerRecovery(worker_name)
         state_clause = and_(s.c.sched_name == self.scheduler_name, s.c.instance_name == worker_name)
         with self.transaction() as conn:
+            self._check_fence(conn)
             if seen_checkin_millis is not None:
                 seen = conn.execute(
                     select(s.c.last_checkin_time).where(state_clause).with_for_update()

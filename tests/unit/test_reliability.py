@@ -398,3 +398,17 @@ def test_firing_a_batch_again_after_a_failed_attempt_fires_the_claimed_occurrenc
     assert firing.scheduled_millis == to_millis(at(0))
     trigger = store.retrieve_trigger(TriggerKey("t1"))
     assert trigger is not None and trigger.next_fire_time == at(1)
+
+
+def test_a_non_clustered_scheduler_also_recovers_a_dead_worker(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(0)), requests_recovery=True)
+    store.check_in(WORKER, interval=7.5, kind="worker")
+    executing(store, "t1")
+    manager = ClusterManager(
+        store, clock, B, checkin_interval=7.5, checkin_misfire_threshold=7.5, clustered=False
+    )
+    manager.check_in()
+    clock.set(at(20))
+    assert manager.recover_failed_workers() == 1

@@ -249,6 +249,12 @@ class SchedulingLoop:
         if not self._started:
             return
         try:
+            # Fired but not published (a stop signal can land between a firing's commit and
+            # its publication): hand them to the broker now rather than leave them to a survivor,
+            # of which there may be none.
+            for firing in self.store.unpublished_firings(self.instance_id):
+                self._unpublished.setdefault(firing.fire_instance_id, firing)
+            self._publish(list(self._unpublished.values()))
             self._flush_published()
             released = self.store.release_acquired(self.instance_id, self._batch)
             self._batch = []

@@ -387,3 +387,17 @@ def test_two_loops_on_one_store_publish_every_occurrence_once(
         (f"t{i}", to_millis(at(i * 0.1 + 10))) for i in range(5)
     }
     assert loops[0].fired_count > 0 and loops[1].fired_count > 0
+
+
+def test_shutdown_publishes_what_was_fired_but_not_yet_published(
+    store: MemoryStore, app: Celery, clock: FakeClock, queue: str
+) -> None:
+    schedule(store, once("now", at(0)))
+    loop = make_loop(store, app, clock)
+    loop.start()
+    # A stop signal between the firing's commit and its publication:
+    store.claim(A, no_later_than=at(1), max_count=10, time_window=0, misfire_threshold=60)
+    assert published(app, queue) == []
+    loop.shutdown()
+    assert len(published(app, queue)) == 1
+    assert list(store.firing_states().values()) == [FiringState.PUBLISHED]

@@ -79,8 +79,8 @@ class SchedulingLoop:
         self._batch: list[AcquiredFiring] = []
         # Fired but not yet handed to the broker, by fire instance id.
         self._unpublished: dict[str, Firing] = {}
-        # Published, not yet recorded as PUBLISHED in the store.
-        self._published: list[str] = []
+        # Published, not yet recorded as PUBLISHED in the store: (fire instance id, when).
+        self._published: list[tuple[str, int]] = []
         self._next_misfire_scan: datetime | None = None
         self._started = False
         self._store_down = False
@@ -251,7 +251,9 @@ class SchedulingLoop:
         try:
             # Fired but not published (a stop signal can land between a firing's commit and
             # its publication): hand them to the broker now rather than leave them to a survivor,
-            # of which there may be none.
+            # of which there may be none. What was published is recorded first, so it is not
+            # taken for unpublished.
+            self._flush_published()
             for firing in self.store.unpublished_firings(self.instance_id):
                 self._unpublished.setdefault(firing.fire_instance_id, firing)
             self._publish(list(self._unpublished.values()))
@@ -425,7 +427,8 @@ class SchedulingLoop:
         # process died: harmless, the worker guard starts one delivery. A non-clustered leader
         # records them at once: the next leader's recovery pass deletes FIRED rows of other
         # instance ids (Quartz's rule), which would refuse messages already sent.
-        self._published.extend(f.fire_instance_id for f in firings)
+        published_at = to_millis(self.clock.now())
+        self._published.extend((f.fire_instance_id, published_at) for f in firings)
         if not self.settings.clustered:
             self._flush_published()
         self.fired_count += len(firings)

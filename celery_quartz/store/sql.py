@@ -767,7 +767,7 @@ class SqlStore:
         misfire_threshold: float,
         fire_due: bool = True,
         expires_after: float | None = None,
-        published: Sequence[str] = (),
+        published: Sequence[str | tuple[str, int]] = (),
         task_exists: Callable[[str], bool] | None = None,
     ) -> Claim:
         """Claim the next batch of due triggers (Quartz's batch rule), in one transaction.
@@ -1292,26 +1292,34 @@ class SqlStore:
             persist_job_data=job.persist_job_data,
         )
 
-    def mark_published(self, fire_instance_ids: Sequence[str]) -> None:
-        """Record that the broker accepted these firings (FIRED → PUBLISHED)."""
-        if not fire_instance_ids:
+    def mark_published(self, published: Sequence[str | tuple[str, int]]) -> None:
+        """Record that the broker accepted these firings (FIRED → PUBLISHED): fire instance ids,
+        or (id, the instant in milliseconds it was published) pairs."""
+        if not published:
             return
         with self.transaction() as conn:
             self._check_fence(conn)
-            self._mark_published(conn, fire_instance_ids, self._now())
+            self._mark_published(conn, published, self._now())
 
-    def _mark_published(self, conn: Connection, fire_instance_ids: Sequence[str], now: int) -> None:
+    def _mark_published(
+        self, conn: Connection, published: Sequence[str | tuple[str, int]], now: int
+    ) -> None:
         f = self.tables.fired_triggers
-        # Conditional: a worker may already have started one (EXECUTING) or finished it (gone).
-        conn.execute(
-            update(f)
-            .where(
-                f.c.sched_name == self.scheduler_name,
-                f.c.entry_id.in_(list(fire_instance_ids)),
-                f.c.state == FiringState.FIRED,
+        by_instant: dict[int, list[str]] = {}
+        for item in published:
+            fire_id, at = (item, now) if isinstance(item, str) else item
+            by_instant.setdefault(at, []).append(fire_id)
+        for at, fire_ids in by_instant.items():
+            # Conditional: a worker may already have started one (EXECUTING) or finished it.
+            conn.execute(
+                update(f)
+                .where(
+                    f.c.sched_name == self.scheduler_name,
+                    f.c.entry_id.in_(fire_ids),
+                    f.c.state == FiringState.FIRED,
+                )
+                .values(state=FiringState.PUBLISHED, published_time=at)
             )
-            .values(state=FiringState.PUBLISHED, published_time=now)
-        )
 
     def release_acquired(
         self,

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 import pytest
 from celery import Celery
 from kombu.message import Message
+from sqlalchemy import select
 
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey
 from celery_quartz.clock import FakeClock, to_millis
@@ -171,14 +172,19 @@ def test_a_due_batch_is_claimed_and_fired_in_one_step(
     assert sorted(store.firing_states().values()) == [FiringState.FIRED] * 2
 
 
-def test_shutdown_records_what_was_published(
-    store: MemoryStore, app: Celery, clock: FakeClock
+def test_shutdown_records_what_was_published_and_publishes_it_only_once(
+    store: MemoryStore, app: Celery, clock: FakeClock, queue: str
 ) -> None:
     schedule(store, once("now", at(0)))
     loop = make_loop(store, app, clock)
+    clock.set(at(0.25))
     loop.run_once()
     loop.shutdown()
     assert list(store.firing_states().values()) == [FiringState.PUBLISHED]
+    assert len(published(app, queue)) == 1
+    f = store.tables.fired_triggers
+    with store.engine.connect() as conn:
+        assert conn.execute(select(f.c.published_time)).scalar_one() == to_millis(at(0.25))
 
 
 def test_the_job_s_queue_option_routes_the_message(

@@ -93,9 +93,8 @@ def entry_to_job(
         raise ValidationError(
             f"{where}: schedule {fields['schedule']!r} is not valid: {exc}"
         ) from None
-    # Bug fix: args were passed through tuple() and kwargs/options through dict() unchecked, so
-    # args "abc" became ("a", "b", "c") and a string of kwargs raised a bare ValueError that named
-    # no entry. Stock beat refuses such args too (send_task wants a list or tuple).
+    # Checked here, not coerced: tuple("abc") would be ("a", "b", "c"), and a string of kwargs
+    # would raise an error naming no entry. Stock beat refuses such args too.
     args = fields.get("args") or ()
     if not isinstance(args, (list, tuple)):
         raise ValidationError(f"{where}: args must be a list or tuple, got {type(args).__name__}")

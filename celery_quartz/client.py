@@ -51,8 +51,7 @@ class Quartz:
             )
             if self.settings.schema_auto_upgrade:
                 migrate.upgrade(store.engine, self.settings.table_prefix)
-            # Bug fix: resume_trigger/resume_job judged "made late by the pause" with the store's
-            # 60 s default instead of quartz_misfire_threshold (only the scheduling loop set it).
+            # Resuming a paused trigger judges "made late by the pause" by this threshold.
             store.set_misfire_threshold(self.settings.misfire_threshold)
         self.store = store
 

@@ -110,8 +110,8 @@ class Settings:
             positive(name)
         for name in ("fire_ahead_window", "checkin_misfire_threshold", "shutdown_timeout"):
             positive(name, allow_zero=True)
-        # Bug fix: these were not checked, so a count of 2.5 reached SQL LIMIT and a string such
-        # as "false" (say, from an environment variable) silently meant True.
+        # A count of 2.5 would reach SQL LIMIT, and a string such as "false" (say, from an
+        # environment variable) would silently mean True.
         for name in ("batch_size", "max_misfires_per_round", "max_job_data_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int):
@@ -144,9 +144,9 @@ class Settings:
         """This process's instance id: the configured one, or a generated one for ``AUTO``."""
         if self.instance_id != AUTO:
             return self.instance_id
-        # Bug fix: two ids generated in one process within the same millisecond were equal, and
-        # two loops sharing an id release each other's claims. The milliseconds part now moves
-        # forward by at least one per id generated in this process.
+        # Two ids generated in one process within the same millisecond must differ (two loops
+        # sharing an id would release each other's claims): the milliseconds part moves forward
+        # by at least one per id generated in this process.
         global _last_auto_millis
         with _auto_lock:
             millis = max(time.time_ns() // 1_000_000, _last_auto_millis + 1)

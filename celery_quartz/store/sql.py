@@ -689,11 +689,10 @@ class SqlStore:
     def _rescheduled_definition(self, trigger: Trigger) -> dict[str, Any]:
         """The definition columns a misfire instruction may rewrite.
 
-        Bug fix: only next_fire_time and times_triggered were written back, but a simple
-        trigger's "reschedule now" instructions also move ``start_at`` to now and rewrite
-        ``repeat_count`` (in ``detail``), as Quartz's SimpleTrigger does. Without them the trigger
-        read back from the store computed its later fire times from the old start and count and
-        lost its remaining repeats.
+        Beside next_fire_time and times_triggered, a simple trigger's "reschedule now"
+        instructions move ``start_at`` to now and rewrite ``repeat_count`` (in ``detail``), as
+        Quartz's SimpleTrigger does; without them the trigger read back from the store would
+        compute its later fire times from the old start and count.
         """
         assert trigger.start_at is not None
         return {

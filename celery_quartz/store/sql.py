@@ -662,29 +662,55 @@ class SqlStore:
             )
         ).all()
         for row in rows:
-            blocked = row.trigger_state == TriggerState.PAUSED_BLOCKED
-            values: dict[str, Any] = {
-                "trigger_state": TriggerState.BLOCKED if blocked else TriggerState.WAITING
-            }
             # Quartz applies the misfire instruction on resume when the pause made it late.
             if (
                 row.next_fire_time is not None
                 and row.next_fire_time < now - self._misfire_threshold_ms
+                and not self._apply_misfire(conn, row, now, ", paused,")
             ):
-                trigger = self._trigger_from_row(row)
-                trigger.update_after_misfire(
-                    from_millis(now), self._calendar(conn, trigger.calendar_name, trigger.key)
-                )
-                values["next_fire_time"] = _millis_or_none(trigger.next_fire_time)
-                values["times_triggered"] = trigger.times_triggered
-                values.update(self._rescheduled_definition(trigger))
-                if trigger.next_fire_time is None:
-                    values["trigger_state"] = TriggerState.COMPLETE
+                continue
+            blocked = row.trigger_state == TriggerState.PAUSED_BLOCKED
             conn.execute(
                 update(t)
                 .where(self._trigger_key_clause(TriggerKey(row.trigger_name, row.trigger_group)))
-                .values(values)
+                .values(trigger_state=TriggerState.BLOCKED if blocked else TriggerState.WAITING)
             )
+
+    def _apply_misfire(
+        self, conn: Connection, row: Row[Any], now: int, why: str, *conditions: Any
+    ) -> bool:
+        """Apply a late trigger's misfire instruction (one decision, logged): write its new fire
+        times, or remove it when it will not fire again. ``conditions`` guard the update (the
+        trigger is still as it was read). True when the trigger is still stored."""
+        t = self.tables.triggers
+        trigger = self._trigger_from_row(row)
+        trigger.update_after_misfire(
+            from_millis(now), self._calendar(conn, trigger.calendar_name, trigger.key)
+        )
+        if trigger.next_fire_time is None:
+            self._remove_trigger(conn, trigger.key)
+            outcome = "will not fire again; removed"
+        else:
+            conn.execute(
+                update(t)
+                .where(self._trigger_key_clause(trigger.key), *conditions)
+                .values(
+                    next_fire_time=to_millis(trigger.next_fire_time),
+                    times_triggered=trigger.times_triggered,
+                    misfire_orig_fire_time=row.next_fire_time,
+                    **self._rescheduled_definition(trigger),
+                )
+            )
+            outcome = f"next fire time {trigger.next_fire_time.isoformat()}"
+        logger.info(
+            "misfire: trigger %s%s was %.1fs late (instruction %s); %s",
+            trigger.key,
+            why,
+            (now - row.next_fire_time) / 1000,
+            trigger.misfire_instruction,
+            outcome,
+        )
+        return trigger.next_fire_time is not None
 
     def _rescheduled_definition(self, trigger: Trigger) -> dict[str, Any]:
         """The definition columns a misfire instruction may rewrite.
@@ -1403,36 +1429,13 @@ class SqlStore:
             ).all()
             more = len(rows) > max_count
             for row in rows[:max_count]:
-                trigger = self._trigger_from_row(row)
-                late_by = (now - row.next_fire_time) / 1000
-                trigger.update_after_misfire(
-                    from_millis(now), self._calendar(conn, trigger.calendar_name, trigger.key)
-                )
-                if trigger.next_fire_time is None:
-                    self._remove_trigger(conn, trigger.key)
-                    outcome = "will not fire again; removed"
-                else:
-                    conn.execute(
-                        update(t)
-                        .where(
-                            self._trigger_key_clause(trigger.key),
-                            t.c.trigger_state == TriggerState.WAITING,
-                            t.c.next_fire_time == row.next_fire_time,
-                        )
-                        .values(
-                            next_fire_time=to_millis(trigger.next_fire_time),
-                            times_triggered=trigger.times_triggered,
-                            misfire_orig_fire_time=row.next_fire_time,
-                            **self._rescheduled_definition(trigger),
-                        )
-                    )
-                    outcome = f"next fire time {trigger.next_fire_time.isoformat()}"
-                logger.info(
-                    "misfire: trigger %s was %.1fs late (instruction %s); %s",
-                    trigger.key,
-                    late_by,
-                    trigger.misfire_instruction,
-                    outcome,
+                self._apply_misfire(
+                    conn,
+                    row,
+                    now,
+                    "",
+                    t.c.trigger_state == TriggerState.WAITING,
+                    t.c.next_fire_time == row.next_fire_time,
                 )
         return min(len(rows), max_count), more
 
@@ -1791,33 +1794,7 @@ class SqlStore:
             )
         ).all()
         for row in late:
-            trigger = self._trigger_from_row(row)
-            trigger.update_after_misfire(
-                from_millis(now), self._calendar(conn, trigger.calendar_name, trigger.key)
-            )
-            if trigger.next_fire_time is None:
-                self._remove_trigger(conn, trigger.key)
-                outcome = "will not fire again; removed"
-            else:
-                conn.execute(
-                    update(t)
-                    .where(self._trigger_key_clause(trigger.key))
-                    .values(
-                        next_fire_time=to_millis(trigger.next_fire_time),
-                        times_triggered=trigger.times_triggered,
-                        misfire_orig_fire_time=row.next_fire_time,
-                        **self._rescheduled_definition(trigger),
-                    )
-                )
-                outcome = f"next fire time {trigger.next_fire_time.isoformat()}"
-            logger.info(
-                "misfire: trigger %s, blocked by its job's running firing, was %.1fs late "
-                "(instruction %s); %s",
-                trigger.key,
-                (now - row.next_fire_time) / 1000,
-                trigger.misfire_instruction,
-                outcome,
-            )
+            self._apply_misfire(conn, row, now, ", blocked by its job's running firing,")
         conn.execute(
             update(t)
             .where(of_job, t.c.trigger_state == TriggerState.BLOCKED)

@@ -74,6 +74,7 @@ class Scheduler(beat.Scheduler):
             self._clock,
             settings.resolve_instance_id(),
             task_exists=self.app.tasks.__contains__,
+            router=settings.router(self.app.conf.task_default_queue or "celery"),
         )
         if settings.election:
             # Built, initialised and bound, left in CREATED: the election starts it.

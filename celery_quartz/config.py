@@ -11,6 +11,8 @@ from typing import Any
 
 from celery_quartz.errors import ConfigurationError
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
+from celery_quartz.limits import ExecutionLimits
+from celery_quartz.routing import Router
 from celery_quartz.store.schema import DEFAULT_TABLE_PREFIX
 
 AUTO = "AUTO"
@@ -71,6 +73,9 @@ class Settings:
     election_lock_timeout: float = 10.0
     #: Seconds between attempts to become leader, and between checks that the lock is held.
     election_retry_interval: float = 1.0
+    #: Execution limits (see :mod:`celery_quartz.limits`): an ``ExecutionLimits`` or a mapping
+    #: of group to limit; none by default (nothing is capped).
+    execution_limits: Any = field(default=None, compare=False)
     #: The ``quartz_*`` keys the application set itself (for the clustering guard).
     explicitly_set: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
@@ -135,10 +140,25 @@ class Settings:
                 f"quartz_election must be one of {', '.join(map(repr, ELECTIONS))}, "
                 f"got {self.election!r}"
             )
+        ExecutionLimits.coerce(self.execution_limits)
         if not self.instance_id or len(self.instance_id) > 200:
             raise ConfigurationError(
                 f"quartz_instance_id {self.instance_id!r}: 1 to 200 characters"
             )
+
+    @property
+    def limits(self) -> ExecutionLimits:
+        """``execution_limits`` as an :class:`ExecutionLimits` (validated by :meth:`validate`)."""
+        return ExecutionLimits.coerce(self.execution_limits)
+
+    def router(self, default_queue: str = "celery") -> Router:
+        """How this scheduler routes and admits firings; ``default_queue`` is the Celery app's
+        ``task_default_queue`` (whose consumers serve the ungrouped triggers)."""
+        return Router(
+            self.limits,
+            default_queue=default_queue,
+            threshold_millis=int(self.checkin_misfire_threshold * 1000),
+        )
 
     def resolve_instance_id(self) -> str:
         """This process's instance id: the configured one, or a generated one for ``AUTO``."""

@@ -46,6 +46,10 @@ class AcquiredFiring:
     retry_attempt: int = 0
     priority: int = 5
     execution_group: str | None = None
+    #: Where it is published (see :mod:`celery_quartz.routing`): a queue (None: the job's own
+    #: routing), and the worker whose own queue that is.
+    queue: str | None = None
+    node: str | None = None
 
     @property
     def scheduled_fire_time(self) -> datetime:
@@ -90,6 +94,10 @@ class Firing:
     origin_trigger_key: TriggerKey | None = None
     #: The job writes its data back at completion (the worker sends it only then).
     persist_job_data: bool = False
+    #: The queue it is routed to (None: the job's options and Celery's routing decide), and the
+    #: worker whose own (``worker_direct``) queue that is, for a pinned firing.
+    queue: str | None = None
+    node: str | None = None
 
     def header(self) -> dict[str, Any]:
         """What the worker reads back into a :class:`~celery_quartz.context.JobExecutionContext`."""

@@ -35,6 +35,7 @@ from celery_quartz.lifecycle import (
     warn_generated_instance_id,
 )
 from celery_quartz.publisher import Publisher
+from celery_quartz.routing import Router, Unserved
 from celery_quartz.store import fencing
 from celery_quartz.store.sql import SqlStore
 
@@ -42,6 +43,8 @@ logger = logging.getLogger(__name__)
 
 #: Longest pause between misfire scans; a scan that found more work runs again at once.
 _MAX_MISFIRE_SCAN_INTERVAL = 15.0
+#: How often a group that no live worker serves is logged again while it stays unserved.
+_UNSERVED_LOG_INTERVAL_MS = 60_000
 #: Pause before trying again when the store does not answer.
 _STORE_RETRY = 1.0
 
@@ -58,6 +61,7 @@ class SchedulingLoop:
         instance_id: str,
         *,
         task_exists: Callable[[str], bool] | None = None,
+        router: Router | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -66,6 +70,10 @@ class SchedulingLoop:
         self.instance_id = instance_id
         #: Whether a job's task can be run; a job whose task is gone puts its trigger in ERROR.
         self.task_exists = task_exists
+        #: Routes firings and admits them within execution limits and pinned workers' capacity.
+        self.router = router or settings.router()
+        # Unserved groups last logged, and when (milliseconds): logged again once a minute.
+        self._unserved_logged: dict[Unserved, int] = {}
         self.cluster = ClusterManager(
             store,
             clock,
@@ -340,8 +348,11 @@ class SchedulingLoop:
                 expires_after=self.settings.misfire_threshold,
                 published=self._published,
                 task_exists=self.task_exists,
+                router=self.router,
             )
             self._published = []
+            if claim.unserved:
+                self._log_unserved(claim.unserved)
             if claim.firings:
                 # Due already: claimed and fired in one transaction.
                 self._publish(claim.firings)
@@ -355,6 +366,14 @@ class SchedulingLoop:
             self._fire(batch)
             return 0.0
         return min(self.settings.idle_wait, self._until_housekeeping(now))
+
+    def _log_unserved(self, unserved: list[Unserved]) -> None:
+        now = to_millis(self.clock.now())
+        for item in unserved:
+            last = self._unserved_logged.get(item)
+            if last is None or now - last >= _UNSERVED_LOG_INTERVAL_MS:
+                self._unserved_logged[item] = now
+                logger.warning("unserved: %s; its due triggers are held back", item.describe())
 
     def _fire(self, batch: list[AcquiredFiring]) -> None:
         if self.task_exists is not None:

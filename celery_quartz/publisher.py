@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Celery, signals
+from celery.utils.nodenames import worker_direct
 from celery.utils.saferepr import saferepr
 
 from celery_quartz.clock import Clock, SystemClock, from_millis
@@ -34,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 #: Publish options that belong to the firing, not to the job's options.
 _RESERVED_OPTIONS = frozenset({"task_id", "headers", "args", "kwargs", "serializer"})
+#: Job options that choose where a message goes; a firing's own route replaces them.
+_ROUTING_OPTIONS = ("queue", "exchange", "routing_key")
 #: Job options the Redis path can honour; any other option sends the firing through Celery.
 _REDIS_PATH_OPTIONS = frozenset({"queue", "expires"})
 #: Celery's limits on argsrepr/kwargsrepr (``task_protocol`` 2 defaults).
@@ -93,8 +96,13 @@ class Publisher:
 
 
 def publish_options(firing: Firing) -> dict[str, Any]:
-    """The job's Celery publish options, with the firing's expiry (the earlier one wins)."""
+    """The job's Celery publish options, with the firing's expiry (the earlier one wins) and
+    its route: a grouped or pinned firing's queue replaces the job's own routing options."""
     options = {k: v for k, v in firing.options.items() if k not in _RESERVED_OPTIONS}
+    if firing.node is not None or firing.queue is not None:
+        for key in _ROUTING_OPTIONS:
+            options.pop(key, None)
+        options["queue"] = worker_direct(firing.node) if firing.node else firing.queue
     expires = _expires(firing)
     if expires is not None:
         options["expires"] = expires
@@ -152,12 +160,17 @@ class RedisPath:
         return cls(app, redis.Redis.from_url(url), clock)
 
     def accepts(self, firing: Firing) -> bool:
-        if not set(firing.options) <= _REDIS_PATH_OPTIONS:
+        # A worker's own queue is bound to Celery's worker-direct exchange: Celery publishes it.
+        if firing.node is not None:
+            return False
+        if firing.queue is None and not set(firing.options) <= _REDIS_PATH_OPTIONS:
+            return False
+        if firing.queue is not None and not set(firing.options) <= {*_ROUTING_OPTIONS, "expires"}:
             return False
         return self._queue(firing) is not None
 
     def _queue(self, firing: Firing) -> str | None:
-        wanted = firing.options.get("queue")
+        wanted = firing.queue or firing.options.get("queue")
         key = (firing.task, wanted if isinstance(wanted, str) else None)
         if key not in self._queues:
             self._queues[key] = self._default_route(*key)

@@ -53,6 +53,15 @@ from celery_quartz.errors import (
 from celery_quartz.firing import AcquiredFiring, Firing, JobRecord
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json, encode_json_object
 from celery_quartz.keys import RECOVERING_JOBS_GROUP, JobKey, TriggerKey
+from celery_quartz.routing import (
+    DEFAULT_ROUTE,
+    Admission,
+    Hold,
+    Route,
+    Router,
+    Unserved,
+    direct_queue,
+)
 from celery_quartz.store.engine import create_store_engine
 from celery_quartz.store.fencing import Fence, check_fence
 from celery_quartz.store.schema import (
@@ -69,6 +78,9 @@ logger = logging.getLogger(__name__)
 #: An import that adds at least this many jobs refreshes PostgreSQL's planner statistics.
 _ANALYZE_AFTER_ROWS = 1000
 
+#: Routing with no execution limits (pins are still routed to live workers).
+_UNLIMITED = Router()
+
 #: ``get_trigger_state`` of a key that is not stored (Quartz's ``TriggerState.None``).
 NONE_STATE = "NONE"
 
@@ -79,6 +91,9 @@ class Claim:
 
     firings: list[Firing] = field(default_factory=list)
     acquired: list[AcquiredFiring] = field(default_factory=list)
+    #: Groups (or pinned workers) whose due triggers were held back because no live worker
+    #: serves them (see :mod:`celery_quartz.routing`).
+    unserved: list[Unserved] = field(default_factory=list)
 
 
 @dataclass
@@ -267,6 +282,7 @@ class SqlStore:
             "job_data": encode_json_object(owner, "data", trigger.data, self.max_data_bytes),
             "detail": encode_json_object(owner, "detail", trigger.detail(), self.max_data_bytes),
             "times_triggered": trigger.times_triggered,
+            "execution_group": trigger.execution_group,
         }
 
     @staticmethod
@@ -290,6 +306,7 @@ class SqlStore:
             next_fire_time=_datetime_or_none(row.next_fire_time),
             previous_fire_time=_datetime_or_none(row.prev_fire_time),
             times_triggered=row.times_triggered,
+            execution_group=row.execution_group,
         )
 
     # -- jobs and triggers (the client's operations) ---------------------------------------------
@@ -794,6 +811,7 @@ class SqlStore:
         expires_after: float | None = None,
         published: Sequence[str | tuple[str, int]] = (),
         task_exists: Callable[[str], bool] | None = None,
+        router: Router | None = None,
     ) -> Claim:
         """Claim the next batch of due triggers (Quartz's batch rule), in one transaction.
 
@@ -805,8 +823,14 @@ class SqlStore:
         broker since the last claim). A trigger whose job's task ``task_exists`` does not know is
         put in ERROR instead (Quartz: the job cannot be run).
 
+        With a ``router``, each trigger is routed (its group's queue, or its pinned worker's own
+        queue) and admitted only within its execution group's capacity and its pinned worker's
+        (:mod:`celery_quartz.routing`); the others stay WAITING.
+
         Race settled: as for :meth:`acquire_next_triggers` — the rows are locked (skipping those
-        another scheduler holds) and still WAITING when written.
+        another scheduler holds) and still WAITING when written. With bounded execution limits,
+        two schedulers counting a group's firings in flight at once: the count and the claim are
+        made under the ``EXECUTION_LIMITS`` lock row.
         """
         t, j = self.tables.triggers, self.tables.jobs
         now = self._now()
@@ -854,18 +878,14 @@ class SqlStore:
             self._check_fence(conn)
             if published:
                 self._mark_published(conn, published, now)
-            rows = conn.execute(query).all()
-            if not rows or rows[0].next_fire_time > limit_ms:
-                return claim
-            # Quartz's batch rule: after the first trigger, take the others only while they are due
-            # no later than max(first fire time, now) + the fire-ahead window.
-            batch_end = max(rows[0].next_fire_time, now) + window_ms
-            batch = [
-                self._acquired_from_row(row) for row in rows if row.next_fire_time <= batch_end
-            ]
+            batch = self._admitted_batch(
+                conn, query, router or _UNLIMITED, claim, now, limit_ms, window_ms
+            )
             if task_exists is not None:
                 batch = self._error_unrunnable(conn, batch, task_exists)
-            if fire_due and rows[0].next_fire_time <= now:
+            if not batch:
+                return claim
+            if fire_due and batch[0].scheduled_millis <= now:
                 expires = None if expires_after is None else now + int(expires_after * 1000)
                 calendars = self._calendars_in(conn, {a.trigger.calendar_name for a in batch})
                 claim.firings, _ = self._write_fired(
@@ -909,6 +929,119 @@ class SqlStore:
             len(claim.firings),
         )
         return claim
+
+    #: Selections one claim makes at most while looking past held-back triggers.
+    _MAX_ADMISSION_ROUNDS = 4
+
+    def _admitted_batch(
+        self,
+        conn: Connection,
+        query: Any,
+        router: Router,
+        claim: Claim,
+        now: int,
+        limit_ms: int,
+        window_ms: int,
+    ) -> list[AcquiredFiring]:
+        """The batch rule applied to the triggers admitted by ``router``, each with its route.
+
+        A held-back trigger is excluded from the next selection by what held it (its group, its
+        pinned worker, or the pair), so a full group's due triggers do not fill every selection
+        and starve the triggers behind them.
+        """
+        t = self.tables.triggers
+        admission = None
+        if router.limits.bounded:
+            self._lock(conn, "EXECUTION_LIMITS")
+            admission = self._admission(conn, router, now)
+        held_groups: set[str | None] = set()
+        held_nodes: set[str] = set()
+        held_pairs: set[tuple[str, str | None]] = set()
+        for _ in range(self._MAX_ADMISSION_ROUNDS):
+            selection = query
+            if None in held_groups:
+                selection = selection.where(t.c.execution_group.is_not(None))
+            named = [g for g in held_groups if g is not None]
+            if named:
+                selection = selection.where(
+                    or_(t.c.execution_group.is_(None), t.c.execution_group.not_in(named))
+                )
+            if held_nodes:
+                selection = selection.where(
+                    or_(t.c.preferred_node.is_(None), t.c.preferred_node.not_in(held_nodes))
+                )
+            for node, group in held_pairs:
+                same_group = (
+                    t.c.execution_group.is_(None) if group is None else t.c.execution_group == group
+                )
+                selection = selection.where(~and_(t.c.preferred_node == node, same_group))
+            rows = conn.execute(selection).all()
+            if (
+                rows
+                and admission is None
+                and any(r.execution_group is not None or r.preferred_node is not None for r in rows)
+            ):
+                admission = self._admission(conn, router, now)
+            batch: list[AcquiredFiring] = []
+            batch_end: int | None = None
+            held_more = False
+            for row in rows:
+                if batch_end is None and row.next_fire_time > limit_ms:
+                    break
+                if batch_end is not None and row.next_fire_time > batch_end:
+                    break
+                decision: Route | Hold = (
+                    DEFAULT_ROUTE
+                    if admission is None
+                    else admission.admit(row.execution_group, row.preferred_node)
+                )
+                if isinstance(decision, Hold):
+                    if decision.unserved is not None and decision.unserved not in claim.unserved:
+                        claim.unserved.append(decision.unserved)
+                    if decision.by_group and decision.group not in held_groups:
+                        held_groups.add(decision.group)
+                        held_more = True
+                    if decision.by_node and decision.node is not None:
+                        held_more |= decision.node not in held_nodes
+                        held_nodes.add(decision.node)
+                    if decision.pair is not None and decision.pair not in held_pairs:
+                        held_pairs.add(decision.pair)
+                        held_more = True
+                    continue
+                if batch_end is None:
+                    # Quartz's batch rule: after the first trigger, take the others only while
+                    # they are due no later than max(first fire time, now) + the window.
+                    batch_end = max(row.next_fire_time, now) + window_ms
+                acquired = self._acquired_from_row(row)
+                acquired.queue, acquired.node = decision.queue, decision.node
+                batch.append(acquired)
+            if batch or not held_more:
+                return batch
+        return []
+
+    def _admission(self, conn: Connection, router: Router, now: int) -> Admission:
+        """What admission counts against, read in the claiming transaction: the live workers
+        and the firings in flight, by execution group and by queue."""
+        s, f = self.tables.scheduler_state, self.tables.fired_triggers
+        workers = conn.execute(
+            select(
+                s.c.instance_name,
+                s.c.last_checkin_time,
+                s.c.checkin_interval,
+                s.c.queues,
+                s.c.concurrency,
+            ).where(s.c.sched_name == self.scheduler_name, s.c.kind == "worker")
+        ).all()
+        by_group: dict[str | None, int] = {}
+        by_queue: dict[str | None, int] = {}
+        for r in conn.execute(
+            select(f.c.execution_group, f.c.queue, func.count().label("n"))
+            .where(f.c.sched_name == self.scheduler_name)
+            .group_by(f.c.execution_group, f.c.queue)
+        ):
+            by_group[r.execution_group] = by_group.get(r.execution_group, 0) + r.n
+            by_queue[r.queue] = by_queue.get(r.queue, 0) + r.n
+        return router.admission(router.live_workers(list(workers), now), by_group, by_queue)
 
     def _error_unrunnable(
         self, conn: Connection, batch: list[AcquiredFiring], task_exists: Callable[[str], bool]
@@ -976,6 +1109,7 @@ class SqlStore:
                     "nonconcurrent": [a.job.disallow_concurrent for a in batch],
                     "recovery": [a.job.requests_recovery for a in batch],
                     "exec_group": [a.execution_group for a in batch],
+                    "queue": [a.queue for a in batch],
                     "recovering": [a.recovering for a in batch],
                     "attempt": [a.retry_attempt for a in batch],
                 },
@@ -999,6 +1133,7 @@ class SqlStore:
                     "is_nonconcurrent": a.job.disallow_concurrent,
                     "requests_recovery": a.job.requests_recovery,
                     "execution_group": a.execution_group,
+                    "queue": a.queue,
                     "recovering": a.recovering,
                     "retry_attempt": a.retry_attempt,
                     "expires_time": expires,
@@ -1023,6 +1158,7 @@ class SqlStore:
             nonconcurrent=Boolean,
             recovery=Boolean,
             exec_group=String,
+            queue=String,
             recovering=Boolean,
             attempt=Integer,
         )
@@ -1041,6 +1177,7 @@ class SqlStore:
             f.c.is_nonconcurrent: rows.c.nonconcurrent,
             f.c.requests_recovery: rows.c.recovery,
             f.c.execution_group: rows.c.exec_group,
+            f.c.queue: rows.c.queue,
             f.c.recovering: rows.c.recovering,
             f.c.retry_attempt: rows.c.attempt,
             f.c.expires_time: bindparam("expires", type_=BigInteger),
@@ -1315,6 +1452,8 @@ class SqlStore:
             retry_attempt=firing.retry_attempt,
             origin_trigger_key=firing.origin_trigger_key,
             persist_job_data=job.persist_job_data,
+            queue=firing.queue,
+            node=firing.node,
         )
 
     def mark_published(self, published: Sequence[str | tuple[str, int]]) -> None:
@@ -1649,6 +1788,8 @@ class SqlStore:
                     refire_count=r.refire_count,
                     origin_trigger_key=_origin_key(r),
                     persist_job_data=r.is_update_data,
+                    queue=r.queue,
+                    node=_routed_node(r),
                 )
             )
         return firings
@@ -2168,6 +2309,12 @@ def _origin_key(row: Row[Any]) -> TriggerKey | None:
     if row.origin_trigger_name is None:
         return None
     return TriggerKey(row.origin_trigger_name, row.origin_trigger_group)
+
+
+def _routed_node(row: Row[Any]) -> str | None:
+    """The worker a fired row was routed to: its pin, when the row's queue is that worker's own."""
+    node = row.preferred_node
+    return node if node is not None and row.queue == direct_queue(node) else None
 
 
 def new_fire_instance_id() -> str:

@@ -17,7 +17,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from celery_quartz.errors import InvalidTriggerError
-from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.keys import MAX_KEY_LENGTH, JobKey, TriggerKey
 
 if TYPE_CHECKING:
     from celery_quartz.calendars import Calendar
@@ -62,6 +62,9 @@ class Trigger(ABC):
     #: Trigger-level job data, merged over the job's data for each firing.
     data: dict[str, Any] = field(default_factory=dict)
     calendar_name: str | None = None
+    #: The execution group whose limit and queue this trigger's firings are subject to
+    #: (see :mod:`celery_quartz.limits`); None: ungrouped.
+    execution_group: str | None = None
 
     # State, advanced by the scheduler.
     next_fire_time: datetime | None = None
@@ -112,6 +115,15 @@ class Trigger(ABC):
             )
         if not isinstance(self.data, dict):
             raise InvalidTriggerError(f"trigger {self.key}: data must be a dict")
+        if self.execution_group is not None and (
+            not isinstance(self.execution_group, str)
+            or not self.execution_group.strip()
+            or len(self.execution_group) > MAX_KEY_LENGTH
+        ):
+            raise InvalidTriggerError(
+                f"trigger {self.key}: execution_group must be None or a non-empty string of at "
+                f"most {MAX_KEY_LENGTH} characters, got {self.execution_group!r}"
+            )
 
     # -- the state machine (Quartz's OperableTrigger) -------------------------------------------
 

@@ -20,6 +20,7 @@ from celery_quartz.cron import CronExpression, CronFormat
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.lifecycle import SchedulerStatus
+from celery_quartz.limits import ExecutionLimits, ExecutionLimitScope
 from celery_quartz.triggers import (
     REPEAT_INDEFINITELY,
     CalendarIntervalTrigger,
@@ -48,6 +49,8 @@ __all__ = [
     "CronTrigger",
     "DailyCalendar",
     "DailyTimeIntervalTrigger",
+    "ExecutionLimitScope",
+    "ExecutionLimits",
     "FakeClock",
     "HolidayCalendar",
     "IntervalUnit",

@@ -22,6 +22,7 @@ from celery_quartz.errors import (
 )
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.routing import Unserved
 from celery_quartz.store import migrate
 from celery_quartz.store.sql import SqlStore
 from celery_quartz.triggers.base import Trigger
@@ -164,6 +165,14 @@ class Quartz:
 
     def get_job_keys(self, group: str | None = None) -> list[JobKey]:
         return self.store.job_keys(group)
+
+    def unserved_groups(self) -> list[Unserved]:
+        """Execution groups of the stored triggers that no live worker serves (their due
+        triggers wait, and misfire if held too long), and pinned workers that do not consume
+        their triggers' queues. Judged with this client's ``quartz_*`` settings."""
+        return self.store.unserved(
+            self.settings.router(self.app.conf.task_default_queue or "celery")
+        )
 
     # -- checks ----------------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ CREATED otherwise                     unhealthy
 SHUTTING_DOWN, SHUTDOWN               unhealthy
 the store does not answer             unhealthy
 clustered, own check-in too old       degraded
+an execution group no live worker     degraded (``data["unserved"]`` says which)
+serves
 ====================================  ===========
 """
 
@@ -86,4 +88,12 @@ def health_check(scheduler: Any) -> HealthReport:
                     f"{allowed:.1f}s)",
                     data,
                 )
+    unserved = loop.store.unserved(loop.router)
+    if unserved:
+        data["unserved"] = [u.describe() for u in unserved]
+        return HealthReport(
+            HealthStatus.DEGRADED,
+            f"{len(unserved)} execution group(s) have no live worker to run them",
+            data,
+        )
     return HealthReport(HealthStatus.HEALTHY, "running, and the store answers", data)

@@ -473,6 +473,7 @@ class SchedulingLoop:
             grace=self.settings.checkin_misfire_threshold + 1.0,
             expires_after=self.settings.misfire_threshold,
             max_count=self.settings.max_misfires_per_round,
+            router=self.router,
         )
         self._publish(expired)
         more = more or len(expired) >= self.settings.max_misfires_per_round

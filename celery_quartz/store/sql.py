@@ -57,6 +57,7 @@ from celery_quartz.routing import (
     DEFAULT_ROUTE,
     Admission,
     Hold,
+    LiveWorker,
     Route,
     Router,
     Unserved,
@@ -1022,16 +1023,7 @@ class SqlStore:
     def _admission(self, conn: Connection, router: Router, now: int) -> Admission:
         """What admission counts against, read in the claiming transaction: the live workers
         and the firings in flight, by execution group and by queue."""
-        s, f = self.tables.scheduler_state, self.tables.fired_triggers
-        workers = conn.execute(
-            select(
-                s.c.instance_name,
-                s.c.last_checkin_time,
-                s.c.checkin_interval,
-                s.c.queues,
-                s.c.concurrency,
-            ).where(s.c.sched_name == self.scheduler_name, s.c.kind == "worker")
-        ).all()
+        f = self.tables.fired_triggers
         by_group: dict[str | None, int] = {}
         by_queue: dict[str | None, int] = {}
         for r in conn.execute(
@@ -1041,7 +1033,45 @@ class SqlStore:
         ):
             by_group[r.execution_group] = by_group.get(r.execution_group, 0) + r.n
             by_queue[r.queue] = by_queue.get(r.queue, 0) + r.n
-        return router.admission(router.live_workers(list(workers), now), by_group, by_queue)
+        return router.admission(self._live_workers(conn, router, now), by_group, by_queue)
+
+    def _live_workers(self, conn: Connection, router: Router, now: int) -> dict[str, LiveWorker]:
+        s = self.tables.scheduler_state
+        rows = conn.execute(
+            select(
+                s.c.instance_name,
+                s.c.last_checkin_time,
+                s.c.checkin_interval,
+                s.c.queues,
+                s.c.concurrency,
+            ).where(s.c.sched_name == self.scheduler_name, s.c.kind == "worker")
+        ).all()
+        return router.live_workers(list(rows), now)
+
+    def unserved(self, router: Router) -> list[Unserved]:
+        """The execution groups of the schedulable triggers that no live worker serves, and the
+        live pinned workers that do not consume their triggers' queues (or their own)."""
+        t = self.tables.triggers
+        schedulable = and_(
+            t.c.sched_name == self.scheduler_name,
+            t.c.trigger_state.in_(
+                [TriggerState.WAITING, TriggerState.ACQUIRED, TriggerState.BLOCKED]
+            ),
+        )
+        with self.transaction() as conn:
+            workers = self._live_workers(conn, router, self._now())
+            groups = set(
+                conn.execute(select(t.c.execution_group).where(schedulable).distinct()).scalars()
+            )
+            pins = {
+                (r.preferred_node, r.execution_group)
+                for r in conn.execute(
+                    select(t.c.preferred_node, t.c.execution_group)
+                    .where(schedulable, t.c.preferred_node.is_not(None))
+                    .distinct()
+                )
+            }
+        return router.unserved(groups, pins, workers)
 
     def _error_unrunnable(
         self, conn: Connection, batch: list[AcquiredFiring], task_exists: Callable[[str], bool]
@@ -2133,10 +2163,13 @@ class SqlStore:
         grace: float,
         expires_after: float,
         max_count: int,
+        router: Router | None = None,
     ) -> list[Firing]:
         """Resolve firings whose message expired before any worker started it (see
         :mod:`celery_quartz.misfire`); returns those to publish again (now owned by
-        ``instance_name``, with a new expiry ``expires_after`` seconds from now).
+        ``instance_name``, with a new expiry ``expires_after`` seconds from now). One that was
+        sent to its pinned worker's own queue goes to its group's queue this time: that worker
+        did not start it in time.
 
         ``grace`` (seconds past the expiry) lets a worker that took the message just in time mark
         it EXECUTING first. Race settled: two schedulers resolving the same firing, or a worker
@@ -2186,6 +2219,11 @@ class SqlStore:
                             fired_time=now,
                             expires_time=now + int(expires_after * 1000),
                             expired_count=f.c.expired_count + 1,
+                            queue=(
+                                (router or _UNLIMITED).group_queue(row.execution_group)
+                                if _routed_node(row) is not None
+                                else row.queue
+                            ),
                         )
                     )
                     republish.append(row.entry_id)

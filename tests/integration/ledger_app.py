@@ -4,7 +4,8 @@ Configured from the environment (set by :mod:`tests.integration.processes`):
 ``CQ_BROKER_URL``, ``CQ_STORE_URL``, ``CQ_LEDGER_URL`` and optional ``CQ_CHECKIN_INTERVAL``,
 ``CQ_CHECKIN_THRESHOLD``, ``CQ_BEAT_SCHEDULE`` (JSON: name -> {"task", "schedule" seconds});
 ``CQ_CLUSTERED=0`` with ``CQ_ELECTION``, ``CQ_ELECTION_REDIS_URL``, ``CQ_ELECTION_LOCK_TIMEOUT``,
-``CQ_ELECTION_RETRY``, ``CQ_INSTANCE_ID`` for a non-clustered scheduler under an election.
+``CQ_ELECTION_RETRY``, ``CQ_INSTANCE_ID`` for a non-clustered scheduler under an election;
+``CQ_EXECUTION_LIMITS`` (JSON, the mapping form of ``quartz_execution_limits``).
 
 The task ``ledger.record`` writes one row per execution start into a ledger table whose primary
 key is the occurrence (trigger group, trigger name, scheduled fire time): a second execution of
@@ -87,6 +88,10 @@ else:
 app.conf.quartz_idle_wait = float(os.environ.get("CQ_IDLE_WAIT", "1"))
 app.conf.quartz_misfire_threshold = float(os.environ.get("CQ_MISFIRE_THRESHOLD", "60"))
 app.conf.worker_prefetch_multiplier = 1
+# Every worker consumes its own queue, as pinned triggers need (docs/affinity.md).
+app.conf.worker_direct = True
+if os.environ.get("CQ_EXECUTION_LIMITS"):
+    app.conf.quartz_execution_limits = json.loads(os.environ["CQ_EXECUTION_LIMITS"])
 app.conf.beat_schedule = {
     name: {"task": spec["task"], "schedule": float(spec["schedule"])}
     for name, spec in json.loads(os.environ.get("CQ_BEAT_SCHEDULE", "{}")).items()

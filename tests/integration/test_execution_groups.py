@@ -1,0 +1,167 @@
+"""Execution limits hold with real schedulers, workers, PostgreSQL and Redis: the ledger's
+start/end times never overlap more than the group's capacity, the broker never holds more of the
+group's messages than may run, and held-back occurrences end by their misfire instruction."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import redis as redis_client
+from sqlalchemy import create_engine, select
+
+from celery_quartz import Job, JobKey, Quartz, SimpleMisfireInstruction, SimpleTrigger, TriggerKey
+from celery_quartz.store import SqlStore, migrate
+from tests.integration import ledger_app
+from tests.integration.processes import Processes, processes, wait_for
+
+GROUP = "reindex"
+TRIGGERS = 10
+RUN_SECONDS = 12.0
+TASK_SECONDS = 1.0
+
+
+def _schedule(store: SqlStore, start: datetime) -> None:
+    """Ten triggers of the group, each due every second: far more than two at a time can run."""
+    quartz = Quartz(ledger_app.app, store=store)
+    items = []
+    for i in range(TRIGGERS):
+        trigger = SimpleTrigger(
+            key=TriggerKey(f"t{i}", "groups"),
+            start_at=start,
+            repeat_interval=timedelta(seconds=1),
+            repeat_count=-1,
+            execution_group=GROUP,
+            # A held-back occurrence that misfires is skipped: the next one is waited for.
+            misfire_instruction=SimpleMisfireInstruction.RESCHEDULE_NEXT_WITH_REMAINING_COUNT,
+        )
+        job = Job(key=JobKey(f"j{i}", "groups"), task="ledger.record", kwargs={"sleep": 1.0})
+        items.append((job, [trigger]))
+    quartz.schedule_jobs(items)
+
+
+class QueueSampler:
+    """Samples the length of the group's Redis list while the cluster runs."""
+
+    def __init__(self, url: str, queue: str) -> None:
+        self.client = redis_client.Redis.from_url(url)
+        self.queue = queue
+        self.longest = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.longest = max(self.longest, int(self.client.llen(self.queue)))
+            self.samples += 1
+            self._stop.wait(0.02)
+
+    def __enter__(self) -> QueueSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.client.close()
+
+
+def _max_overlap(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    running = most = 0
+    for _, step in events:  # an end sorts before a start at the same instant
+        running += step
+        most = max(most, running)
+    return most
+
+
+def _run(
+    tmp_path: Path, pg_url: str, redis_url: str, limits: dict[str, object]
+) -> tuple[int, QueueSampler, list[tuple[float, float]], SqlStore]:
+    store = SqlStore(pg_url, scheduler_name="ledger_app")
+    migrate.upgrade(store.engine)
+    ledger_app.create_ledger(pg_url)
+    env = {
+        "CQ_BROKER_URL": redis_url,
+        "CQ_STORE_URL": pg_url,
+        "CQ_LEDGER_URL": pg_url,
+        "CQ_CHECKIN_INTERVAL": "1",
+        "CQ_CHECKIN_THRESHOLD": "2",
+        "CQ_MISFIRE_THRESHOLD": "3",
+        "CQ_EXECUTION_LIMITS": json.dumps(limits),
+    }
+    with processes(tmp_path, env) as procs:
+        _start_workers(procs, store)
+        start = datetime.now(timezone.utc) + timedelta(seconds=2)
+        _schedule(store, start)
+        with QueueSampler(redis_url, GROUP) as sampler:
+            procs.beat("beat1")
+            procs.beat("beat2")
+            time.sleep(RUN_SECONDS)
+            procs.assert_running("beat1", "beat2", "worker1", "worker2")
+            stopped = datetime.now(timezone.utc)
+            assert procs.stop("beat1") == 0, procs.log("beat1")[-3000:]
+            assert procs.stop("beat2") == 0, procs.log("beat2")[-3000:]
+        wait_for(lambda: not store.firing_states(), timeout=30, message="fired rows to drain")
+        cap_logs = procs.log("beat1") + procs.log("beat2")
+    engine = create_engine(pg_url)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(ledger_app.ledger.c.started, ledger_app.ledger.c.ended).where(
+                ledger_app.ledger.c.trigger_group == "groups"
+            )
+        ).all()
+    engine.dispose()
+    assert all(r.ended is not None for r in rows), "an execution never ended"
+    assert "misfire" in cap_logs, "no held-back occurrence misfired"
+    _assert_schedules_moved_on(store, stopped)
+    return len(rows), sampler, [(r.started, r.ended) for r in rows], store
+
+
+def _start_workers(procs: Processes, store: SqlStore) -> None:
+    procs.worker("worker1", concurrency=8, queues=GROUP)
+    procs.worker("worker2", concurrency=8, queues=GROUP)
+    wait_for(
+        lambda: len(store.check_ins(kind="worker")) == 2,
+        timeout=60,
+        message="both workers to check in",
+    )
+
+
+def _assert_schedules_moved_on(store: SqlStore, stopped: datetime) -> None:
+    """Held triggers were not left behind: when the schedulers stopped, each waited for a fire
+    time no older than the misfire threshold (3 s) and a check (a stuck one would still point
+    near the run's start, 12 s earlier)."""
+    quartz = Quartz(ledger_app.app, store=store)
+    for i in range(TRIGGERS):
+        trigger = quartz.get_trigger(TriggerKey(f"t{i}", "groups"))
+        assert trigger is not None and trigger.next_fire_time is not None
+        assert trigger.next_fire_time > stopped - timedelta(seconds=5), trigger
+
+
+def test_a_cluster_scoped_limit_of_two_holds_across_two_workers_of_eight(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    count, sampler, intervals, store = _run(
+        tmp_path, pg_url, redis_url, {GROUP: {"max_concurrent": 2, "scope": "cluster"}}
+    )
+    assert _max_overlap(intervals) <= 2
+    assert sampler.samples > 100 and sampler.longest <= 2
+    # Due: 10 a second for about 12 s; at most 2 a second can run. The rest misfired.
+    assert 6 <= count <= 2 * (RUN_SECONDS + 2) / TASK_SECONDS
+    store.dispose()
+
+
+def test_a_node_scoped_limit_of_two_allows_two_per_serving_worker(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    count, sampler, intervals, store = _run(tmp_path, pg_url, redis_url, {GROUP: 2})
+    overlap = _max_overlap(intervals)
+    assert 3 <= overlap <= 4, f"{overlap} overlapping executions"
+    assert sampler.longest <= 4
+    assert count <= 4 * (RUN_SECONDS + 2) / TASK_SECONDS
+    store.dispose()

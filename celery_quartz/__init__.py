@@ -4,6 +4,7 @@ Run ``celery -A proj beat -S celery_quartz.Scheduler`` on as many machines as yo
 one SQL database; every occurrence fires once. See the README and docs/.
 """
 
+from celery_quartz.affinity import PreferredNode
 from celery_quartz.calendars import (
     AnnualCalendar,
     Calendar,
@@ -56,6 +57,7 @@ __all__ = [
     "JobKey",
     "MisfireInstruction",
     "MonthlyCalendar",
+    "PreferredNode",
     "Quartz",
     "RecurrenceTrigger",
     "Scheduler",

@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from celery_quartz.affinity import PreferredNode
 from celery_quartz.errors import InvalidTriggerError
 from celery_quartz.keys import JobKey, TriggerKey
 
@@ -62,6 +63,8 @@ class Trigger(ABC):
     #: Trigger-level job data, merged over the job's data for each firing.
     data: dict[str, Any] = field(default_factory=dict)
     calendar_name: str | None = None
+    #: The Celery worker this trigger's firings prefer (see :mod:`celery_quartz.affinity`).
+    preferred_node: PreferredNode = PreferredNode.NONE
 
     # State, advanced by the scheduler.
     next_fire_time: datetime | None = None
@@ -112,6 +115,11 @@ class Trigger(ABC):
             )
         if not isinstance(self.data, dict):
             raise InvalidTriggerError(f"trigger {self.key}: data must be a dict")
+        if not isinstance(self.preferred_node, PreferredNode):
+            raise InvalidTriggerError(
+                f"trigger {self.key}: preferred_node must be a PreferredNode (for_node(name), "
+                f"AUTO or NONE), not {self.preferred_node!r}"
+            )
 
     # -- the state machine (Quartz's OperableTrigger) -------------------------------------------
 

@@ -3,12 +3,22 @@ worker's start, its reset when the worker is confirmed dead, and re-pinning in p
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import re
+from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import select
 
 from celery_quartz import PreferredNode
-from celery_quartz.errors import ValidationError
+from celery_quartz.clock import FakeClock
+from celery_quartz.cluster import ClusterManager
+from celery_quartz.errors import InvalidTriggerError, ValidationError
+from celery_quartz.keys import TriggerKey
+from celery_quartz.store import MemoryStore, SqlStore, TriggerState
+from celery_quartz.triggers import Trigger
+from tests.unit.builders import acquire, add, at, fire_one, repeating, state
 
 W1, W2 = "celery@w1", "celery@w2"
 
@@ -130,3 +140,233 @@ def test_the_storage_form_has_no_marker_and_round_trips(
 def test_unpinned_and_unclaimed_rows_read_back_as_the_singletons() -> None:
     assert PreferredNode.from_columns(None, False) is PreferredNode.NONE
     assert PreferredNode.from_columns(None, True) is PreferredNode.AUTO
+
+
+# -- the store (SQLite, and PostgreSQL: the unnest insert and the compare-and-swap) -------------
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+def db(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[SqlStore]:
+    """The SQL store on each dialect, reading the fake clock."""
+    if request.param == "sqlite":
+        store: SqlStore = MemoryStore(scheduler_name="unit", clock=clock)
+    else:
+        store = SqlStore(request.getfixturevalue("pg_url"), scheduler_name="unit", clock=clock)
+        store.create_tables()
+    yield store
+    store.dispose()
+
+
+def pinned(name: str, pin: PreferredNode, *, every: float = 10.0) -> Trigger:
+    return dataclasses.replace(repeating(name, at(0), every), preferred_node=pin)
+
+
+def pin_of(store: SqlStore, name: str) -> PreferredNode:
+    trigger = store.retrieve_trigger(TriggerKey(name))
+    assert trigger is not None
+    return trigger.preferred_node
+
+
+def fired_pins(store: SqlStore) -> dict[str, PreferredNode]:
+    """Fire instance id → the pin its fired row recorded."""
+    f = store.tables.fired_triggers
+    with store.transaction() as conn:
+        rows = conn.execute(select(f.c.entry_id, f.c.preferred_node, f.c.preferred_node_auto))
+        return {
+            r.entry_id: PreferredNode.from_columns(r.preferred_node, r.preferred_node_auto)
+            for r in rows
+        }
+
+
+def started(store: SqlStore, name: str, worker: str) -> str:
+    """Fire ``name`` and start it on ``worker``; its fire instance id."""
+    fire_id = fire_one(store, name)
+    assert store.start_execution(fire_id, worker)
+    return fire_id
+
+
+EVERY_FORM = [
+    PreferredNode.NONE,
+    PreferredNode.AUTO,
+    PreferredNode.AUTO.claimed_by(W1),
+    PreferredNode.for_node(W1),
+    PreferredNode.for_node("auto:thing"),
+]
+
+
+def test_every_form_of_pin_is_stored_and_read_back(db: SqlStore) -> None:
+    add(db, *(pinned(f"t{i}", pin) for i, pin in enumerate(EVERY_FORM)))
+    assert [pin_of(db, f"t{i}") for i in range(len(EVERY_FORM))] == EVERY_FORM
+
+
+def test_a_claim_records_the_pin_it_saw_on_its_fired_row(db: SqlStore) -> None:
+    add(db, *(pinned(f"t{i}", pin) for i, pin in enumerate(EVERY_FORM)))
+    claimed = acquire(db, until=at(0))
+    assert {a.fire_instance_id: a.trigger.preferred_node for a in claimed} == fired_pins(db)
+    assert sorted(fired_pins(db).values(), key=repr) == sorted(EVERY_FORM, key=repr)
+
+
+def test_a_batch_fired_at_once_records_the_pin_it_saw(db: SqlStore) -> None:
+    add(db, pinned("named", PreferredNode.for_node(W1)), pinned("auto", PreferredNode.AUTO))
+    claim = db.claim(
+        "sched-a", no_later_than=at(0), max_count=10, time_window=0, misfire_threshold=60
+    )
+    recorded = fired_pins(db)
+    assert {f.trigger_key.name: recorded[f.fire_instance_id] for f in claim.firings} == {
+        "named": PreferredNode.for_node(W1),
+        "auto": PreferredNode.AUTO,
+    }
+
+
+def test_the_first_worker_to_start_a_firing_claims_an_auto_pin(db: SqlStore) -> None:
+    add(db, pinned("t1", PreferredNode.AUTO))
+    started(db, "t1", W1)
+    assert pin_of(db, "t1") == PreferredNode.AUTO.claimed_by(W1)
+
+
+def test_a_claim_does_not_change_the_schedule(db: SqlStore) -> None:
+    add(db, pinned("t1", PreferredNode.AUTO))
+    fire_id = fire_one(db, "t1")
+    before = db.retrieve_trigger(TriggerKey("t1"))
+    db.start_execution(fire_id, W1)
+    after = db.retrieve_trigger(TriggerKey("t1"))
+    assert before is not None and after is not None
+    assert (after.next_fire_time, after.times_triggered) == (before.next_fire_time, 1)
+    assert state(db, "t1") == TriggerState.WAITING
+
+
+def test_a_claim_from_another_firing_of_the_trigger_wins_over_a_later_start(
+    db: SqlStore, clock: FakeClock
+) -> None:
+    add(db, pinned("t1", PreferredNode.AUTO))
+    first = fire_one(db, "t1")
+    clock.set(at(10))
+    second = fire_one(db, "t1")
+    assert fired_pins(db)[second] == PreferredNode.AUTO
+    db.start_execution(first, W1)
+    db.start_execution(second, W2)
+    assert pin_of(db, "t1") == PreferredNode.AUTO.claimed_by(W1)
+
+
+def test_a_worker_starting_a_firing_claimed_by_a_stale_worker_takes_the_pin_over(
+    db: SqlStore,
+) -> None:
+    add(db, pinned("t1", PreferredNode.AUTO.claimed_by(W1)))
+    started(db, "t1", W2)
+    assert pin_of(db, "t1") == PreferredNode.AUTO.claimed_by(W2)
+
+
+def test_the_claiming_worker_starting_its_own_firing_keeps_the_pin(db: SqlStore) -> None:
+    add(db, pinned("t1", PreferredNode.AUTO.claimed_by(W1)))
+    started(db, "t1", W1)
+    assert pin_of(db, "t1") == PreferredNode.AUTO.claimed_by(W1)
+
+
+def test_a_named_pin_is_never_moved_by_a_start_elsewhere(db: SqlStore) -> None:
+    add(db, pinned("t1", PreferredNode.for_node(W1)))
+    started(db, "t1", W2)
+    assert pin_of(db, "t1") == PreferredNode.for_node(W1)
+
+
+def test_an_unpinned_trigger_stays_unpinned_when_started(db: SqlStore) -> None:
+    add(db, pinned("t1", PreferredNode.NONE))
+    started(db, "t1", W1)
+    assert pin_of(db, "t1") == PreferredNode.NONE
+
+
+# -- recovery of a dead worker -----------------------------------------------------------------
+
+
+def claims_of_two_workers(store: SqlStore) -> None:
+    add(
+        store,
+        pinned("auto-w1", PreferredNode.AUTO.claimed_by(W1)),
+        pinned("auto-w2", PreferredNode.AUTO.claimed_by(W2)),
+        pinned("named-w1", PreferredNode.for_node(W1)),
+        pinned("unclaimed", PreferredNode.AUTO),
+    )
+
+
+def pins(store: SqlStore) -> dict[str, PreferredNode]:
+    return {t: pin_of(store, t) for t in ("auto-w1", "auto-w2", "named-w1", "unclaimed")}
+
+
+def test_recovery_of_a_dead_worker_resets_only_its_auto_claimed_pins(db: SqlStore) -> None:
+    claims_of_two_workers(db)
+    db.check_in(W1, interval=7.5, kind="worker")
+    seen = db.check_ins("worker")[0].last_checkin_millis
+    result = db.recover_worker(W1, seen_checkin_millis=seen)
+    assert result is not None and result.pins_reset == 1
+    assert pins(db) == {
+        "auto-w1": PreferredNode.AUTO,
+        "auto-w2": PreferredNode.AUTO.claimed_by(W2),
+        "named-w1": PreferredNode.for_node(W1),
+        "unclaimed": PreferredNode.AUTO,
+    }
+
+
+def test_a_worker_restarting_under_its_name_keeps_its_pins(db: SqlStore) -> None:
+    claims_of_two_workers(db)
+    db.check_in(W1, interval=7.5, kind="worker")
+    before = pins(db)
+    result = db.recover_worker(W1, seen_checkin_millis=None)
+    assert result is not None and result.pins_reset == 0
+    assert pins(db) == before
+
+
+def test_a_worker_that_checked_in_again_keeps_its_pins(db: SqlStore, clock: FakeClock) -> None:
+    claims_of_two_workers(db)
+    db.check_in(W1, interval=7.5, kind="worker")
+    seen = db.check_ins("worker")[0].last_checkin_millis
+    clock.set(at(5))
+    db.check_in(W1, interval=7.5, kind="worker")
+    assert db.recover_worker(W1, seen_checkin_millis=seen) is None
+    assert pin_of(db, "auto-w1") == PreferredNode.AUTO.claimed_by(W1)
+
+
+def test_the_cluster_manager_resets_the_pins_of_a_worker_silent_past_the_window(
+    db: SqlStore, clock: FakeClock
+) -> None:
+    claims_of_two_workers(db)
+    db.check_in(W1, interval=7.5, kind="worker")
+    manager = ClusterManager(
+        db, clock, "sched-b", checkin_interval=7.5, checkin_misfire_threshold=7.5
+    )
+    manager.check_in()
+    clock.set(at(15))
+    manager.recover_failed_workers()
+    assert pin_of(db, "auto-w1") == PreferredNode.AUTO.claimed_by(W1)
+    clock.set(at(15.001))
+    manager.recover_failed_workers()
+    assert pin_of(db, "auto-w1") == PreferredNode.AUTO
+
+
+# -- re-pinning and rebuilding -----------------------------------------------------------------
+
+
+def test_a_rebuilt_trigger_keeps_its_pin_and_auto_flag(db: SqlStore) -> None:
+    add(db, pinned("t1", PreferredNode.AUTO.claimed_by(W1)))
+    stored = db.retrieve_trigger(TriggerKey("t1"))
+    assert stored is not None
+    for rebuilt in (dataclasses.replace(stored, description="updated"), copy.copy(stored)):
+        assert rebuilt.preferred_node == PreferredNode.AUTO.claimed_by(W1)
+    assert db.replace_trigger(TriggerKey("t1"), dataclasses.replace(stored, description="updated"))
+    assert pin_of(db, "t1") == PreferredNode.AUTO.claimed_by(W1)
+
+
+def test_rescheduling_stores_the_pin_the_new_trigger_carries(db: SqlStore) -> None:
+    add(db, pinned("t1", PreferredNode.AUTO.claimed_by(W1)))
+    assert db.replace_trigger(TriggerKey("t1"), pinned("t1", PreferredNode.for_node(W2)))
+    assert pin_of(db, "t1") == PreferredNode.for_node(W2)
+
+
+# -- refusals ------------------------------------------------------------------------------------
+
+
+def test_a_trigger_refuses_a_pin_that_is_not_a_preferred_node_naming_the_trigger(
+    store: MemoryStore,
+) -> None:
+    trigger = dataclasses.replace(repeating("t1", at(0), 10), preferred_node=W1)  # type: ignore[arg-type]
+    with pytest.raises(InvalidTriggerError, match=re.escape("trigger DEFAULT.t1: preferred_node")):
+        add(store, trigger)
+    assert store.count_rows()["triggers"] == 0

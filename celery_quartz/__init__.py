@@ -34,6 +34,7 @@ from celery_quartz.triggers import (
     SimpleTrigger,
     Trigger,
 )
+from celery_quartz.triggers.base import TriggerDetailsUpdate
 from celery_quartz.worker import install
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "SimpleTrigger",
     "SystemClock",
     "Trigger",
+    "TriggerDetailsUpdate",
     "TriggerKey",
     "WeeklyCalendar",
     "current_context",

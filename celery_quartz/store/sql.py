@@ -50,6 +50,7 @@ from celery_quartz.errors import (
     InvalidTriggerError,
     JobNotFoundError,
     ObjectAlreadyExistsError,
+    TriggerNotFoundError,
 )
 from celery_quartz.firing import AcquiredFiring, Firing, JobRecord
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json, encode_json_object
@@ -65,8 +66,10 @@ from celery_quartz.store.schema import (
 )
 from celery_quartz.triggers.base import (
     TRIGGER_KINDS,
+    UNCHANGED,
     MisfireInstruction,
     Trigger,
+    TriggerDetailsUpdate,
 )
 
 logger = logging.getLogger(__name__)
@@ -571,6 +574,31 @@ class SqlStore:
         """Remove a job and every trigger of it."""
         with self.transaction() as conn:
             return self._delete_job(conn, key)
+
+    def update_trigger_details(self, key: TriggerKey, details: TriggerDetailsUpdate) -> None:
+        """Write the changed details of the stored trigger ``key`` in place; its fire times,
+        state and counts are left alone. Raises :class:`TriggerNotFoundError` naming ``key``.
+
+        A firing already acquired keeps the pin it recorded; when the pin changed, that firing's
+        auto-claim finds nothing to swap (:meth:`_claim_auto_pin`), so the change wins.
+        """
+        t = self.tables.triggers
+        values: dict[str, Any] = {}
+        if details.description is not UNCHANGED:
+            values["description"] = details.description
+        if details.preferred_node is not UNCHANGED:
+            values.update(_pin_columns(details.preferred_node))
+        with self.transaction() as conn:
+            if values:
+                found = conn.execute(
+                    update(t).where(self._trigger_key_clause(key)).values(values)
+                ).rowcount
+            else:
+                found = conn.execute(
+                    select(func.count()).select_from(t).where(self._trigger_key_clause(key))
+                ).scalar_one()
+            if not found:
+                raise TriggerNotFoundError(f"trigger {key} is not stored")
 
     def replace_trigger(self, key: TriggerKey, new_trigger: Trigger) -> bool:
         """Replace a stored trigger by ``new_trigger`` (same job unless it names another)."""

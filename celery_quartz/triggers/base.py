@@ -13,11 +13,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import IntEnum
-from typing import TYPE_CHECKING, Any, ClassVar
+from enum import Enum, IntEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from celery_quartz.affinity import PreferredNode
-from celery_quartz.errors import InvalidTriggerError
+from celery_quartz.errors import InvalidTriggerError, ValidationError
 from celery_quartz.keys import JobKey, TriggerKey
 
 if TYPE_CHECKING:
@@ -173,3 +173,39 @@ class Trigger(ABC):
 
 
 _MAX_CALENDAR_SKIPS = 100_000
+
+
+class _Unchanged(Enum):
+    UNCHANGED = "UNCHANGED"
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+#: A :class:`TriggerDetailsUpdate` field left as it is stored.
+UNCHANGED: Final = _Unchanged.UNCHANGED
+
+
+@dataclass(frozen=True)
+class TriggerDetailsUpdate:
+    """Details of a stored trigger to change in place, without rescheduling it (Quartz's
+    ``TriggerDetailsUpdate``): its fire times, state and counts stay as they are.
+
+    A field left :data:`UNCHANGED` is not written. ``preferred_node=PreferredNode.NONE`` clears
+    the pin; ``PreferredNode.AUTO`` makes it an automatic pin that no worker has claimed yet.
+    """
+
+    description: str | _Unchanged | None = UNCHANGED
+    preferred_node: PreferredNode | _Unchanged = UNCHANGED
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.description, (str, type(None), _Unchanged)):
+            raise ValidationError(
+                f"trigger details update: description must be a string or None, "
+                f"not {self.description!r}"
+            )
+        if not isinstance(self.preferred_node, (PreferredNode, _Unchanged)):
+            raise ValidationError(
+                f"trigger details update: preferred_node must be a PreferredNode, "
+                f"not {self.preferred_node!r}"
+            )

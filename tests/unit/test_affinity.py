@@ -9,13 +9,14 @@ import re
 from collections.abc import Iterator
 
 import pytest
+from celery import Celery
 from sqlalchemy import select
 
-from celery_quartz import PreferredNode
+from celery_quartz import PreferredNode, Quartz, TriggerDetailsUpdate
 from celery_quartz.clock import FakeClock
 from celery_quartz.cluster import ClusterManager
-from celery_quartz.errors import InvalidTriggerError, ValidationError
-from celery_quartz.keys import TriggerKey
+from celery_quartz.errors import InvalidTriggerError, TriggerNotFoundError, ValidationError
+from celery_quartz.keys import RECOVERING_JOBS_GROUP, TriggerKey
 from celery_quartz.store import MemoryStore, SqlStore, TriggerState
 from celery_quartz.triggers import Trigger
 from tests.unit.builders import acquire, add, at, fire_one, repeating, state
@@ -235,6 +236,19 @@ def test_a_claim_does_not_change_the_schedule(db: SqlStore) -> None:
     assert state(db, "t1") == TriggerState.WAITING
 
 
+@pytest.mark.parametrize(
+    "change", [PreferredNode.for_node(W2), PreferredNode.NONE], ids=["re-pin", "clear"]
+)
+def test_a_change_made_after_acquisition_wins_over_the_claim(
+    db: SqlStore, change: PreferredNode
+) -> None:
+    add(db, pinned("t1", PreferredNode.AUTO))
+    fire_id = fire_one(db, "t1")
+    db.update_trigger_details(TriggerKey("t1"), TriggerDetailsUpdate(preferred_node=change))
+    assert db.start_execution(fire_id, W1)
+    assert pin_of(db, "t1") == change
+
+
 def test_a_claim_from_another_firing_of_the_trigger_wins_over_a_later_start(
     db: SqlStore, clock: FakeClock
 ) -> None:
@@ -272,6 +286,21 @@ def test_an_unpinned_trigger_stays_unpinned_when_started(db: SqlStore) -> None:
     add(db, pinned("t1", PreferredNode.NONE))
     started(db, "t1", W1)
     assert pin_of(db, "t1") == PreferredNode.NONE
+
+
+def test_a_recovery_firing_claims_nothing_for_the_original_trigger(db: SqlStore) -> None:
+    add(db, pinned("t1", PreferredNode.AUTO), requests_recovery=True)
+    db.start_execution(fire_one(db, "t1"), W1)
+    db.update_trigger_details(
+        TriggerKey("t1"), TriggerDetailsUpdate(preferred_node=PreferredNode.AUTO)
+    )
+    db.recover_worker(W1, seen_checkin_millis=None)
+    [recovery] = acquire(db, until=at(0))
+    assert recovery.trigger.key.group == RECOVERING_JOBS_GROUP
+    assert recovery.trigger.preferred_node == PreferredNode.NONE
+    [firing] = db.fire("sched-a", [recovery])
+    assert db.start_execution(firing.fire_instance_id, W2)
+    assert pin_of(db, "t1") == PreferredNode.AUTO
 
 
 # -- recovery of a dead worker -----------------------------------------------------------------
@@ -344,6 +373,49 @@ def test_the_cluster_manager_resets_the_pins_of_a_worker_silent_past_the_window(
 # -- re-pinning and rebuilding -----------------------------------------------------------------
 
 
+def test_update_trigger_details_re_pins_without_rescheduling(db: SqlStore) -> None:
+    add(db, pinned("t1", PreferredNode.AUTO.claimed_by(W1)))
+    fire_one(db, "t1")
+    before = db.retrieve_trigger(TriggerKey("t1"))
+    db.update_trigger_details(
+        TriggerKey("t1"),
+        TriggerDetailsUpdate(preferred_node=PreferredNode.for_node(W2), description="moved"),
+    )
+    after = db.retrieve_trigger(TriggerKey("t1"))
+    assert before is not None and after is not None
+    assert (after.preferred_node, after.description) == (PreferredNode.for_node(W2), "moved")
+    assert (after.next_fire_time, after.previous_fire_time, after.times_triggered) == (
+        before.next_fire_time,
+        before.previous_fire_time,
+        1,
+    )
+    assert state(db, "t1") == TriggerState.WAITING
+
+
+@pytest.mark.parametrize("to", [PreferredNode.NONE, PreferredNode.AUTO], ids=["none", "auto"])
+def test_re_pinning_a_claimed_auto_pin_clears_the_claim(db: SqlStore, to: PreferredNode) -> None:
+    add(db, pinned("t1", PreferredNode.AUTO.claimed_by(W1)))
+    db.update_trigger_details(TriggerKey("t1"), TriggerDetailsUpdate(preferred_node=to))
+    assert pin_of(db, "t1") == to
+
+
+def test_an_update_leaves_unchanged_fields_alone(db: SqlStore) -> None:
+    add(db, dataclasses.replace(pinned("t1", PreferredNode.for_node(W1)), description="kept"))
+    db.update_trigger_details(TriggerKey("t1"), TriggerDetailsUpdate(description="new"))
+    assert pin_of(db, "t1") == PreferredNode.for_node(W1)
+    db.update_trigger_details(
+        TriggerKey("t1"), TriggerDetailsUpdate(preferred_node=PreferredNode.NONE)
+    )
+    trigger = db.retrieve_trigger(TriggerKey("t1"))
+    assert trigger is not None and trigger.description == "new"
+
+
+def test_updating_a_trigger_that_is_not_stored_names_it(db: SqlStore) -> None:
+    for update in (TriggerDetailsUpdate(preferred_node=PreferredNode.AUTO), TriggerDetailsUpdate()):
+        with pytest.raises(TriggerNotFoundError, match=re.escape("trigger DEFAULT.ghost")):
+            db.update_trigger_details(TriggerKey("ghost"), update)
+
+
 def test_a_rebuilt_trigger_keeps_its_pin_and_auto_flag(db: SqlStore) -> None:
     add(db, pinned("t1", PreferredNode.AUTO.claimed_by(W1)))
     stored = db.retrieve_trigger(TriggerKey("t1"))
@@ -370,3 +442,29 @@ def test_a_trigger_refuses_a_pin_that_is_not_a_preferred_node_naming_the_trigger
     with pytest.raises(InvalidTriggerError, match=re.escape("trigger DEFAULT.t1: preferred_node")):
         add(store, trigger)
     assert store.count_rows()["triggers"] == 0
+
+
+def test_a_details_update_refuses_a_pin_that_is_not_a_preferred_node() -> None:
+    with pytest.raises(
+        ValidationError, match=re.escape("preferred_node must be a PreferredNode, not 'celery@w1'")
+    ):
+        TriggerDetailsUpdate(preferred_node=W1)  # type: ignore[arg-type]
+
+
+def test_the_client_re_pins_and_names_a_missing_trigger(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    app = Celery("t", set_as_current=False)
+    quartz = Quartz(app, store=store, clock=clock)
+    add(store, pinned("t1", PreferredNode.NONE))
+    quartz.update_trigger_details(
+        TriggerKey("t1"), TriggerDetailsUpdate(preferred_node=PreferredNode.AUTO)
+    )
+    assert pin_of(store, "t1") == PreferredNode.AUTO
+    before = store.count_rows()
+    with pytest.raises(
+        TriggerNotFoundError, match=re.escape("trigger DEFAULT.ghost is not stored")
+    ):
+        quartz.update_trigger_details(TriggerKey("ghost"), TriggerDetailsUpdate(description="x"))
+    assert store.count_rows() == before
+    app.close()

@@ -91,12 +91,18 @@ class PreferredNode:
 
     @classmethod
     def from_columns(cls, node: str | None, automatic: bool) -> PreferredNode:
-        """The pin stored as (``preferred_node``, ``preferred_node_auto``)."""
-        # Runs for every trigger row read (acquisition included): unpinned and unclaimed rows
-        # share the two singletons instead of allocating.
+        """The pin stored as (``preferred_node``, ``preferred_node_auto``).
+
+        What the store holds is taken as it is, unchecked: this runs for every trigger row read,
+        acquisition included, and a name written by another tool must not stop acquisition.
+        Unpinned and unclaimed rows share the two singletons instead of allocating.
+        """
         if node is None:
             return cls.AUTO if automatic else cls.NONE
-        return cls(node, bool(automatic))
+        pin = object.__new__(cls)
+        object.__setattr__(pin, "node", node)
+        object.__setattr__(pin, "is_automatic", bool(automatic))
+        return pin
 
     def to_columns(self) -> tuple[str | None, bool]:
         """(``preferred_node``, ``preferred_node_auto``) as stored."""

@@ -138,6 +138,12 @@ def test_the_storage_form_has_no_marker_and_round_trips(
     assert PreferredNode.from_columns(*columns) == pin
 
 
+def test_a_stored_name_is_read_back_unchecked() -> None:
+    pin = PreferredNode.from_columns("_", False)
+    assert (pin.node, pin.is_automatic) == ("_", False)
+    assert pin == PreferredNode.from_columns("_", False)
+
+
 def test_unpinned_and_unclaimed_rows_read_back_as_the_singletons() -> None:
     assert PreferredNode.from_columns(None, False) is PreferredNode.NONE
     assert PreferredNode.from_columns(None, True) is PreferredNode.AUTO

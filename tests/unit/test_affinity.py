@@ -164,8 +164,8 @@ def db(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[SqlStore]:
     store.dispose()
 
 
-def pinned(name: str, pin: PreferredNode, *, every: float = 10.0) -> Trigger:
-    return dataclasses.replace(repeating(name, at(0), every), preferred_node=pin)
+def pinned(name: str, pin: PreferredNode, *, job: str = "job") -> Trigger:
+    return dataclasses.replace(repeating(name, at(0), 10, job=job), preferred_node=pin)
 
 
 def pin_of(store: SqlStore, name: str) -> PreferredNode:
@@ -312,7 +312,8 @@ def test_a_recovery_firing_claims_nothing_for_the_original_trigger(db: SqlStore)
 # -- recovery of a dead worker -----------------------------------------------------------------
 
 
-def claims_of_two_workers(store: SqlStore) -> None:
+def claims_of_two_workers(store: SqlStore) -> int:
+    """Pins claimed by W1 and W2, named and unclaimed, with W1 checked in; its check-in time."""
     add(
         store,
         pinned("auto-w1", PreferredNode.AUTO.claimed_by(W1)),
@@ -320,6 +321,8 @@ def claims_of_two_workers(store: SqlStore) -> None:
         pinned("named-w1", PreferredNode.for_node(W1)),
         pinned("unclaimed", PreferredNode.AUTO),
     )
+    store.check_in(W1, interval=7.5, kind="worker")
+    return store.check_ins("worker")[0].last_checkin_millis
 
 
 def pins(store: SqlStore) -> dict[str, PreferredNode]:
@@ -327,9 +330,7 @@ def pins(store: SqlStore) -> dict[str, PreferredNode]:
 
 
 def test_recovery_of_a_dead_worker_resets_only_its_auto_claimed_pins(db: SqlStore) -> None:
-    claims_of_two_workers(db)
-    db.check_in(W1, interval=7.5, kind="worker")
-    seen = db.check_ins("worker")[0].last_checkin_millis
+    seen = claims_of_two_workers(db)
     result = db.recover_worker(W1, seen_checkin_millis=seen)
     assert result is not None and result.pins_reset == 1
     assert pins(db) == {
@@ -342,7 +343,6 @@ def test_recovery_of_a_dead_worker_resets_only_its_auto_claimed_pins(db: SqlStor
 
 def test_a_worker_restarting_under_its_name_keeps_its_pins(db: SqlStore) -> None:
     claims_of_two_workers(db)
-    db.check_in(W1, interval=7.5, kind="worker")
     before = pins(db)
     result = db.recover_worker(W1, seen_checkin_millis=None)
     assert result is not None and result.pins_reset == 0
@@ -350,20 +350,32 @@ def test_a_worker_restarting_under_its_name_keeps_its_pins(db: SqlStore) -> None
 
 
 def test_a_worker_that_checked_in_again_keeps_its_pins(db: SqlStore, clock: FakeClock) -> None:
-    claims_of_two_workers(db)
-    db.check_in(W1, interval=7.5, kind="worker")
-    seen = db.check_ins("worker")[0].last_checkin_millis
+    seen = claims_of_two_workers(db)
     clock.set(at(5))
     db.check_in(W1, interval=7.5, kind="worker")
     assert db.recover_worker(W1, seen_checkin_millis=seen) is None
     assert pin_of(db, "auto-w1") == PreferredNode.AUTO.claimed_by(W1)
 
 
+def test_a_dead_worker_keeps_its_claims_while_its_recovery_is_deferred(
+    db: SqlStore, clock: FakeClock
+) -> None:
+    seen = claims_of_two_workers(db)
+    add(db, pinned("nc", PreferredNode.AUTO, job="nc"), job="nc", disallow_concurrent=True)
+    started(db, "nc", W1)
+    deferred = db.recover_worker(W1, seen_checkin_millis=seen, defer_nonconcurrent_millis=1000)
+    assert deferred is not None and (deferred.deferred, deferred.pins_reset) == (1, 0)
+    assert pin_of(db, "nc") == PreferredNode.AUTO.claimed_by(W1)
+    clock.set(at(2))
+    done = db.recover_worker(W1, seen_checkin_millis=seen, defer_nonconcurrent_millis=1000)
+    assert done is not None and done.pins_reset == 2
+    assert (pin_of(db, "nc"), pin_of(db, "auto-w1")) == (PreferredNode.AUTO, PreferredNode.AUTO)
+
+
 def test_the_cluster_manager_resets_the_pins_of_a_worker_silent_past_the_window(
     db: SqlStore, clock: FakeClock
 ) -> None:
     claims_of_two_workers(db)
-    db.check_in(W1, interval=7.5, kind="worker")
     manager = ClusterManager(
         db, clock, "sched-b", checkin_interval=7.5, checkin_misfire_threshold=7.5
     )

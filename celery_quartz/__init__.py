@@ -4,6 +4,7 @@ Run ``celery -A proj beat -S celery_quartz.Scheduler`` on as many machines as yo
 one SQL database; every occurrence fires once. See the README and docs/.
 """
 
+from celery_quartz.affinity import PreferredNode
 from celery_quartz.calendars import (
     AnnualCalendar,
     Calendar,
@@ -34,6 +35,7 @@ from celery_quartz.triggers import (
     SimpleTrigger,
     Trigger,
 )
+from celery_quartz.triggers.base import TriggerDetailsUpdate
 from celery_quartz.worker import install
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "JobKey",
     "MisfireInstruction",
     "MonthlyCalendar",
+    "PreferredNode",
     "Quartz",
     "RecurrenceTrigger",
     "Scheduler",
@@ -67,6 +70,7 @@ __all__ = [
     "SimpleTrigger",
     "SystemClock",
     "Trigger",
+    "TriggerDetailsUpdate",
     "TriggerKey",
     "WeeklyCalendar",
     "current_context",

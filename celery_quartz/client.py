@@ -25,7 +25,7 @@ from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.routing import Unserved
 from celery_quartz.store import migrate
 from celery_quartz.store.sql import SqlStore
-from celery_quartz.triggers.base import Trigger
+from celery_quartz.triggers.base import Trigger, TriggerDetailsUpdate
 
 
 class Quartz:
@@ -93,6 +93,17 @@ class Quartz:
     def reschedule_job(self, key: TriggerKey, new_trigger: Trigger) -> bool:
         """Replace the trigger ``key`` by ``new_trigger`` for the same job; False if not stored."""
         return self.store.replace_trigger(key, new_trigger)
+
+    def update_trigger_details(self, key: TriggerKey, update: TriggerDetailsUpdate) -> None:
+        """Change details of the stored trigger ``key`` in place, without rescheduling it: its
+        fire times, state and counts stay as they are. Re-pins a trigger with
+        ``TriggerDetailsUpdate(preferred_node=...)``. Raises :class:`TriggerNotFoundError`
+        naming ``key`` when it is not stored."""
+        if not isinstance(update, TriggerDetailsUpdate):
+            raise ValidationError(
+                f"trigger {key}: expected a TriggerDetailsUpdate, got {type(update).__name__}"
+            )
+        self.store.update_trigger_details(key, update)
 
     def delete_job(self, key: JobKey) -> bool:
         """Remove a job and all its triggers; False if it was not stored."""

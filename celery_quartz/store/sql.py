@@ -44,11 +44,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError
 
+from celery_quartz.affinity import PreferredNode
 from celery_quartz.clock import Clock, SystemClock, from_millis, to_millis
 from celery_quartz.errors import (
     InvalidTriggerError,
     JobNotFoundError,
     ObjectAlreadyExistsError,
+    TriggerNotFoundError,
 )
 from celery_quartz.firing import AcquiredFiring, Firing, JobRecord
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json, encode_json_object
@@ -72,7 +74,13 @@ from celery_quartz.store.schema import (
     TriggerState,
     build_tables,
 )
-from celery_quartz.triggers.base import TRIGGER_KINDS, MisfireInstruction, Trigger
+from celery_quartz.triggers.base import (
+    TRIGGER_KINDS,
+    UNCHANGED,
+    MisfireInstruction,
+    Trigger,
+    TriggerDetailsUpdate,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -284,6 +292,7 @@ class SqlStore:
             "detail": encode_json_object(owner, "detail", trigger.detail(), self.max_data_bytes),
             "times_triggered": trigger.times_triggered,
             "execution_group": trigger.execution_group,
+            **_pin_columns(trigger.preferred_node),
         }
 
     @staticmethod
@@ -308,6 +317,7 @@ class SqlStore:
             previous_fire_time=_datetime_or_none(row.prev_fire_time),
             times_triggered=row.times_triggered,
             execution_group=row.execution_group,
+            preferred_node=PreferredNode.from_columns(row.preferred_node, row.preferred_node_auto),
         )
 
     # -- jobs and triggers (the client's operations) ---------------------------------------------
@@ -582,6 +592,31 @@ class SqlStore:
         """Remove a job and every trigger of it."""
         with self.transaction() as conn:
             return self._delete_job(conn, key)
+
+    def update_trigger_details(self, key: TriggerKey, details: TriggerDetailsUpdate) -> None:
+        """Write the changed details of the stored trigger ``key`` in place; its fire times,
+        state and counts are left alone. Raises :class:`TriggerNotFoundError` naming ``key``.
+
+        A firing already acquired keeps the pin it recorded; when the pin changed, that firing's
+        auto-claim finds nothing to swap (:meth:`_claim_auto_pin`), so the change wins.
+        """
+        t = self.tables.triggers
+        values: dict[str, Any] = {}
+        if details.description is not UNCHANGED:
+            values["description"] = details.description
+        if details.preferred_node is not UNCHANGED:
+            values.update(_pin_columns(details.preferred_node))
+        with self.transaction() as conn:
+            if values:
+                found = conn.execute(
+                    update(t).where(self._trigger_key_clause(key)).values(values)
+                ).rowcount
+            else:
+                found = conn.execute(
+                    select(func.count()).select_from(t).where(self._trigger_key_clause(key))
+                ).scalar_one()
+            if not found:
+                raise TriggerNotFoundError(f"trigger {key} is not stored")
 
     def replace_trigger(self, key: TriggerKey, new_trigger: Trigger) -> bool:
         """Replace a stored trigger by ``new_trigger`` (same job unless it names another)."""
@@ -1142,6 +1177,8 @@ class SqlStore:
                     "queue": [a.queue for a in batch],
                     "recovering": [a.recovering for a in batch],
                     "attempt": [a.retry_attempt for a in batch],
+                    "pin": [a.trigger.preferred_node.node for a in batch],
+                    "pin_auto": [a.trigger.preferred_node.is_automatic for a in batch],
                 },
             )
             return
@@ -1167,6 +1204,7 @@ class SqlStore:
                     "recovering": a.recovering,
                     "retry_attempt": a.retry_attempt,
                     "expires_time": expires,
+                    **_pin_columns(a.trigger.preferred_node),
                 }
                 for a in batch
             ],
@@ -1191,6 +1229,8 @@ class SqlStore:
             queue=String,
             recovering=Boolean,
             attempt=Integer,
+            pin=String,
+            pin_auto=Boolean,
         )
         columns = {
             f.c.sched_name: literal(self.scheduler_name),
@@ -1211,6 +1251,8 @@ class SqlStore:
             f.c.recovering: rows.c.recovering,
             f.c.retry_attempt: rows.c.attempt,
             f.c.expires_time: bindparam("expires", type_=BigInteger),
+            f.c.preferred_node: rows.c.pin,
+            f.c.preferred_node_auto: rows.c.pin_auto,
         }
         return insert(f).from_select(list(columns), select(*columns.values()))
 
@@ -1839,6 +1881,9 @@ class SqlStore:
         ``restart_from`` names a worker whose own start of this firing may or may not have been
         recorded (its store connection broke); it did not run the task, so a row EXECUTING on
         that worker may be taken over.
+
+        A start of an auto-pinned trigger's firing claims the pin for ``worker_name`` in the same
+        transaction (:meth:`_claim_auto_pin`).
         """
         f = self.tables.fired_triggers
         startable: ColumnElement[bool] = f.c.state.in_([FiringState.FIRED, FiringState.PUBLISHED])
@@ -1858,8 +1903,61 @@ class SqlStore:
                 .values(
                     state=FiringState.EXECUTING, worker_name=worker_name, started_time=self._now()
                 )
-            ).rowcount
-        return bool(started)
+                .returning(
+                    f.c.trigger_name,
+                    f.c.trigger_group,
+                    f.c.preferred_node,
+                    f.c.preferred_node_auto,
+                )
+            ).first()
+            if (
+                started is not None
+                and started.preferred_node_auto
+                and started.preferred_node != worker_name
+            ):
+                self._claim_auto_pin(conn, started, worker_name)
+        return started is not None
+
+    def _claim_auto_pin(self, conn: Connection, fired: Row[Any], worker_name: str) -> None:
+        """Write ``worker_name`` into the auto pin of the trigger of ``fired``: the first worker to
+        start a firing claims it, and a worker starting one still claimed by another takes it
+        over (steal on fire). The firing reached this worker only because its routing judged the
+        seen claimant not live (a live one gets its firings on its own queue).
+
+        Race settled: the claim against a re-pin or clear made since the firing was acquired, and
+        against a claim from another firing of the same trigger. The update is a compare-and-swap
+        against the pin the fired row recorded at acquisition, so whichever change came first
+        wins and this one matches nothing.
+
+        Recovery and retry firings are one-shot triggers with no pin of their own, so their start
+        claims nothing, not even the original trigger's pin: the next firing of that trigger
+        claims it.
+        """
+        t = self.tables.triggers
+        key = TriggerKey(fired.trigger_name, fired.trigger_group)
+        claimed = conn.execute(
+            update(t)
+            .where(
+                self._trigger_key_clause(key),
+                t.c.preferred_node_auto.is_(True),
+                t.c.preferred_node.is_not_distinct_from(fired.preferred_node),
+            )
+            .values(preferred_node=worker_name)
+        ).rowcount
+        if claimed:
+            logger.info(
+                "trigger %s: automatic pin claimed by worker %s%s",
+                key,
+                worker_name,
+                "" if fired.preferred_node is None else f" (from {fired.preferred_node})",
+            )
+        else:
+            logger.debug(
+                "trigger %s: worker %s did not claim its automatic pin: the pin changed since "
+                "the firing was acquired",
+                key,
+                worker_name,
+            )
 
     def return_to_published(self, fire_instance_id: str, *, refire: bool = False) -> bool:
         """Put an executing firing back in flight, for the same firing's next delivery.
@@ -2085,7 +2183,29 @@ class SqlStore:
                 self._release_after_firing(conn, row)
             if seen_checkin_millis is not None and not result.deferred:
                 conn.execute(delete(s).where(state_clause))
+                result.pins_reset = self._reset_auto_pins(conn, worker_name)
         return result
+
+    def _reset_auto_pins(self, conn: Connection, worker_name: str) -> int:
+        """A dead worker's auto-claimed pins become unclaimed automatic pins, for any eligible
+        worker to claim at its next start (named pins are never moved). The number reset."""
+        t = self.tables.triggers
+        reset = conn.execute(
+            update(t)
+            .where(
+                t.c.sched_name == self.scheduler_name,
+                t.c.preferred_node_auto.is_(True),
+                t.c.preferred_node == worker_name,
+            )
+            .values(preferred_node=None)
+        ).rowcount
+        if reset:
+            logger.info(
+                "worker %s is dead: %d automatic pin(s) it had claimed reset to unclaimed",
+                worker_name,
+                reset,
+            )
+        return reset
 
     def _schedule_recovery_firing(self, conn: Connection, row: Row[Any], now: int) -> bool:
         """A one-shot trigger that runs the interrupted occurrence again, as soon as possible."""
@@ -2332,6 +2452,8 @@ class WorkerRecovery:
     recovered: int = 0
     interrupted: int = 0
     deferred: int = 0
+    #: Automatic pins it had claimed, reset to unclaimed (only once it is confirmed dead).
+    pins_reset: int = 0
 
 
 def _unnest(alias: str, **columns: Any) -> Any:
@@ -2341,6 +2463,12 @@ def _unnest(alias: str, **columns: Any) -> Any:
     compiles it once (a VALUES list would be compiled again for every batch)."""
     arrays = [bindparam(name, type_=ARRAY(type_)) for name, type_ in columns.items()]
     return func.unnest(*arrays).table_valued(*columns).render_derived(name=alias)
+
+
+def _pin_columns(pin: PreferredNode) -> dict[str, Any]:
+    """A pin as its two columns, named alike on triggers and fired rows."""
+    node, automatic = pin.to_columns()
+    return {"preferred_node": node, "preferred_node_auto": automatic}
 
 
 def _origin_key(row: Row[Any]) -> TriggerKey | None:

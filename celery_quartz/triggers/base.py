@@ -13,10 +13,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import IntEnum
-from typing import TYPE_CHECKING, Any, ClassVar
+from enum import Enum, IntEnum
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from celery_quartz.errors import InvalidTriggerError
+from celery_quartz.affinity import PreferredNode
+from celery_quartz.errors import InvalidTriggerError, ValidationError
 from celery_quartz.keys import MAX_KEY_LENGTH, JobKey, TriggerKey
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ class Trigger(ABC):
     #: The execution group whose limit and queue this trigger's firings are subject to
     #: (see :mod:`celery_quartz.limits`); None: ungrouped.
     execution_group: str | None = None
+    #: The Celery worker this trigger's firings prefer (see :mod:`celery_quartz.affinity`).
+    preferred_node: PreferredNode = PreferredNode.NONE
 
     # State, advanced by the scheduler.
     next_fire_time: datetime | None = None
@@ -124,6 +127,11 @@ class Trigger(ABC):
                 f"trigger {self.key}: execution_group must be None or a non-empty string of at "
                 f"most {MAX_KEY_LENGTH} characters, got {self.execution_group!r}"
             )
+        if not isinstance(self.preferred_node, PreferredNode):
+            raise InvalidTriggerError(
+                f"trigger {self.key}: preferred_node must be a PreferredNode (for_node(name), "
+                f"AUTO or NONE), not {self.preferred_node!r}"
+            )
 
     # -- the state machine (Quartz's OperableTrigger) -------------------------------------------
 
@@ -177,3 +185,39 @@ class Trigger(ABC):
 
 
 _MAX_CALENDAR_SKIPS = 100_000
+
+
+class _Unchanged(Enum):
+    UNCHANGED = "UNCHANGED"
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+#: A :class:`TriggerDetailsUpdate` field left as it is stored.
+UNCHANGED: Final = _Unchanged.UNCHANGED
+
+
+@dataclass(frozen=True)
+class TriggerDetailsUpdate:
+    """Details of a stored trigger to change in place, without rescheduling it (Quartz's
+    ``TriggerDetailsUpdate``): its fire times, state and counts stay as they are.
+
+    A field left :data:`UNCHANGED` is not written. ``preferred_node=PreferredNode.NONE`` clears
+    the pin; ``PreferredNode.AUTO`` makes it an automatic pin that no worker has claimed yet.
+    """
+
+    description: str | _Unchanged | None = UNCHANGED
+    preferred_node: PreferredNode | _Unchanged = UNCHANGED
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.description, (str, type(None), _Unchanged)):
+            raise ValidationError(
+                f"trigger details update: description must be a string or None, "
+                f"not {self.description!r}"
+            )
+        if not isinstance(self.preferred_node, (PreferredNode, _Unchanged)):
+            raise ValidationError(
+                f"trigger details update: preferred_node must be a PreferredNode, "
+                f"not {self.preferred_node!r}"
+            )

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import update
 
+from celery_quartz import PreferredNode, TriggerDetailsUpdate
 from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.errors import ConfigurationError, InvalidTriggerError
 from celery_quartz.firing import Firing
@@ -35,6 +35,7 @@ def claim(store: MemoryStore, router: Router, *, instance: str = A, max_count: i
         max_count=max_count,
         time_window=0.0,
         misfire_threshold=60.0,
+        expires_after=60.0,
         router=router,
     )
 
@@ -51,14 +52,9 @@ def worker(
     )
 
 
-def pin(store: MemoryStore, name: str, node: str | None, *, auto: bool = False) -> None:
-    t = store.tables.triggers
-    with store.transaction() as conn:
-        conn.execute(
-            update(t)
-            .where(t.c.trigger_name == name)
-            .values(preferred_node=node, preferred_node_auto=auto)
-        )
+def pin(store: MemoryStore, name: str, node: str) -> None:
+    details = TriggerDetailsUpdate(preferred_node=PreferredNode.for_node(node))
+    store.update_trigger_details(TriggerKey(name), details)
 
 
 def finish(store: MemoryStore, fire_instance_id: str) -> None:

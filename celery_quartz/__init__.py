@@ -20,6 +20,7 @@ from celery_quartz.cron import CronExpression, CronFormat
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.lifecycle import SchedulerStatus
+from celery_quartz.retry import RetryPolicy
 from celery_quartz.triggers import (
     REPEAT_INDEFINITELY,
     CalendarIntervalTrigger,
@@ -58,6 +59,7 @@ __all__ = [
     "MonthlyCalendar",
     "Quartz",
     "RecurrenceTrigger",
+    "RetryPolicy",
     "Scheduler",
     "SchedulerStatus",
     "SimpleMisfireInstruction",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from celery_quartz.errors import InvalidTriggerError
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from celery_quartz.calendars import Calendar
@@ -62,6 +63,8 @@ class Trigger(ABC):
     #: Trigger-level job data, merged over the job's data for each firing.
     data: dict[str, Any] = field(default_factory=dict)
     calendar_name: str | None = None
+    #: How a failed occurrence is run again (see :mod:`celery_quartz.retry`).
+    retry_policy: RetryPolicy = RetryPolicy.NONE
 
     # State, advanced by the scheduler.
     next_fire_time: datetime | None = None
@@ -112,6 +115,10 @@ class Trigger(ABC):
             )
         if not isinstance(self.data, dict):
             raise InvalidTriggerError(f"trigger {self.key}: data must be a dict")
+        if not isinstance(self.retry_policy, RetryPolicy):
+            raise InvalidTriggerError(
+                f"trigger {self.key}: retry_policy must be a RetryPolicy, got {self.retry_policy!r}"
+            )
 
     # -- the state machine (Quartz's OperableTrigger) -------------------------------------------
 

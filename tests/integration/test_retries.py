@@ -57,6 +57,12 @@ def _attempts(url: str, name: str) -> list[Any]:
     return rows
 
 
+def _settle(store: SqlStore, url: str, name: str, count: int, message: str) -> None:
+    """Wait for ``count`` attempts of ``name`` to start, and for nothing to be left in flight."""
+    wait_for(lambda: len(_attempts(url, name)) == count, timeout=60, message=message)
+    wait_for(lambda: not store.firing_states(), timeout=20, message="nothing in flight")
+
+
 def _flaky(name: str, failures: int, policy: RetryPolicy, start: datetime) -> tuple[Job, Any]:
     """A job failing its first ``failures`` attempts, on an hourly trigger (no next occurrence
     near enough to drop a retry)."""
@@ -97,12 +103,7 @@ def test_a_failing_job_is_retried_at_the_policys_instants_until_it_succeeds_or_r
     with processes(tmp_path, _env(pg_url, redis_url)) as procs:
         procs.worker("worker1", concurrency=2)
         procs.beat("beat1")
-        wait_for(
-            lambda: len(_attempts(pg_url, "always")) == 4,
-            timeout=60,
-            message="the first attempt and three retries",
-        )
-        wait_for(lambda: not store.firing_states(), timeout=20, message="nothing in flight")
+        _settle(store, pg_url, "always", 4, "the first attempt and three retries")
         time.sleep(3)  # long enough for a fourth retry (8 s) to be scheduled, were there one
         procs.assert_running("worker1", "beat1")
         # The worker records a failure and decides its retry, in one transaction.
@@ -151,12 +152,7 @@ def test_a_retry_survives_the_death_of_the_scheduler_that_was_to_fire_it(
         procs.kill("beat1")
         assert len(_attempts(pg_url, "orphan")) == 1
         procs.beat("beat2")
-        wait_for(
-            lambda: len(_attempts(pg_url, "orphan")) == 2,
-            timeout=30,
-            message="the retry to run on the new scheduler",
-        )
-        wait_for(lambda: not store.firing_states(), timeout=20, message="nothing in flight")
+        _settle(store, pg_url, "orphan", 2, "the retry to run on the new scheduler")
         time.sleep(2)
         procs.assert_running("worker1", "beat2")
         worker_log = procs.log("worker1")

@@ -23,7 +23,18 @@ from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.keys import RETRYING_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.store import MemoryStore, SqlStore, TriggerState
 from celery_quartz.triggers import SimpleTrigger, Trigger
-from tests.unit.builders import A, B, add, at, fire_one, fire_times, one_shot, repeating, state
+from tests.unit.builders import (
+    A,
+    B,
+    add,
+    at,
+    cron,
+    fire_one,
+    fire_times,
+    one_shot,
+    repeating,
+    state,
+)
 from tests.unit.conftest import T0
 
 WORKER = "celery@w1"
@@ -226,6 +237,12 @@ def _fire_due(
     return claimed, firing
 
 
+def _fail_after(store: SqlStore, clock: FakeClock, fire_id: str, seconds: float) -> None:
+    assert store.start_execution(fire_id, WORKER)
+    clock.advance(seconds)
+    assert store.complete_execution(fire_id, failed=True)
+
+
 def _fail_retries(store: SqlStore, clock: FakeClock, after: float) -> list[datetime]:
     """Fail every retry ``after`` seconds into it, until none is left; when each one was due."""
     due = []
@@ -235,8 +252,7 @@ def _fail_retries(store: SqlStore, clock: FakeClock, after: float) -> list[datet
         due.append(retry.next_fire_time)
         clock.set(retry.next_fire_time)
         _, firing = _fire_due(store, clock)
-        clock.advance(after)
-        _fail(store, firing.fire_instance_id)
+        _fail_after(store, clock, firing.fire_instance_id, after)
     return due
 
 
@@ -278,6 +294,17 @@ def test_each_failed_retry_is_retried_after_the_next_delay_until_attempts_run_ou
     assert "DEFAULT.t1 (scheduled 2026-03-02T09:00:00+00:00) failed after 5 retries" in caplog.text
     assert state(store, "t1") == TriggerState.WAITING
     assert _trigger(store, "t1").next_fire_time == at(86_400)
+
+
+def test_the_documented_timeline(store: MemoryStore, clock: FakeClock) -> None:
+    """docs/retries.md: every ten minutes, exponential(5, 30 s, 2, 10 min), failing after 5 s."""
+    trigger = cron("t1", "0 0/10 * * * ?")
+    add(store, _with(EXPONENTIAL, trigger))
+    clock.set(at(0))
+    _fail_after(store, clock, fire_one(store, "t1"), 5)
+    due = _fail_retries(store, clock, after=5)
+    assert [str(d - T0) for d in due] == ["0:00:35", "0:01:40", "0:03:45", "0:07:50"]
+    assert _trigger(store, "t1").next_fire_time == at(600)
 
 
 def test_each_retry_carries_its_attempt_number(store: MemoryStore, clock: FakeClock) -> None:

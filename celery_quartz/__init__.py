@@ -22,6 +22,7 @@ from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.lifecycle import SchedulerStatus
 from celery_quartz.limits import ExecutionLimits, ExecutionLimitScope
+from celery_quartz.retry import RetryPolicy
 from celery_quartz.triggers import (
     REPEAT_INDEFINITELY,
     CalendarIntervalTrigger,
@@ -64,6 +65,7 @@ __all__ = [
     "PreferredNode",
     "Quartz",
     "RecurrenceTrigger",
+    "RetryPolicy",
     "Scheduler",
     "SchedulerStatus",
     "SimpleMisfireInstruction",

@@ -27,6 +27,10 @@ class InvalidTriggerError(ValidationError):
     """A trigger's definition is inconsistent (for example an end before its start)."""
 
 
+class RetryPolicyError(ValidationError):
+    """A retry policy's field is out of range, or a stored policy string cannot be read."""
+
+
 class JobDataError(ValidationError):
     """Job data is not a JSON object of JSON values, or is larger than the configured bound."""
 

@@ -10,6 +10,8 @@ from celery_quartz.errors import ValidationError
 DEFAULT_GROUP = "DEFAULT"
 #: Group of the one-off triggers that recover a dead worker's executions (Quartz's name).
 RECOVERING_JOBS_GROUP = "RECOVERING_JOBS"
+#: Group of the one-off triggers that retry a failed occurrence under its trigger's retry policy.
+RETRYING_JOBS_GROUP = "RETRYING_JOBS"
 #: Group of the jobs and triggers imported from Celery's ``beat_schedule``.
 BEAT_SCHEDULE_GROUP = "celery.beat_schedule"
 #: Longest name or group the store accepts.

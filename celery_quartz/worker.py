@@ -7,7 +7,8 @@
   conditional update; a second delivery of the same firing matches nothing and is dropped
   (``Ignore``) before the task body runs;
 * at the end (success or failure), the row is removed and what waited on it is released; a task
-  that asked Celery to retry it keeps its firing in flight for the next delivery.
+  that asked Celery to retry it keeps its firing in flight for the next delivery; a failure is
+  handed to the trigger's retry policy in the same transaction (see :mod:`celery_quartz.retry`).
 
 Messages that did not come from celery-quartz pass through untouched.
 """
@@ -24,7 +25,7 @@ from typing import Any
 from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
 from celery.signals import task_postrun, worker_shutdown
-from celery.states import RETRY
+from celery.states import FAILURE, RETRY
 from sqlalchemy.exc import DBAPIError
 
 from celery_quartz.config import Settings
@@ -130,7 +131,12 @@ class _WorkerHooks:
         else:
             header = firing_header(request) or {}
             job_data = context.job_data if header.get("persist_job_data") else None
-            _persist(lambda: store.complete_execution(task_id, job_data=job_data), task_id)
+            # Only an exception counts as a failure: Ignore and Reject end as IGNORED/REJECTED.
+            failed = state == FAILURE
+            _persist(
+                lambda: store.complete_execution(task_id, job_data=job_data, failed=failed),
+                task_id,
+            )
 
     def _refire(self, task: Task, store: SqlStore, context: JobExecutionContext) -> None:
         """Run the same firing again at once, with ``refire_count`` one higher."""

@@ -54,7 +54,8 @@ from celery_quartz.errors import (
 )
 from celery_quartz.firing import AcquiredFiring, Firing, JobRecord
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json, encode_json_object
-from celery_quartz.keys import RECOVERING_JOBS_GROUP, JobKey, TriggerKey
+from celery_quartz.keys import RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, JobKey, TriggerKey
+from celery_quartz.retry import RetryPolicy
 from celery_quartz.routing import (
     DEFAULT_ROUTE,
     Admission,
@@ -293,6 +294,7 @@ class SqlStore:
             "times_triggered": trigger.times_triggered,
             "execution_group": trigger.execution_group,
             **_pin_columns(trigger.preferred_node),
+            "retry_policy": trigger.retry_policy.to_string() if trigger.retry_policy else None,
         }
 
     @staticmethod
@@ -318,6 +320,7 @@ class SqlStore:
             times_triggered=row.times_triggered,
             execution_group=row.execution_group,
             preferred_node=PreferredNode.from_columns(row.preferred_node, row.preferred_node_auto),
+            retry_policy=RetryPolicy.parse(row.retry_policy),
         )
 
     # -- jobs and triggers (the client's operations) ---------------------------------------------
@@ -1983,14 +1986,21 @@ class SqlStore:
             )
 
     def complete_execution(
-        self, fire_instance_id: str, *, job_data: dict[str, Any] | None = None
+        self,
+        fire_instance_id: str,
+        *,
+        job_data: dict[str, Any] | None = None,
+        failed: bool = False,
     ) -> bool:
         """Finish a firing: remove its row and release what waited on it (Quartz's
         ``triggeredJobComplete``). ``job_data`` is written back to a job that persists its data.
-        Returns False if the firing was not executing (already done, or recovered).
+        A ``failed`` firing also gets its retry, when its trigger's retry policy grants one
+        (:meth:`_schedule_retry_firing`). Returns False if the firing was not executing (already
+        done, or recovered).
 
         Race settled: completion against recovery of the same firing; the delete is conditional on
-        EXECUTING, so exactly one of them acts.
+        EXECUTING, so exactly one of them acts. The retry is written in the same transaction, so a
+        crash leaves either the firing in flight or the retry scheduled, never both or neither.
         """
         f, j = self.tables.fired_triggers, self.tables.jobs
         with self.transaction() as conn:
@@ -2015,6 +2025,10 @@ class SqlStore:
                     .where(self._job_key_clause(job_key), j.c.is_update_data.is_(True))
                     .values(job_data=encoded)
                 )
+            if failed:
+                # Before the release: a finished one-shot trigger is removed there, and the retry
+                # reads its policy and data (and keeps a non-durable job alive).
+                self._schedule_retry_firing(conn, row, self._now())
             self._release_after_firing(conn, row)
         return True
 
@@ -2209,9 +2223,133 @@ class SqlStore:
 
     def _schedule_recovery_firing(self, conn: Connection, row: Row[Any], now: int) -> bool:
         """A one-shot trigger that runs the interrupted occurrence again, as soon as possible."""
+        source, origin = self._firing_source(conn, row)
+        key = TriggerKey(f"recover_{row.entry_id}", RECOVERING_JOBS_GROUP)
+        # A recovered retry firing is still that retry: it keeps its attempt number.
+        if not self._store_one_shot_firing(
+            conn, row, source, origin, key, start=now, recovering=True
+        ):
+            return False
+        logger.info(
+            "worker %s died running firing %s of trigger %s.%s (scheduled %s); recovery firing "
+            "%s scheduled",
+            row.worker_name,
+            row.entry_id,
+            origin.group,
+            origin.name,
+            from_millis(origin.sched_time).isoformat(),
+            key,
+        )
+        return True
+
+    def _schedule_retry_firing(self, conn: Connection, row: Row[Any], now: int) -> None:
+        """Apply the retry policy to the failed firing ``row``: a one-shot trigger that runs the
+        same occurrence again after the policy's delay, or nothing (one decision, logged).
+
+        The policy and the rules are the original trigger's: no retry at, or within a second of,
+        its next occurrence (the occurrence wins), nor after its end. An original that has gone
+        since (a one-shot that completed) is stood for by the failed retry firing's own trigger,
+        which carries a copy of its policy and end.
+        """
+        source, origin = self._firing_source(conn, row)
+        if source is None:
+            return  # the trigger was removed while its firing ran: nothing to retry for
+        original = source
+        if (origin.name, origin.group) != (source.trigger_name, source.trigger_group):
+            original = self._trigger_row(conn, TriggerKey(origin.name, origin.group)) or source
+        policy = RetryPolicy.parse(original.retry_policy)
+        if not policy:
+            return
+        attempt = row.retry_attempt + 1
+        occurrence = (
+            f"occurrence {origin.group}.{origin.name} "
+            f"(scheduled {from_millis(origin.sched_time).isoformat()})"
+        )
+        delay = policy.delay_for(attempt)
+        if delay is None:
+            logger.info(
+                "retry: %s failed after %d retr%s, all its policy allows; the trigger keeps "
+                "its schedule",
+                occurrence,
+                row.retry_attempt,
+                "y" if row.retry_attempt == 1 else "ies",
+            )
+            return
+        at = now + delay // timedelta(milliseconds=1)
+        if original.next_fire_time is not None and at >= original.next_fire_time - 1000:
+            why = f"the next occurrence, {from_millis(original.next_fire_time).isoformat()}, wins"
+        elif original.end_time is not None and at > original.end_time:
+            why = f"it is after the trigger's end, {from_millis(original.end_time).isoformat()}"
+        else:
+            key = TriggerKey(f"retry_{row.entry_id}", RETRYING_JOBS_GROUP)
+            if self._store_one_shot_firing(
+                conn,
+                row,
+                source,
+                origin,
+                key,
+                start=at,
+                retry_attempt=attempt,
+                retry_policy=original.retry_policy,
+                end=original.end_time,
+            ):
+                logger.info(
+                    "retry: %s failed; retry %d of %d scheduled at %s (%s)",
+                    occurrence,
+                    attempt,
+                    policy.max_attempts,
+                    from_millis(at).isoformat(),
+                    key,
+                )
+            return
+        logger.info(
+            "retry: %s failed; retry %d at %s dropped: %s",
+            occurrence,
+            attempt,
+            from_millis(at).isoformat(),
+            why,
+        )
+
+    def _firing_source(self, conn: Connection, row: Row[Any]) -> tuple[Row[Any] | None, _Origin]:
+        """The trigger row of the fired ``row`` (None if removed), and the occurrence the firing
+        stands for: for a recovery or retry firing, the first occurrence, however many recoveries
+        and retries ago."""
+        source = self._trigger_row(conn, TriggerKey(row.trigger_name, row.trigger_group))
+        if source is not None and source.origin_trigger_name is not None:
+            return source, _Origin(
+                source.origin_trigger_name,
+                source.origin_trigger_group,
+                source.origin_fire_time,
+                source.origin_sched_time,
+            )
+        return source, _Origin(row.trigger_name, row.trigger_group, row.fired_time, row.sched_time)
+
+    def _trigger_row(self, conn: Connection, key: TriggerKey) -> Row[Any] | None:
+        return conn.execute(
+            select(self.tables.triggers).where(self._trigger_key_clause(key))
+        ).first()
+
+    def _store_one_shot_firing(
+        self,
+        conn: Connection,
+        row: Row[Any],
+        source: Row[Any] | None,
+        origin: _Origin,
+        key: TriggerKey,
+        *,
+        start: int,
+        recovering: bool = False,
+        retry_attempt: int | None = None,
+        retry_policy: str | None = None,
+        end: int | None = None,
+    ) -> bool:
+        """Store the one-shot trigger ``key`` that runs ``origin`` again at ``start`` (a recovery
+        or retry firing of the fired ``row``): the same job, priority, execution group and
+        trigger data, the source's retry policy unless given, and the fired row's retry attempt
+        unless given. It ignores misfires: however late its schedulers come back, it runs.
+        False when the job is gone."""
         from celery_quartz.triggers.simple import SimpleTrigger
 
-        t = self.tables.triggers
         job_key = JobKey(row.job_name, row.job_group)
         if (
             conn.execute(
@@ -2219,60 +2357,36 @@ class SqlStore:
             ).first()
             is None
         ):
-            logger.info("firing %s cannot be recovered: job %s is gone", row.entry_id, job_key)
+            what = "recovery" if recovering else "retry"
+            logger.info("firing %s gets no %s firing: job %s is gone", row.entry_id, what, job_key)
             return False
-        original = conn.execute(
-            select(
-                t.c.job_data,
-                t.c.origin_trigger_name,
-                t.c.origin_trigger_group,
-                t.c.origin_fire_time,
-                t.c.origin_sched_time,
-            ).where(self._trigger_key_clause(TriggerKey(row.trigger_name, row.trigger_group)))
-        ).first()
-        if original is not None and original.origin_trigger_name is not None:
-            # Recovering a recovery (or retry) firing: keep pointing at the first occurrence.
-            origin = (
-                original.origin_trigger_name,
-                original.origin_trigger_group,
-                original.origin_fire_time,
-                original.origin_sched_time,
-            )
-        else:
-            origin = (row.trigger_name, row.trigger_group, row.fired_time, row.sched_time)
-        key = TriggerKey(f"recover_{row.entry_id}", RECOVERING_JOBS_GROUP)
+        if retry_policy is None and source is not None:
+            retry_policy = source.retry_policy
         trigger = SimpleTrigger(
             key=key,
             job_key=job_key,
-            start_at=from_millis(now),
+            start_at=from_millis(start),
+            end_at=_datetime_or_none(end),
             repeat_count=0,
             repeat_interval=timedelta(0),
             priority=row.priority,
             misfire_instruction=MisfireInstruction.IGNORE_MISFIRE_POLICY,
-            data=json.loads(original.job_data) if original is not None else {},
+            data=json.loads(source.job_data) if source is not None else {},
+            retry_policy=RetryPolicy.parse(retry_policy),
         )
-        self._store_trigger(conn, trigger, True, from_millis(now))
+        self._store_trigger(conn, trigger, True, from_millis(start))
         conn.execute(
-            update(t)
+            update(self.tables.triggers)
             .where(self._trigger_key_clause(key))
             .values(
-                origin_trigger_name=origin[0],
-                origin_trigger_group=origin[1],
-                origin_fire_time=origin[2],
-                origin_sched_time=origin[3],
-                recovering=True,
+                origin_trigger_name=origin.name,
+                origin_trigger_group=origin.group,
+                origin_fire_time=origin.fire_time,
+                origin_sched_time=origin.sched_time,
+                recovering=recovering,
+                retry_attempt=row.retry_attempt if retry_attempt is None else retry_attempt,
                 execution_group=row.execution_group,
             )
-        )
-        logger.info(
-            "worker %s died running firing %s of trigger %s.%s (scheduled %s); recovery firing "
-            "%s scheduled",
-            row.worker_name,
-            row.entry_id,
-            origin[1],
-            origin[0],
-            from_millis(origin[3]).isoformat(),
-            key,
         )
         return True
 
@@ -2442,6 +2556,16 @@ class SqlStore:
                 select(f.c.entry_id, f.c.state).where(f.c.sched_name == self.scheduler_name)
             ).all()
         return {r.entry_id: r.state for r in rows}
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """The occurrence a recovery or retry firing stands for: its trigger and fire times (ms)."""
+
+    name: str
+    group: str
+    fire_time: int
+    sched_time: int
 
 
 @dataclass

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from celery_quartz.affinity import PreferredNode
 from celery_quartz.errors import InvalidTriggerError, ValidationError
 from celery_quartz.keys import MAX_KEY_LENGTH, JobKey, TriggerKey
+from celery_quartz.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from celery_quartz.calendars import Calendar
@@ -68,6 +69,8 @@ class Trigger(ABC):
     execution_group: str | None = None
     #: The Celery worker this trigger's firings prefer (see :mod:`celery_quartz.affinity`).
     preferred_node: PreferredNode = PreferredNode.NONE
+    #: How a failed occurrence is run again (see :mod:`celery_quartz.retry`).
+    retry_policy: RetryPolicy = RetryPolicy.NONE
 
     # State, advanced by the scheduler.
     next_fire_time: datetime | None = None
@@ -131,6 +134,10 @@ class Trigger(ABC):
             raise InvalidTriggerError(
                 f"trigger {self.key}: preferred_node must be a PreferredNode (for_node(name), "
                 f"AUTO or NONE), not {self.preferred_node!r}"
+            )
+        if not isinstance(self.retry_policy, RetryPolicy):
+            raise InvalidTriggerError(
+                f"trigger {self.key}: retry_policy must be a RetryPolicy, got {self.retry_policy!r}"
             )
 
     # -- the state machine (Quartz's OperableTrigger) -------------------------------------------

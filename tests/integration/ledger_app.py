@@ -9,7 +9,9 @@ Configured from the environment (set by :mod:`tests.integration.processes`):
 
 The task ``ledger.record`` writes one row per execution start into a ledger table whose primary
 key is the occurrence (trigger group, trigger name, scheduled fire time): a second execution of
-the same occurrence cannot insert and is written to ``ledger_duplicates`` instead.
+the same occurrence cannot insert and is written to ``ledger_duplicates`` instead. The task
+``ledger.flaky`` writes every execution start, retries included, into ``ledger_attempts`` and
+fails its first attempts on purpose.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from sqlalchemy import (
     Column,
     Engine,
     Float,
+    Integer,
     MetaData,
     String,
     Table,
@@ -68,6 +71,19 @@ recoveries = Table(
     Column("scheduled_ms", BigInteger),
     Column("fire_instance_id", String(95)),
     Column("worker", String(255)),
+    Column("started", Float),
+)
+# Retry firings run an occurrence again on purpose (it failed): every start, one row each.
+attempts = Table(
+    "ledger_attempts",
+    metadata,
+    Column("trigger_group", String(200)),
+    Column("trigger_name", String(200)),
+    Column("scheduled_ms", BigInteger),
+    Column("fire_instance_id", String(95)),
+    Column("firing_trigger_group", String(200)),
+    Column("retry_attempt", Integer),
+    Column("fired_by", String(255)),
     Column("started", Float),
 )
 
@@ -173,6 +189,28 @@ def record(sleep: float = 0.0) -> None:
                 .where(ledger.c.fire_instance_id == ctx.fire_instance_id)
                 .values(ended=time.time())
             )
+
+
+@app.task(name="ledger.flaky")
+def flaky(failures: int = 0) -> None:
+    """Record this execution start, then fail unless ``failures`` attempts have failed before."""
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "ledger.flaky runs only as a celery-quartz firing"
+    trigger, scheduled = ctx.occurrence
+    _write(
+        insert(attempts).values(
+            trigger_group=trigger.group,
+            trigger_name=trigger.name,
+            scheduled_ms=int(scheduled.timestamp() * 1000),
+            fire_instance_id=ctx.fire_instance_id,
+            firing_trigger_group=ctx.trigger_key.group,
+            retry_attempt=ctx.retry_attempt,
+            fired_by=ctx.fired_by,
+            started=time.time(),
+        )
+    )
+    if ctx.retry_attempt < failures:
+        raise RuntimeError(f"ledger.flaky: attempt {ctx.retry_attempt} fails on purpose")
 
 
 @app.task(name="ledger.noop")

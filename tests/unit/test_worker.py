@@ -5,18 +5,28 @@ their own store from ``quartz_store_url``."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from celery import Celery
+from celery.exceptions import Ignore
 from celery.signals import task_postrun
 
-from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey, current_context, install
+from celery_quartz import (
+    Job,
+    JobKey,
+    RetryPolicy,
+    SimpleTrigger,
+    TriggerKey,
+    current_context,
+    install,
+)
 from celery_quartz.clock import FakeClock
 from celery_quartz.context import JobExecutionContext
 from celery_quartz.firing import HEADER, Firing
+from celery_quartz.keys import RETRYING_JOBS_GROUP
 from celery_quartz.store import FiringState, SqlStore, TriggerState
 from tests.unit.conftest import T0
 
@@ -47,6 +57,8 @@ def app(file_store: SqlStore, contexts: list) -> Iterator[Celery]:
             context.job_data["count"] = context.job_data.get("count", 0) + 1
         if kwargs.get("fail"):
             raise RuntimeError("the job failed")
+        if kwargs.get("ignore"):
+            raise Ignore()
         return "done"
 
     install(app)
@@ -59,7 +71,13 @@ def app(file_store: SqlStore, contexts: list) -> Iterator[Celery]:
     app.close()
 
 
-def fired(store: SqlStore, **job_fields: Any) -> Firing:
+def fired(
+    store: SqlStore,
+    *,
+    repeat_count: int = -1,
+    retry_policy: RetryPolicy = RetryPolicy.NONE,
+    **job_fields: Any,
+) -> Firing:
     """A firing of job ``report`` as the scheduler leaves it: FIRED, about to be published."""
     job = Job(key=JobKey("report"), task="tasks.report", **job_fields)
     trigger = SimpleTrigger(
@@ -67,8 +85,9 @@ def fired(store: SqlStore, **job_fields: Any) -> Firing:
         job_key=job.key,
         start_at=T0,
         repeat_interval=timedelta(minutes=1),
-        repeat_count=-1,
+        repeat_count=repeat_count,
         data={"from": "trigger"},
+        retry_policy=retry_policy,
     )
     store.store_jobs_and_triggers([(job, [trigger])])
     acquired = store.acquire_next_triggers(
@@ -150,6 +169,42 @@ def test_a_failed_job_still_completes_its_firing(
     result = deliver(app, firing)
     assert result.state == "FAILURE"
     assert file_store.firing_states() == {}
+
+
+def _retry_triggers(store: SqlStore) -> list[TriggerKey]:
+    return [
+        t.key
+        for t in store.get_triggers_of_job(JobKey("report"))
+        if t.key.group == RETRYING_JOBS_GROUP
+    ]
+
+
+def test_a_failed_job_is_retried_under_its_triggers_policy(
+    app: Celery, file_store: SqlStore
+) -> None:
+    # One-shot: the worker's store reads the real clock, long after the fake T0 schedule.
+    policy = RetryPolicy.fixed(2, 20)
+    firing = fired(file_store, repeat_count=0, retry_policy=policy, kwargs={"fail": True})
+    before = datetime.now(timezone.utc)
+    assert deliver(app, firing).state == "FAILURE"
+    after = datetime.now(timezone.utc)
+    assert file_store.firing_states() == {}
+    [retry] = _retry_triggers(file_store)
+    retry_trigger = file_store.retrieve_trigger(retry)
+    assert retry_trigger is not None and retry_trigger.next_fire_time is not None
+    delay = timedelta(seconds=20)
+    assert before + delay - timedelta(milliseconds=1) <= retry_trigger.next_fire_time
+    assert retry_trigger.next_fire_time <= after + delay
+
+
+@pytest.mark.parametrize("outcome", [{}, {"ignore": True}])
+def test_a_job_that_succeeds_or_ignores_its_firing_is_not_retried(
+    app: Celery, file_store: SqlStore, outcome: dict[str, bool]
+) -> None:
+    firing = fired(file_store, retry_policy=RetryPolicy.fixed(2, 20), kwargs=outcome)
+    assert deliver(app, firing).state in ("SUCCESS", "IGNORED")
+    assert file_store.firing_states() == {}
+    assert _retry_triggers(file_store) == []
 
 
 def test_a_job_that_persists_its_data_keeps_what_the_task_left(

@@ -1,0 +1,166 @@
+"""Failed occurrences retried under their trigger's retry policy, with real PostgreSQL, Redis,
+Celery worker and scheduler processes: at the policy's instants, to exhaustion, and through the
+death of the scheduler that was to fire the retry."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, select
+
+from celery_quartz import Job, JobKey, Quartz, RetryPolicy, SimpleTrigger, TriggerKey
+from celery_quartz.keys import RETRYING_JOBS_GROUP
+from celery_quartz.store import SqlStore, migrate
+from tests.integration import ledger_app
+from tests.integration.processes import processes, wait_for
+
+#: How much later than its delay a retry may start: the scheduler's idle wait (0.5 s), the
+#: broker, and two cores shared with other test runs.
+LATENESS = 1.5
+
+
+def _soon(seconds: float) -> datetime:
+    """An instant ``seconds`` from now, to the millisecond (as the store keeps it)."""
+    at = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    return at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
+def _setup(url: str) -> tuple[SqlStore, Quartz]:
+    store = SqlStore(url, scheduler_name="ledger_app")
+    migrate.upgrade(store.engine)
+    ledger_app.create_ledger(url)
+    return store, Quartz(ledger_app.app, store=store)
+
+
+def _env(pg_url: str, redis_url: str) -> dict[str, str]:
+    return {
+        "CQ_BROKER_URL": redis_url,
+        "CQ_STORE_URL": pg_url,
+        "CQ_LEDGER_URL": pg_url,
+        "CQ_IDLE_WAIT": "0.5",
+        "CQ_CHECKIN_INTERVAL": "1",
+        "CQ_CHECKIN_THRESHOLD": "1",
+    }
+
+
+def _attempts(url: str, name: str) -> list[Any]:
+    engine = create_engine(url)
+    a = ledger_app.attempts
+    with engine.connect() as conn:
+        rows = conn.execute(select(a).where(a.c.trigger_name == name).order_by(a.c.started)).all()
+    engine.dispose()
+    return rows
+
+
+def _settle(store: SqlStore, url: str, name: str, count: int, message: str) -> None:
+    """Wait for ``count`` attempts of ``name`` to start, and for nothing to be left in flight."""
+    wait_for(lambda: len(_attempts(url, name)) == count, timeout=60, message=message)
+    wait_for(lambda: not store.firing_states(), timeout=20, message="nothing in flight")
+
+
+def _flaky(name: str, failures: int, policy: RetryPolicy, start: datetime) -> tuple[Job, Any]:
+    """A job failing its first ``failures`` attempts, on an hourly trigger (no next occurrence
+    near enough to drop a retry)."""
+    job = Job(key=JobKey(name, "retries"), task="ledger.flaky", kwargs={"failures": failures})
+    trigger = SimpleTrigger(
+        key=TriggerKey(name, "retries"),
+        start_at=start,
+        repeat_count=-1,
+        repeat_interval=timedelta(hours=1),
+        retry_policy=policy,
+    )
+    return job, [trigger]
+
+
+def _retry_triggers(store: SqlStore) -> list[Any]:
+    t = store.tables.triggers
+    with store.engine.connect() as conn:
+        return conn.execute(
+            select(t.c.trigger_name, t.c.trigger_state).where(
+                t.c.trigger_group == RETRYING_JOBS_GROUP
+            )
+        ).all()
+
+
+def test_a_failing_job_is_retried_at_the_policys_instants_until_it_succeeds_or_runs_out(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    store, quartz = _setup(pg_url)
+    start = _soon(3)
+    quartz.schedule_jobs(
+        [
+            # Always fails: 1 s, 2 s, 4 s, then no more.
+            _flaky("always", 99, RetryPolicy.exponential(3, 1, 2), start),
+            # Fails twice, then succeeds on its second retry.
+            _flaky("twice", 2, RetryPolicy.fixed(5, 1), start),
+        ]
+    )
+    with processes(tmp_path, _env(pg_url, redis_url)) as procs:
+        procs.worker("worker1", concurrency=2)
+        procs.beat("beat1")
+        _settle(store, pg_url, "always", 4, "the first attempt and three retries")
+        time.sleep(3)  # long enough for a fourth retry (8 s) to be scheduled, were there one
+        procs.assert_running("worker1", "beat1")
+        # The worker records a failure and decides its retry, in one transaction.
+        worker_log = procs.log("worker1")
+    always = _attempts(pg_url, "always")
+    assert [r.retry_attempt for r in always] == [0, 1, 2, 3]
+    # Every attempt runs the same occurrence (context.scheduled_fire_time is the original's).
+    assert {(r.trigger_group, r.scheduled_ms) for r in always} == {
+        ("retries", int(start.timestamp() * 1000))
+    }
+    assert [r.firing_trigger_group for r in always] == ["retries"] + [RETRYING_JOBS_GROUP] * 3
+    gaps = [later.started - earlier.started for earlier, later in itertools.pairwise(always)]
+    for gap, delay in zip(gaps, [1, 2, 4], strict=True):
+        assert delay - 0.05 <= gap <= delay + LATENESS, gaps
+    assert gaps == sorted(gaps)
+    assert "retries.always (scheduled" in worker_log
+    assert "failed after 3 retries, all its policy allows" in worker_log
+
+    twice = _attempts(pg_url, "twice")
+    assert [r.retry_attempt for r in twice] == [0, 1, 2]
+    # Neither retries nor running out of them take the trigger off its schedule.
+    for name in ("always", "twice"):
+        key = TriggerKey(name, "retries")
+        assert quartz.get_trigger_state(key) == "WAITING"
+        trigger = quartz.get_trigger(key)
+        assert trigger is not None and trigger.next_fire_time == start + timedelta(hours=1)
+        assert trigger.times_triggered == 1
+    assert _retry_triggers(store) == []
+    store.dispose()
+
+
+def test_a_retry_survives_the_death_of_the_scheduler_that_was_to_fire_it(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    store, quartz = _setup(pg_url)
+    start = _soon(2)
+    quartz.schedule_jobs([_flaky("orphan", 1, RetryPolicy.fixed(3, 6), start)])
+    with processes(tmp_path, _env(pg_url, redis_url)) as procs:
+        procs.worker("worker1", concurrency=2)
+        procs.beat("beat1")
+        wait_for(
+            lambda: len(_retry_triggers(store)) == 1,
+            timeout=30,
+            message="the failure to schedule its retry",
+        )
+        procs.kill("beat1")
+        assert len(_attempts(pg_url, "orphan")) == 1
+        procs.beat("beat2")
+        _settle(store, pg_url, "orphan", 2, "the retry to run on the new scheduler")
+        time.sleep(2)
+        procs.assert_running("worker1", "beat2")
+        worker_log = procs.log("worker1")
+    first, retry = _attempts(pg_url, "orphan")
+    assert (first.retry_attempt, retry.retry_attempt) == (0, 1)
+    assert retry.fired_by != first.fired_by  # beat2 fired it; beat1 was dead
+    assert retry.scheduled_ms == first.scheduled_ms
+    assert 6 - 0.05 <= retry.started - first.started <= 6 + LATENESS + 2  # + detection, if claimed
+    assert re.search(r"retry 1 of 3 scheduled at \S+ \(RETRYING_JOBS\.retry_", worker_log)
+    assert _retry_triggers(store) == []
+    store.dispose()

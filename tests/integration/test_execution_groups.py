@@ -20,7 +20,7 @@ from tests.integration.processes import Processes, processes, wait_for
 
 GROUP = "reindex"
 TRIGGERS = 10
-RUN_SECONDS = 12.0
+RUN_SECONDS = 15.0
 TASK_SECONDS = 1.0
 
 
@@ -134,13 +134,13 @@ def _start_workers(procs: Processes, store: SqlStore) -> None:
 
 def _assert_schedules_moved_on(store: SqlStore, stopped: datetime) -> None:
     """Held triggers were not left behind: when the schedulers stopped, each waited for a fire
-    time no older than the misfire threshold (3 s) and a check (a stuck one would still point
-    near the run's start, 12 s earlier)."""
+    time no older than the misfire threshold (3 s), a misfire scan interval (3 s) and some slack
+    (a stuck one would still point at the run's start, 15 s earlier)."""
     quartz = Quartz(ledger_app.app, store=store)
     for i in range(TRIGGERS):
         trigger = quartz.get_trigger(TriggerKey(f"t{i}", "groups"))
         assert trigger is not None and trigger.next_fire_time is not None
-        assert trigger.next_fire_time > stopped - timedelta(seconds=5), trigger
+        assert trigger.next_fire_time > stopped - timedelta(seconds=9), trigger
 
 
 def test_a_cluster_scoped_limit_of_two_holds_across_two_workers_of_eight(
@@ -151,7 +151,7 @@ def test_a_cluster_scoped_limit_of_two_holds_across_two_workers_of_eight(
     )
     assert _max_overlap(intervals) <= 2
     assert sampler.samples > 100 and sampler.longest <= 2
-    # Due: 10 a second for about 12 s; at most 2 a second can run. The rest misfired.
+    # Due: 10 a second for about 15 s; at most 2 a second can run. The rest misfired.
     assert 6 <= count <= 2 * (RUN_SECONDS + 2) / TASK_SECONDS
     store.dispose()
 

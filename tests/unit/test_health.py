@@ -70,6 +70,21 @@ def check_in_fresh(loop: SchedulingLoop, clock: FakeClock) -> None:
     clock.advance(7.0)
 
 
+def group_unserved(loop: SchedulingLoop, clock: FakeClock) -> None:
+    from celery_quartz.keys import JobKey
+    from celery_quartz.triggers import SimpleTrigger
+    from tests.unit.builders import add
+
+    trigger = SimpleTrigger(start_at=clock.now(), job_key=JobKey("job"), execution_group="reindex")
+    add(loop.store, trigger)  # type: ignore[arg-type]
+    loop.start()
+
+
+def group_served(loop: SchedulingLoop, clock: FakeClock) -> None:
+    group_unserved(loop, clock)
+    loop.store.check_in("celery@w1", interval=7.5, kind="worker", queues=["reindex"])
+
+
 Setup = Callable[[SchedulingLoop, FakeClock], None]
 
 CASES: list[tuple[str, dict[str, object], Setup, HealthStatus]] = [
@@ -84,6 +99,8 @@ CASES: list[tuple[str, dict[str, object], Setup, HealthStatus]] = [
     ("clustered, own check-in too old", {}, check_in_stale, DEGRADED),
     ("clustered, own check-in recent", {}, check_in_fresh, HEALTHY),
     ("non-clustered, check-in old", {"clustered": False}, check_in_stale, HEALTHY),
+    ("a group no live worker serves", {}, group_unserved, DEGRADED),
+    ("every group served", {}, group_served, HEALTHY),
 ]
 
 
@@ -104,3 +121,7 @@ def test_health(
     report = health_check(loop)
     assert report.status is expected, report.description
     assert report.data["instance"] == "node"
+    if setup is group_unserved:
+        assert report.data["unserved"] == [
+            "execution group 'reindex': no live worker consumes queue 'reindex'"
+        ]

@@ -240,7 +240,8 @@ def test_a_node_scoped_group_is_capped_by_the_live_workers_serving_it(
 ) -> None:
     add(store, *[grouped(f"t{i}", "g") for i in range(9)])
     router = Router(ExecutionLimits().for_group("g", 2))
-    assert claim(store, router).firings == []  # no worker serves it
+    unserved = claim(store, router)
+    assert (unserved.firings, unserved.unserved) == ([], [Unserved("g", "g")])  # no worker yet
     worker(store, "celery@w1", ["g"], 8)
     worker(store, "celery@w2", ["g"], 8)
     assert len(claim(store, router).firings) == 4

@@ -19,18 +19,22 @@ from celery import Celery
 from celery.beat import ScheduleEntry
 from celery.schedules import maybe_schedule
 
+from celery_quartz.affinity import PreferredNode
 from celery_quartz.celery_schedules import trigger_from_celery_schedule
 from celery_quartz.client import check_task_registered
 from celery_quartz.clock import Clock
 from celery_quartz.errors import ValidationError
 from celery_quartz.job import Job
 from celery_quartz.keys import BEAT_SCHEDULE_GROUP, JobKey, TriggerKey
+from celery_quartz.retry import RetryPolicy
 from celery_quartz.store.sql import SqlStore, SyncResult
 from celery_quartz.triggers.base import Trigger
 
 logger = logging.getLogger(__name__)
 
-_ENTRY_FIELDS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative"})
+_ENTRY_FIELDS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative", "quartz"})
+#: What an entry's ``quartz`` mapping may set on its trigger.
+_QUARTZ_FIELDS = frozenset({"execution_group", "preferred_node", "retry_policy"})
 
 
 def import_beat_schedule(
@@ -121,7 +125,32 @@ def entry_to_job(
         now=now,
     )
     trigger.job_key = key
+    _apply_quartz_fields(where, trigger, fields.get("quartz"))
+    trigger.validate()
     return job, trigger
+
+
+def _apply_quartz_fields(where: str, trigger: Trigger, quartz: object) -> None:
+    """An entry's ``quartz`` mapping: the trigger's execution group, preferred node (a
+    :class:`PreferredNode`, a worker's node name, or ``"*"`` for automatic) and retry policy."""
+    if quartz is None:
+        return
+    if not isinstance(quartz, Mapping):
+        raise ValidationError(f"{where}: quartz must be a dict, got {type(quartz).__name__}")
+    unknown = set(quartz) - _QUARTZ_FIELDS
+    if unknown:
+        raise ValidationError(f"{where}: unknown quartz field(s) {', '.join(sorted(unknown))}")
+    trigger.execution_group = quartz.get("execution_group")
+    pin = quartz.get("preferred_node")
+    trigger.preferred_node = (
+        pin if isinstance(pin, PreferredNode) else PreferredNode.parse(pin, owner=where)
+    )
+    policy = quartz.get("retry_policy", RetryPolicy.NONE)
+    if not isinstance(policy, RetryPolicy):
+        raise ValidationError(
+            f"{where}: quartz retry_policy must be a RetryPolicy, got {type(policy).__name__}"
+        )
+    trigger.retry_policy = policy
 
 
 def definition_hash(job: Job, trigger: Trigger) -> str:
@@ -138,5 +167,12 @@ def definition_hash(job: Job, trigger: Trigger) -> str:
             int(trigger.misfire_instruction),
         ],
     }
+    # Only when set: entries imported before these fields existed keep their hash.
+    if trigger.execution_group is not None:
+        definition["execution_group"] = trigger.execution_group
+    if not trigger.preferred_node.is_none:
+        definition["preferred_node"] = trigger.preferred_node.to_columns()
+    if trigger.retry_policy:
+        definition["retry_policy"] = trigger.retry_policy.to_string()
     encoded = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(encoded.encode()).hexdigest()

@@ -12,7 +12,7 @@ import pytest
 from celery import Celery
 from celery.schedules import crontab, schedule
 
-from celery_quartz import JobKey, TriggerKey
+from celery_quartz import JobKey, PreferredNode, RetryPolicy, TriggerKey
 from celery_quartz.beat_schedule import import_beat_schedule
 from celery_quartz.clock import FakeClock
 from celery_quartz.errors import JobDataError, UnknownTaskError, ValidationError
@@ -264,6 +264,26 @@ def test_an_imported_trigger_is_waiting(app: Celery, store: MemoryStore, clock: 
             "beat entry 'bad': options must be a dict, got list",
         ),
         ("every minute", ValidationError, "beat entry 'bad': expected a dict, got str"),
+        (
+            {"task": "tasks.ping", "schedule": 30, "quartz": {"group": "x"}},
+            ValidationError,
+            "beat entry 'bad': unknown quartz field(s) group",
+        ),
+        (
+            {"task": "tasks.ping", "schedule": 30, "quartz": {"preferred_node": "_"}},
+            ValidationError,
+            "beat entry 'bad'",
+        ),
+        (
+            {"task": "tasks.ping", "schedule": 30, "quartz": {"retry_policy": "f:3:1000"}},
+            ValidationError,
+            "beat entry 'bad': quartz retry_policy must be a RetryPolicy, got str",
+        ),
+        (
+            {"task": "tasks.ping", "schedule": 30, "quartz": {"execution_group": ""}},
+            ValidationError,
+            "execution_group must be None or a non-empty string",
+        ),
     ],
     ids=[
         "unknown-task",
@@ -275,6 +295,10 @@ def test_an_imported_trigger_is_waiting(app: Celery, store: MemoryStore, clock: 
         "kwargs-str",
         "options-list",
         "str",
+        "quartz-unknown",
+        "quartz-reserved-pin",
+        "quartz-policy-str",
+        "quartz-empty-group",
     ],
 )
 def test_a_bad_entry_is_refused_naming_it_and_nothing_is_stored(
@@ -300,3 +324,49 @@ def test_a_bad_entry_leaves_an_earlier_import_as_it_was(
         run_import(app, store, clock, {"bad": {"task": "tasks.nope", "schedule": 30}})
     assert store.count_rows() == before
     assert store.job_keys(GROUP) == sorted(job_key(n) for n in ENTRIES)
+
+
+# -- the trigger's Quartz fields ---------------------------------------------------------------
+
+
+def test_an_entrys_quartz_fields_set_its_triggers_group_pin_and_retry_policy(
+    app: Celery, store: MemoryStore, clock: FakeClock
+) -> None:
+    policy = RetryPolicy.fixed(3, timedelta(seconds=30))
+    entries = {
+        "reindex": {
+            "task": "tasks.ping",
+            "schedule": 60,
+            "quartz": {"execution_group": "reindex", "preferred_node": "*", "retry_policy": policy},
+        },
+        "report": {
+            "task": "tasks.report",
+            "schedule": 60,
+            "quartz": {"preferred_node": "celery@reports-1"},
+        },
+    }
+    run_import(app, store, clock, entries)
+    reindex = store.retrieve_trigger(trigger_key("reindex"))
+    report = store.retrieve_trigger(trigger_key("report"))
+    assert reindex is not None and report is not None
+    assert (reindex.execution_group, reindex.preferred_node, reindex.retry_policy) == (
+        "reindex",
+        PreferredNode.AUTO,
+        policy,
+    )
+    assert report.preferred_node == PreferredNode.for_node("celery@reports-1")
+    assert run_import(app, store, clock, entries).unchanged == [
+        job_key("reindex"),
+        job_key("report"),
+    ]
+
+
+def test_changing_an_entrys_quartz_fields_replaces_its_trigger(
+    app: Celery, store: MemoryStore, clock: FakeClock
+) -> None:
+    entry = {"task": "tasks.ping", "schedule": 60}
+    run_import(app, store, clock, {"e": entry})
+    result = run_import(app, store, clock, {"e": {**entry, "quartz": {"execution_group": "g"}}})
+    assert result.updated == [job_key("e")]
+    trigger = store.retrieve_trigger(trigger_key("e"))
+    assert trigger is not None and trigger.execution_group == "g"

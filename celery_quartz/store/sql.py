@@ -854,7 +854,7 @@ class SqlStore:
             self._check_fence(conn)
             if published:
                 self._mark_published(conn, published, now)
-            rows = conn.execute(query).all()
+            rows = in_acquisition_order(conn.execute(query).all())
             if not rows or rows[0].next_fire_time > limit_ms:
                 return claim
             # Quartz's batch rule: after the first trigger, take the others only while they are due
@@ -2181,3 +2181,14 @@ def _millis_or_none(value: datetime | None) -> int | None:
 
 def _datetime_or_none(value: int | None) -> datetime | None:
     return None if value is None else from_millis(value)
+
+
+def in_acquisition_order(rows: Sequence[Row[Any]]) -> list[Row[Any]]:
+    """Trigger rows by next fire time, then higher priority first: the order the batch rule reads.
+
+    The acquisition's ORDER BY alone does not give it on PostgreSQL: rows are sorted before they
+    are locked, and a row another scheduler fired (and committed) meanwhile comes back with its
+    new, later fire time in its old place. Taken as the batch's first trigger, that one would set
+    the batch's fire time a whole repeat interval late, and every trigger before it with it.
+    """
+    return sorted(rows, key=lambda row: (row.next_fire_time, -row.priority))

@@ -398,10 +398,14 @@ class SchedulingLoop:
         )
         if stale:
             logger.info("released %d claim(s) this instance no longer held", stale)
-        self.cluster.recover_failed_peers()
-        self.cluster.recover_failed_workers()
-        for firing in self.cluster.take_over_unpublished():
-            self._unpublished.setdefault(firing.fire_instance_id, firing)
+        view = self.cluster.read()
+        recovered = self.cluster.recover_failed_peers(view)
+        self.cluster.recover_failed_workers(view)
+        # Ours and unpublished: a previous life's, a dead peer's just handed to us, or a batch
+        # whose commit went through while its answer was lost. Only then is there any to read.
+        if recovered or self.instance_id in view.owners.unpublished:
+            for firing in self.cluster.take_over_unpublished():
+                self._unpublished.setdefault(firing.fire_instance_id, firing)
 
     def _flush_published(self) -> None:
         if self._published:

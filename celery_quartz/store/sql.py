@@ -91,6 +91,18 @@ class SyncResult:
     unchanged: list[JobKey] = field(default_factory=list)
 
 
+@dataclass
+class FiringOwners:
+    """What :meth:`SqlStore.firing_owners` read from the fired rows in flight."""
+
+    #: Scheduler instances holding claims (ACQUIRED) or firings not yet published (FIRED).
+    schedulers: set[str] = field(default_factory=set)
+    #: Of those, the instances holding firings not yet published.
+    unpublished: set[str] = field(default_factory=set)
+    #: Worker node name → the earliest start time (ms) of the firings it is executing.
+    executing_since: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class CheckIn:
     """A row of ``scheduler_state``: a scheduler or worker process and its last check-in."""
@@ -1510,21 +1522,35 @@ class SqlStore:
             for r in rows
         ]
 
-    def orphaned_scheduler_instances(self) -> list[str]:
-        """Instances that own ACQUIRED or FIRED rows but have no check-in row at all."""
-        f, s = self.tables.fired_triggers, self.tables.scheduler_state
-        checked_in = select(s.c.instance_name).where(s.c.sched_name == self.scheduler_name)
+    def firing_owners(self) -> FiringOwners:
+        """Who holds fired rows in flight: the scheduler instances owning claims or unpublished
+        firings, and the workers executing firings. One read for a check-in's recovery pass."""
+        f = self.tables.fired_triggers
         with self.transaction() as conn:
             rows = conn.execute(
-                select(f.c.instance_name)
+                select(
+                    f.c.state,
+                    f.c.instance_name,
+                    f.c.worker_name,
+                    func.min(f.c.started_time).label("since"),
+                )
                 .where(
                     f.c.sched_name == self.scheduler_name,
-                    f.c.state.in_([FiringState.ACQUIRED, FiringState.FIRED]),
-                    f.c.instance_name.not_in(checked_in),
+                    f.c.state.in_([FiringState.ACQUIRED, FiringState.FIRED, FiringState.EXECUTING]),
                 )
-                .distinct()
+                .group_by(f.c.state, f.c.instance_name, f.c.worker_name)
             ).all()
-        return [r.instance_name for r in rows]
+        owners = FiringOwners()
+        for r in rows:
+            if r.state == FiringState.EXECUTING:
+                if r.worker_name is not None:
+                    known = owners.executing_since.get(r.worker_name, r.since)
+                    owners.executing_since[r.worker_name] = min(known, r.since)
+                continue
+            owners.schedulers.add(r.instance_name)
+            if r.state == FiringState.FIRED:
+                owners.unpublished.add(r.instance_name)
+        return owners
 
     def recover_scheduler(
         self, dead: str, *, seen_checkin_millis: int | None, recovered_by: str
@@ -1807,21 +1833,6 @@ class SqlStore:
         )
 
     # -- dead workers, expired messages, triggers in error ----------------------------------------
-
-    def executing_workers(self) -> dict[str, int]:
-        """Worker node name → the earliest start time (ms) of the firings it is executing."""
-        f = self.tables.fired_triggers
-        with self.transaction() as conn:
-            rows = conn.execute(
-                select(f.c.worker_name, func.min(f.c.started_time).label("since"))
-                .where(
-                    f.c.sched_name == self.scheduler_name,
-                    f.c.state == FiringState.EXECUTING,
-                    f.c.worker_name.is_not(None),
-                )
-                .group_by(f.c.worker_name)
-            ).all()
-        return {r.worker_name: r.since for r in rows}
 
     def recover_worker(
         self,

@@ -12,6 +12,7 @@ import pytest
 from celery import Celery
 from kombu.message import Message
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey
 from celery_quartz.clock import FakeClock, to_millis
@@ -323,6 +324,34 @@ def test_a_firing_the_broker_refused_stays_fired_and_is_published_on_a_later_ste
     [message] = published(app, queue)
     assert message.headers["id"] == fire_instance_id
     assert store.firing_states() == {fire_instance_id: FiringState.PUBLISHED}
+
+
+def test_a_batch_fired_while_the_store_s_answer_was_lost_is_published_at_the_next_check_in(
+    store: MemoryStore,
+    app: Celery,
+    clock: FakeClock,
+    queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    schedule(store, once("now", at(0)))
+    loop = make_loop(store, app, clock, checkin_interval=5.0)
+    claim = store.claim
+
+    def answer_lost(*args: object, **kwargs: object) -> object:
+        claim(*args, **kwargs)  # type: ignore[arg-type]
+        raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(store, "claim", answer_lost)
+    loop.run_once()
+    monkeypatch.undo()
+    [fire_instance_id] = store.firing_states()
+    assert store.firing_states() == {fire_instance_id: FiringState.FIRED}
+    assert published(app, queue) == []
+
+    clock.advance(5.0)
+    loop.run_once()
+    [message] = published(app, queue)
+    assert message.headers["id"] == fire_instance_id
 
 
 def test_a_restarted_instance_publishes_what_its_previous_life_fired(

@@ -668,12 +668,28 @@ def test_a_scheduler_that_checked_in_again_is_not_recovered(
     assert len(store.unpublished_firings(A)) == 1
 
 
-def test_fired_rows_without_a_check_in_row_are_orphans(store: MemoryStore) -> None:
-    store.check_in(B, interval=7.5)
+def test_the_firing_owners_are_the_instances_with_claims_or_unpublished_firings(
+    store: MemoryStore,
+) -> None:
     _claim_two_fire_one(store)
-    assert store.orphaned_scheduler_instances() == [A]
-    store.check_in(A, interval=7.5)
-    assert store.orphaned_scheduler_instances() == []
+    add(store, one_shot("claimed-by-b", at(0)), job="other")
+    acquire(store, B)
+    owners = store.firing_owners()
+    assert (owners.schedulers, owners.unpublished) == ({A, B}, {A})
+    store.mark_published(list(store.firing_states()))
+    assert store.firing_owners().unpublished == set()
+
+
+def test_the_firing_owners_name_each_executing_worker_with_its_earliest_start(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(0)), one_shot("t2", at(0)), one_shot("t3", at(0)))
+    started = to_millis(clock.now())
+    assert store.start_execution(fire_one(store, "t1"), "w1")
+    clock.set(at(5))
+    assert store.start_execution(fire_one(store, "t2"), "w1")
+    assert store.start_execution(fire_one(store, "t3"), "w2")
+    assert store.firing_owners().executing_since == {"w1": started, "w2": to_millis(at(5))}
 
 
 # -- importing a group of jobs -----------------------------------------------------------------

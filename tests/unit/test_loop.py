@@ -265,6 +265,24 @@ def test_an_idle_loop_wakes_for_its_next_check_in(
     assert loop.run_once() == 5.0
 
 
+def test_a_wake_up_for_housekeeping_alone_does_not_claim(
+    store: MemoryStore, app: Celery, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claims: list[datetime] = []
+    claim = store.claim
+
+    def counted(*args: object, **kwargs: object) -> object:
+        claims.append(clock.now())
+        return claim(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "claim", counted)
+    loop = make_loop(store, app, clock, idle_wait=10.0, checkin_interval=4.0)
+    for _ in range(4):
+        clock.advance(loop.run_once())
+    # Wake-ups at 0, 4 and 8 s (check-ins) and at 10 s, when the first claim's idle_wait ran out.
+    assert claims == [at(0), at(10)]
+
+
 def test_a_trigger_beyond_idle_wait_is_not_acquired(
     store: MemoryStore, app: Celery, clock: FakeClock
 ) -> None:

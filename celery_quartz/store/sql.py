@@ -1341,13 +1341,19 @@ class SqlStore:
     def _mark_published(
         self, conn: Connection, published: Sequence[str | tuple[str, int]], now: int
     ) -> None:
+        # Conditional: a worker may already have started one (EXECUTING) or finished it.
         f = self.tables.fired_triggers
+        pairs = [(item, now) if isinstance(item, str) else item for item in published]
+        if self.dialect == "postgresql":
+            conn.execute(
+                self._mark_published_statement,
+                {"id": [fire_id for fire_id, _ in pairs], "at": [at for _, at in pairs]},
+            )
+            return
         by_instant: dict[int, list[str]] = {}
-        for item in published:
-            fire_id, at = (item, now) if isinstance(item, str) else item
+        for fire_id, at in pairs:
             by_instant.setdefault(at, []).append(fire_id)
         for at, fire_ids in by_instant.items():
-            # Conditional: a worker may already have started one (EXECUTING) or finished it.
             conn.execute(
                 update(f)
                 .where(
@@ -1357,6 +1363,22 @@ class SqlStore:
                 )
                 .values(state=FiringState.PUBLISHED, published_time=at)
             )
+
+    @functools.cached_property
+    def _mark_published_statement(self) -> Any:
+        """FIRED → PUBLISHED with each firing's instant, as one PostgreSQL statement over arrays
+        (built once: the loop runs it with every claim)."""
+        f = self.tables.fired_triggers
+        published = _unnest("published", id=String, at=BigInteger)
+        return (
+            update(f)
+            .where(
+                f.c.sched_name == self.scheduler_name,
+                f.c.entry_id == published.c.id,
+                f.c.state == FiringState.FIRED,
+            )
+            .values(state=FiringState.PUBLISHED, published_time=published.c.at)
+        )
 
     def release_acquired(
         self,

@@ -1341,19 +1341,16 @@ class SqlStore:
     def _mark_published(
         self, conn: Connection, published: Sequence[str | tuple[str, int]], now: int
     ) -> None:
-        # Conditional: a worker may already have started one (EXECUTING) or finished it.
         f = self.tables.fired_triggers
-        pairs = [(item, now) if isinstance(item, str) else item for item in published]
-        if self.dialect == "postgresql":
-            conn.execute(
-                self._mark_published_statement,
-                {"id": [fire_id for fire_id, _ in pairs], "at": [at for _, at in pairs]},
-            )
-            return
         by_instant: dict[int, list[str]] = {}
-        for fire_id, at in pairs:
+        for item in published:
+            fire_id, at = (item, now) if isinstance(item, str) else item
             by_instant.setdefault(at, []).append(fire_id)
         for at, fire_ids in by_instant.items():
+            # Conditional: a worker may already have started one (EXECUTING) or finished it.
+            if self.dialect == "postgresql":
+                conn.execute(self._mark_published_statement, {"ids": fire_ids, "at": at})
+                continue
             conn.execute(
                 update(f)
                 .where(
@@ -1366,18 +1363,17 @@ class SqlStore:
 
     @functools.cached_property
     def _mark_published_statement(self) -> Any:
-        """FIRED → PUBLISHED with each firing's instant, as one PostgreSQL statement over arrays
-        (built once: the loop runs it with every claim)."""
+        """FIRED → PUBLISHED for the ids of one instant, an array parameter: one PostgreSQL
+        statement built once (the loop runs it with every claim; an IN list is built anew)."""
         f = self.tables.fired_triggers
-        published = _unnest("published", id=String, at=BigInteger)
         return (
             update(f)
             .where(
                 f.c.sched_name == self.scheduler_name,
-                f.c.entry_id == published.c.id,
+                f.c.entry_id == bindparam("ids", type_=ARRAY(String)).any_(),
                 f.c.state == FiringState.FIRED,
             )
-            .values(state=FiringState.PUBLISHED, published_time=published.c.at)
+            .values(state=FiringState.PUBLISHED, published_time=bindparam("at", type_=BigInteger))
         )
 
     def release_acquired(

@@ -366,9 +366,9 @@ class SchedulingLoop:
             batch, self._batch = self._batch, []
             self._fire(batch)
             return 0.0
-        until_claim = idle_wait
-        if self._next_claim is not None:
-            until_claim = max(0.0, (self._next_claim - now).total_seconds())
+        until_claim = idle_wait  # also in standby, when no claim is made whatever is due
+        if self._next_claim is not None and self._next_claim > now:
+            until_claim = (self._next_claim - now).total_seconds()
         return min(until_claim, self._until_housekeeping(now))
 
     def _fire(self, batch: list[AcquiredFiring]) -> None:

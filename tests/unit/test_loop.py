@@ -283,6 +283,16 @@ def test_a_wake_up_for_housekeeping_alone_does_not_claim(
     assert claims == [at(0), at(10)]
 
 
+def test_a_loop_in_standby_sleeps_idle_wait_after_its_last_claim_ran_out(
+    store: MemoryStore, app: Celery, clock: FakeClock
+) -> None:
+    loop = make_loop(store, app, clock, idle_wait=2.0)
+    clock.advance(loop.run_once())  # claimed nothing, at 0 s
+    loop.standby()
+    clock.advance(3.0)  # the claim's idle_wait ran out at 2 s; the next check-in is at 7.5 s
+    assert loop.run_once() == 2.0
+
+
 def test_a_trigger_beyond_idle_wait_is_not_acquired(
     store: MemoryStore, app: Celery, clock: FakeClock
 ) -> None:

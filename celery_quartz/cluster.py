@@ -8,12 +8,13 @@ that only one survivor can win (see :meth:`SqlStore.recover_scheduler`).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from celery_quartz.clock import Clock, from_millis, to_millis
 from celery_quartz.errors import SchedulerStateError
 from celery_quartz.firing import Firing
-from celery_quartz.store.sql import CheckIn, SqlStore
+from celery_quartz.store.sql import CheckIn, FiringOwners, SqlStore
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,17 @@ def failed_after(
     return (
         peer.last_checkin_millis + max(peer.checkin_interval_millis, since_mine) + threshold_millis
     )
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What a recovery pass reads: who holds fired rows in flight, then every check-in row."""
+
+    owners: FiringOwners
+    check_ins: list[CheckIn]
+
+    def of_kind(self, kind: str) -> list[CheckIn]:
+        return [c for c in self.check_ins if c.kind == kind]
 
 
 class ClusterManager:
@@ -112,17 +124,29 @@ class ClusterManager:
             )
         ]
 
-    def recover_failed_workers(self) -> int:
+    def read(self) -> ClusterView:
+        """Read the cluster for a recovery pass: two statements, whatever it finds.
+
+        The fired rows are read first: an instance checks in before it claims, so one whose rows
+        were seen and whose check-in row is missing from the later read has really gone (read the
+        other way round, an instance starting in between would look like an orphan).
+        """
+        owners = self.store.firing_owners()
+        return ClusterView(owners, self.store.check_ins())
+
+    def recover_failed_workers(self, view: ClusterView | None = None) -> int:
         """Resolve the executions of dead workers: their own check-in is too old, or they never
         checked in at all and have been executing longer than a check-in window.
 
         A ``disallow_concurrent`` execution is deferred by two check-in intervals plus the
         threshold first (Quartz 4.x), in case the worker is only slow. Workers outlive schedulers
-        in either mode, so a non-clustered leader does this too.
+        in either mode, so a non-clustered leader does this too. ``view``: what :meth:`read`
+        returned, when the caller has read it already.
         """
+        view = view or self.read()
         defer = int(2 * self.checkin_interval * 1000) + self.threshold_millis
         resolved = 0
-        workers = self.store.check_ins(kind="worker")
+        workers = view.of_kind("worker")
         for worker in self.failed_peers(kind="worker", check_ins=workers):
             logger.info(
                 "worker %s last checked in at %s; recovering what it was running",
@@ -139,7 +163,7 @@ class ClusterManager:
         known = {w.instance_name for w in workers}
         window = int(self.checkin_interval * 1000) + self.threshold_millis
         now = to_millis(self.clock.now())
-        for worker_name, since in self.store.executing_workers().items():
+        for worker_name, since in view.owners.executing_since.items():
             if worker_name in known or since >= now - window:
                 continue
             logger.info("worker %s never checked in; recovering what it was running", worker_name)
@@ -184,12 +208,14 @@ class ClusterManager:
                 "them another quartz_scheduler_name, table prefix or database."
             )
 
-    def recover_failed_peers(self) -> int:
-        """Recover every dead peer and every orphan (fired rows with no check-in row at all)."""
+    def recover_failed_peers(self, view: ClusterView | None = None) -> int:
+        """Recover every dead peer and every orphan (fired rows with no check-in row at all);
+        ``view`` as for :meth:`recover_failed_workers`."""
         if not self.clustered:
             return 0
+        view = view or self.read()
         recovered = 0
-        for peer in self.failed_peers():
+        for peer in self.failed_peers(check_ins=view.of_kind("scheduler")):
             logger.info(
                 "scheduler instance %s last checked in at %s; recovering it",
                 peer.instance_name,
@@ -201,9 +227,8 @@ class ClusterManager:
                 recovered_by=self.instance_id,
             )
             recovered += result is not None
-        for orphan in self.store.orphaned_scheduler_instances():
-            if orphan == self.instance_id:
-                continue
+        checked_in = {c.instance_name for c in view.check_ins}
+        for orphan in sorted(view.owners.schedulers - checked_in - {self.instance_id}):
             self.store.recover_scheduler(
                 orphan, seen_checkin_millis=None, recovered_by=self.instance_id
             )

@@ -90,6 +90,8 @@ class SchedulingLoop:
         # Published, not yet recorded as PUBLISHED in the store: (fire instance id, when).
         self._published: list[tuple[str, int]] = []
         self._next_misfire_scan: datetime | None = None
+        # No claim before this instant (the last one found nothing due within idle_wait).
+        self._next_claim: datetime | None = None
         self._started = False
         self._store_down = False
         #: Firings this loop has published (for the log and for tests).
@@ -128,6 +130,7 @@ class SchedulingLoop:
                 self.cluster.writing = True
                 self.cluster.check_in()
                 self._take_leadership()
+            self._next_claim = None  # claim at the next step, whatever the last one found
             self._set_status(SchedulerStatus.RUNNING)
 
     def standby(self) -> None:
@@ -331,6 +334,7 @@ class SchedulingLoop:
 
     def _step(self) -> float:
         now = self.clock.now()
+        idle_wait = self.settings.idle_wait
         if self.cluster.check_in_due(now):
             self.cluster.check_in()
             self._recover()
@@ -338,10 +342,14 @@ class SchedulingLoop:
             self._scan_misfires(now)
         if self._unpublished:
             self._publish(list(self._unpublished.values()))
-        if not self._batch and self.status is SchedulerStatus.RUNNING:
+        if (
+            not self._batch
+            and self.status is SchedulerStatus.RUNNING
+            and (self._next_claim is None or now >= self._next_claim)
+        ):
             claim = self.store.claim(
                 self.instance_id,
-                no_later_than=now + timedelta(seconds=self.settings.idle_wait),
+                no_later_than=now + timedelta(seconds=idle_wait),
                 max_count=self.settings.batch_size,
                 time_window=self.settings.fire_ahead_window,
                 misfire_threshold=self.settings.misfire_threshold,
@@ -358,6 +366,10 @@ class SchedulingLoop:
                 self._publish(claim.firings)
                 return 0.0
             self._batch = claim.acquired
+            # Nothing due within idle_wait: what a claim before then could find is only what
+            # was added or released meanwhile, which idle_wait allows to wait. A wake-up for
+            # housekeeping alone therefore does not claim (an idle node's queries per second).
+            self._next_claim = None if self._batch else now + timedelta(seconds=idle_wait)
         if self._batch:
             wait = (self._batch[0].scheduled_fire_time - self.clock.now()).total_seconds()
             if wait > 0:
@@ -365,7 +377,10 @@ class SchedulingLoop:
             batch, self._batch = self._batch, []
             self._fire(batch)
             return 0.0
-        return min(self.settings.idle_wait, self._until_housekeeping(now))
+        until_claim = idle_wait  # also in standby, when no claim is made whatever is due
+        if self._next_claim is not None and self._next_claim > now:
+            until_claim = (self._next_claim - now).total_seconds()
+        return min(until_claim, self._until_housekeeping(now))
 
     def _log_unserved(self, unserved: list[Unserved]) -> None:
         now = to_millis(self.clock.now())
@@ -417,10 +432,14 @@ class SchedulingLoop:
         )
         if stale:
             logger.info("released %d claim(s) this instance no longer held", stale)
-        self.cluster.recover_failed_peers()
-        self.cluster.recover_failed_workers()
-        for firing in self.cluster.take_over_unpublished():
-            self._unpublished.setdefault(firing.fire_instance_id, firing)
+        view = self.cluster.read()
+        recovered = self.cluster.recover_failed_peers(view)
+        self.cluster.recover_failed_workers(view)
+        # Ours and unpublished: a previous life's, a dead peer's just handed to us, or a batch
+        # whose commit went through while its answer was lost. Only then is there any to read.
+        if recovered or self.instance_id in view.owners.unpublished:
+            for firing in self.cluster.take_over_unpublished():
+                self._unpublished.setdefault(firing.fire_instance_id, firing)
 
     def _flush_published(self) -> None:
         if self._published:

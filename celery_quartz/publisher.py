@@ -42,6 +42,8 @@ _REDIS_PATH_OPTIONS = frozenset({"queue", "expires"})
 #: Celery's limits on argsrepr/kwargsrepr (``task_protocol`` 2 defaults).
 _REPR_MAXSIZE = 1024
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+#: The base64 body of a message without arguments.
+_EMPTY_BODY = base64.b64encode(json.dumps([[], {}, _EMBED]).encode()).decode()
 
 
 class Publisher:
@@ -190,16 +192,20 @@ class RedisPath:
 
     def publish(self, firings: Sequence[Firing]) -> None:
         pipe = self.client.pipeline(transaction=False)
+        # One instant for the batch: its messages reach Redis together, at execute().
+        now = self.clock.now()
         for firing in firings:
             queue = self._queue(firing)
             assert queue is not None
-            pipe.lpush(queue, self.envelope(firing, queue))
+            pipe.lpush(queue, self.envelope(firing, queue, now))
         pipe.execute()
 
-    def envelope(self, firing: Firing, queue: str) -> str:
-        """The JSON kombu's Redis transport stores for this firing's Celery task message."""
+    def envelope(self, firing: Firing, queue: str, now: datetime | None = None) -> str:
+        """The JSON kombu's Redis transport stores for this firing's Celery task message, as
+        published at ``now`` (the clock's now by default), which the broker TTL counts from."""
         task_id = firing.fire_instance_id
         expires = _expires(firing)
+        args, kwargs = firing.args, firing.kwargs
         headers = {
             "lang": "py",
             "task": firing.task,
@@ -214,8 +220,8 @@ class RedisPath:
             "root_id": task_id,
             "parent_id": None,
             # Celery shows empty arguments as () and {}.
-            "argsrepr": _repr(firing.args or ()),
-            "kwargsrepr": _repr(firing.kwargs or {}),
+            "argsrepr": _repr(args) if args else "()",
+            "kwargsrepr": _repr(kwargs) if kwargs else "{}",
             "origin": self._origin,
             "ignore_result": None,
             "replaced_task_nesting": 0,
@@ -230,7 +236,7 @@ class RedisPath:
         }
         if expires is not None:
             # The broker TTL Celery derives from ``expires`` (kombu's Redis transport keeps it).
-            remaining = max((expires - self.clock.now()).total_seconds(), 0)
+            remaining = max((expires - (now or self.clock.now())).total_seconds(), 0)
             properties["expiration"] = str(int(remaining * 1000))
         properties.update(
             {
@@ -240,10 +246,13 @@ class RedisPath:
                 "delivery_tag": str(uuid.uuid4()),
             }
         )
-        body = json.dumps([firing.args, firing.kwargs, _EMBED]).encode()
+        if args or kwargs:
+            body = base64.b64encode(json.dumps([args, kwargs, _EMBED]).encode()).decode()
+        else:
+            body = _EMPTY_BODY  # most scheduled tasks take no arguments
         return json.dumps(
             {
-                "body": base64.b64encode(body).decode(),
+                "body": body,
                 "content-encoding": "utf-8",
                 "content-type": "application/json",
                 "headers": headers,

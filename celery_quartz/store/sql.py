@@ -116,6 +116,18 @@ class SyncResult:
     unchanged: list[JobKey] = field(default_factory=list)
 
 
+@dataclass
+class FiringOwners:
+    """What :meth:`SqlStore.firing_owners` read from the fired rows in flight."""
+
+    #: Scheduler instances holding claims (ACQUIRED) or firings not yet published (FIRED).
+    schedulers: set[str] = field(default_factory=set)
+    #: Of those, the instances holding firings not yet published.
+    unpublished: set[str] = field(default_factory=set)
+    #: Worker node name → the earliest start time (ms) of the firings it is executing.
+    executing_since: dict[str, int] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class CheckIn:
     """A row of ``scheduler_state``: a scheduler or worker process and its last check-in."""
@@ -260,10 +272,10 @@ class SqlStore:
         return JobRecord(
             key=JobKey(row.job_name, row.job_group),
             task=row.task_name,
-            args=json.loads(row.args),
-            kwargs=json.loads(row.kwargs),
-            data=json.loads(row.jobs_job_data),
-            options=json.loads(row.options),
+            args=_json_value(row.args),
+            kwargs=_json_value(row.kwargs),
+            data=_json_value(row.jobs_job_data),
+            options=_json_value(row.options),
             durable=row.is_durable,
             requests_recovery=row.requests_recovery,
             disallow_concurrent=row.is_nonconcurrent,
@@ -1014,7 +1026,7 @@ class SqlStore:
                     t.c.execution_group.is_(None) if group is None else t.c.execution_group == group
                 )
                 selection = selection.where(~and_(t.c.preferred_node == node, same_group))
-            rows = conn.execute(selection).all()
+            rows = in_acquisition_order(conn.execute(selection).all())
             if (
                 rows
                 and admission is None
@@ -1550,6 +1562,9 @@ class SqlStore:
             by_instant.setdefault(at, []).append(fire_id)
         for at, fire_ids in by_instant.items():
             # Conditional: a worker may already have started one (EXECUTING) or finished it.
+            if self.dialect == "postgresql":
+                conn.execute(self._mark_published_statement, {"ids": fire_ids, "at": at})
+                continue
             conn.execute(
                 update(f)
                 .where(
@@ -1559,6 +1574,21 @@ class SqlStore:
                 )
                 .values(state=FiringState.PUBLISHED, published_time=at)
             )
+
+    @functools.cached_property
+    def _mark_published_statement(self) -> Any:
+        """FIRED → PUBLISHED for the ids of one instant, an array parameter: one PostgreSQL
+        statement built once (the loop runs it with every claim; an IN list is built anew)."""
+        f = self.tables.fired_triggers
+        return (
+            update(f)
+            .where(
+                f.c.sched_name == self.scheduler_name,
+                f.c.entry_id == bindparam("ids", type_=ARRAY(String)).any_(),
+                f.c.state == FiringState.FIRED,
+            )
+            .values(state=FiringState.PUBLISHED, published_time=bindparam("at", type_=BigInteger))
+        )
 
     def release_acquired(
         self,
@@ -1724,21 +1754,35 @@ class SqlStore:
             for r in rows
         ]
 
-    def orphaned_scheduler_instances(self) -> list[str]:
-        """Instances that own ACQUIRED or FIRED rows but have no check-in row at all."""
-        f, s = self.tables.fired_triggers, self.tables.scheduler_state
-        checked_in = select(s.c.instance_name).where(s.c.sched_name == self.scheduler_name)
+    def firing_owners(self) -> FiringOwners:
+        """Who holds fired rows in flight: the scheduler instances owning claims or unpublished
+        firings, and the workers executing firings. One read for a check-in's recovery pass."""
+        f = self.tables.fired_triggers
         with self.transaction() as conn:
             rows = conn.execute(
-                select(f.c.instance_name)
+                select(
+                    f.c.state,
+                    f.c.instance_name,
+                    f.c.worker_name,
+                    func.min(f.c.started_time).label("since"),
+                )
                 .where(
                     f.c.sched_name == self.scheduler_name,
-                    f.c.state.in_([FiringState.ACQUIRED, FiringState.FIRED]),
-                    f.c.instance_name.not_in(checked_in),
+                    f.c.state.in_([FiringState.ACQUIRED, FiringState.FIRED, FiringState.EXECUTING]),
                 )
-                .distinct()
+                .group_by(f.c.state, f.c.instance_name, f.c.worker_name)
             ).all()
-        return [r.instance_name for r in rows]
+        owners = FiringOwners()
+        for r in rows:
+            if r.state == FiringState.EXECUTING:
+                if r.worker_name is not None:
+                    known = owners.executing_since.get(r.worker_name, r.since)
+                    owners.executing_since[r.worker_name] = min(known, r.since)
+                continue
+            owners.schedulers.add(r.instance_name)
+            if r.state == FiringState.FIRED:
+                owners.unpublished.add(r.instance_name)
+        return owners
 
     def recover_scheduler(
         self, dead: str, *, seen_checkin_millis: int | None, recovered_by: str
@@ -2090,21 +2134,6 @@ class SqlStore:
         )
 
     # -- dead workers, expired messages, triggers in error ----------------------------------------
-
-    def executing_workers(self) -> dict[str, int]:
-        """Worker node name → the earliest start time (ms) of the firings it is executing."""
-        f = self.tables.fired_triggers
-        with self.transaction() as conn:
-            rows = conn.execute(
-                select(f.c.worker_name, func.min(f.c.started_time).label("since"))
-                .where(
-                    f.c.sched_name == self.scheduler_name,
-                    f.c.state == FiringState.EXECUTING,
-                    f.c.worker_name.is_not(None),
-                )
-                .group_by(f.c.worker_name)
-            ).all()
-        return {r.worker_name: r.since for r in rows}
 
     def recover_worker(
         self,
@@ -2618,3 +2647,24 @@ def _millis_or_none(value: datetime | None) -> int | None:
 
 def _datetime_or_none(value: int | None) -> datetime | None:
     return None if value is None else from_millis(value)
+
+
+def in_acquisition_order(rows: Sequence[Row[Any]]) -> list[Row[Any]]:
+    """Trigger rows by next fire time, then higher priority first: the order the batch rule reads.
+
+    The acquisition's ORDER BY alone does not give it on PostgreSQL: rows are sorted before they
+    are locked, and a row another scheduler fired (and committed) meanwhile comes back with its
+    new, later fire time in its old place. Taken as the batch's first trigger, that one would set
+    the batch's fire time a whole repeat interval late, and every trigger before it with it.
+    """
+    return sorted(rows, key=lambda row: (row.next_fire_time, -row.priority))
+
+
+def _json_value(text: str) -> Any:
+    """``json.loads``, skipping the parser for the empty object and list that most jobs' args,
+    kwargs, data and options are (read once per firing)."""
+    if text == "{}":
+        return {}
+    if text == "[]":
+        return []
+    return json.loads(text)

@@ -12,6 +12,7 @@ import pytest
 from celery import Celery
 from kombu.message import Message
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey
 from celery_quartz.clock import FakeClock, to_millis
@@ -264,6 +265,34 @@ def test_an_idle_loop_wakes_for_its_next_check_in(
     assert loop.run_once() == 5.0
 
 
+def test_a_wake_up_for_housekeeping_alone_does_not_claim(
+    store: MemoryStore, app: Celery, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claims: list[datetime] = []
+    claim = store.claim
+
+    def counted(*args: object, **kwargs: object) -> object:
+        claims.append(clock.now())
+        return claim(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "claim", counted)
+    loop = make_loop(store, app, clock, idle_wait=10.0, checkin_interval=4.0)
+    for _ in range(4):
+        clock.advance(loop.run_once())
+    # Wake-ups at 0, 4 and 8 s (check-ins) and at 10 s, when the first claim's idle_wait ran out.
+    assert claims == [at(0), at(10)]
+
+
+def test_a_loop_in_standby_sleeps_idle_wait_after_its_last_claim_ran_out(
+    store: MemoryStore, app: Celery, clock: FakeClock
+) -> None:
+    loop = make_loop(store, app, clock, idle_wait=2.0)
+    clock.advance(loop.run_once())  # claimed nothing, at 0 s
+    loop.standby()
+    clock.advance(3.0)  # the claim's idle_wait ran out at 2 s; the next check-in is at 7.5 s
+    assert loop.run_once() == 2.0
+
+
 def test_a_trigger_beyond_idle_wait_is_not_acquired(
     store: MemoryStore, app: Celery, clock: FakeClock
 ) -> None:
@@ -323,6 +352,34 @@ def test_a_firing_the_broker_refused_stays_fired_and_is_published_on_a_later_ste
     [message] = published(app, queue)
     assert message.headers["id"] == fire_instance_id
     assert store.firing_states() == {fire_instance_id: FiringState.PUBLISHED}
+
+
+def test_a_batch_fired_while_the_store_s_answer_was_lost_is_published_at_the_next_check_in(
+    store: MemoryStore,
+    app: Celery,
+    clock: FakeClock,
+    queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    schedule(store, once("now", at(0)))
+    loop = make_loop(store, app, clock, checkin_interval=5.0)
+    claim = store.claim
+
+    def answer_lost(*args: object, **kwargs: object) -> object:
+        claim(*args, **kwargs)  # type: ignore[arg-type]
+        raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(store, "claim", answer_lost)
+    loop.run_once()
+    monkeypatch.undo()
+    [fire_instance_id] = store.firing_states()
+    assert store.firing_states() == {fire_instance_id: FiringState.FIRED}
+    assert published(app, queue) == []
+
+    clock.advance(5.0)
+    loop.run_once()
+    [message] = published(app, queue)
+    assert message.headers["id"] == fire_instance_id
 
 
 def test_a_restarted_instance_publishes_what_its_previous_life_fired(

@@ -5,6 +5,7 @@ Each test names one behaviour the scheduling loop, the cluster manager or the wo
 
 from __future__ import annotations
 
+from collections import namedtuple
 from datetime import timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from celery_quartz.firing import AcquiredFiring
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store import NONE_STATE, FiringState, MemoryStore, TriggerState
+from celery_quartz.store.sql import in_acquisition_order
 from celery_quartz.triggers import (
     REPEAT_INDEFINITELY,
     CronMisfireInstruction,
@@ -110,6 +112,14 @@ def test_a_late_first_trigger_opens_the_window_from_now(
     clock.set(at(10))
     # max(first = 5 s, now = 10 s) + 2 s: due by 12 s.
     assert names(acquire(store, until=at(60), window=2)) == ["late", "t2"]
+
+
+def test_the_batch_rule_reads_rows_by_fire_time_whatever_order_the_database_returned() -> None:
+    # PostgreSQL sorts before it locks: a row fired meanwhile by another scheduler comes back in
+    # its old place with its new fire time (a repeat interval later).
+    row = namedtuple("row", "name next_fire_time priority")
+    returned = [row("fired-meanwhile", 2000, 5), row("low", 1001, 1), row("high", 1001, 9)]
+    assert [r.name for r in in_acquisition_order(returned)] == ["high", "low", "fired-meanwhile"]
 
 
 def test_a_trigger_later_than_the_misfire_threshold_is_left_to_the_misfire_handler(
@@ -658,12 +668,28 @@ def test_a_scheduler_that_checked_in_again_is_not_recovered(
     assert len(store.unpublished_firings(A)) == 1
 
 
-def test_fired_rows_without_a_check_in_row_are_orphans(store: MemoryStore) -> None:
-    store.check_in(B, interval=7.5)
+def test_the_firing_owners_are_the_instances_with_claims_or_unpublished_firings(
+    store: MemoryStore,
+) -> None:
     _claim_two_fire_one(store)
-    assert store.orphaned_scheduler_instances() == [A]
-    store.check_in(A, interval=7.5)
-    assert store.orphaned_scheduler_instances() == []
+    add(store, one_shot("claimed-by-b", at(0)), job="other")
+    acquire(store, B)
+    owners = store.firing_owners()
+    assert (owners.schedulers, owners.unpublished) == ({A, B}, {A})
+    store.mark_published(list(store.firing_states()))
+    assert store.firing_owners().unpublished == set()
+
+
+def test_the_firing_owners_name_each_executing_worker_with_its_earliest_start(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, one_shot("t1", at(0)), one_shot("t2", at(0)), one_shot("t3", at(0)))
+    started = to_millis(clock.now())
+    assert store.start_execution(fire_one(store, "t1"), "w1")
+    clock.set(at(5))
+    assert store.start_execution(fire_one(store, "t2"), "w1")
+    assert store.start_execution(fire_one(store, "t3"), "w2")
+    assert store.firing_owners().executing_since == {"w1": started, "w2": to_millis(at(5))}
 
 
 # -- importing a group of jobs -----------------------------------------------------------------

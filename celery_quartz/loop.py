@@ -434,7 +434,11 @@ class SchedulingLoop:
             logger.info("released %d claim(s) this instance no longer held", stale)
         view = self.cluster.read()
         recovered = self.cluster.recover_failed_peers(view)
-        self.cluster.recover_failed_workers(view)
+        recovered_work = self.cluster.recover_failed_workers(view)
+        if stale or recovered or recovered_work:
+            # Claims released and recovery firings written just now are due: claim at once,
+            # not after the idle wait of a claim that found them held by the dead.
+            self._next_claim = None
         # Ours and unpublished: a previous life's, a dead peer's just handed to us, or a batch
         # whose commit went through while its answer was lost. Only then is there any to read.
         if recovered or self.instance_id in view.owners.unpublished:

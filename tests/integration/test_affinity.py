@@ -149,8 +149,10 @@ def test_a_named_pin_returns_to_its_worker_when_it_starts_again(
 
         _workers_up(procs, store, "worker1")
         back = time.time()
-        time.sleep(4)
-        returned = _runs(pg_url, back + 1.5)
-        assert len(returned) >= 3
-        assert {w for _, w in returned} == {node("worker1")}
+        wait_for(
+            lambda: len(_runs(pg_url, back + 1.5)) >= 3,
+            timeout=20,
+            message="runs after worker1 is back",
+        )
+        assert {w for _, w in _runs(pg_url, back + 1.5)} == {node("worker1")}
     store.dispose()

@@ -283,6 +283,27 @@ def test_a_wake_up_for_housekeeping_alone_does_not_claim(
     assert claims == [at(0), at(10)]
 
 
+def test_claims_released_by_recovering_a_dead_peer_are_claimed_at_once(
+    store: MemoryStore, app: Celery, clock: FakeClock
+) -> None:
+    schedule(store, once("held", at(5)))
+    store.check_in(B, interval=2.0)
+    store.acquire_next_triggers(
+        B, no_later_than=at(10), max_count=10, time_window=0, misfire_threshold=60
+    )
+    loop = make_loop(
+        store, app, clock, idle_wait=10.0, checkin_interval=2.0, checkin_misfire_threshold=1.0
+    )
+    clock.advance(loop.run_once())  # nothing to claim (B holds it); wakes for its check-in
+    assert clock.now() == at(2)
+    clock.advance(loop.run_once())  # B, silent since 0 s, is not judged yet (1 s to go)
+    assert clock.now() == at(4)
+    # This check-in finds B failed and recovers it; the released trigger is claimed now, not
+    # when the first claim's idle wait runs out (10 s).
+    assert loop.run_once() == pytest.approx(1.0)
+    assert store.get_trigger_state(TriggerKey("held")) == TriggerState.ACQUIRED
+
+
 def test_a_loop_in_standby_sleeps_idle_wait_after_its_last_claim_ran_out(
     store: MemoryStore, app: Celery, clock: FakeClock
 ) -> None:

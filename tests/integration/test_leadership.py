@@ -160,7 +160,9 @@ def run_failover(
     must = occurrences(triggers, start, killed_at - margin) | occurrences(
         triggers, killed_at + margin, stopped - timedelta(seconds=2)
     )
-    assert len(must) > 60
+    # A sanity bound (the run covered enough occurrences to mean something), not a rate: the
+    # phases' lengths depend on process start-up, so the count varies by a few around 60.
+    assert len(must) > 40, len(must)
     assert must - executed == set(), f"{len(must - executed)} due occurrence(s) never ran"
     store.dispose()
 

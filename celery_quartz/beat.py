@@ -108,6 +108,12 @@ class Scheduler(beat.Scheduler):
         """Nothing to sync: every decision is already committed to the store."""
 
     def close(self) -> None:
+        if self.loop is not None and self.loop.interrupted_mid_step():
+            # celery beat's SIGTERM/SIGINT handler closes the scheduler and then raises
+            # SystemExit, wherever the step was: perhaps inside a transaction. Let the exit unwind
+            # the step (rolling its transaction back); beat closes again once it has.
+            logger.debug("close() interrupted a step; the shutdown runs once the step unwinds")
+            return
         if self.loop is not None:
             self.loop.shutdown(
                 wait_for_jobs=self.quartz_settings.shutdown_wait_for_jobs,

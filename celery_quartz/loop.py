@@ -108,6 +108,8 @@ class SchedulingLoop:
         self.epoch: int | None = None
         # Lifecycle calls come from an election's thread while beat's thread runs steps.
         self._lifecycle_lock = threading.RLock()
+        # The thread running a step, while it runs one.
+        self._stepping: int | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -308,7 +310,17 @@ class SchedulingLoop:
         tried again a second later, and nothing is lost meanwhile (claims are committed rows).
         """
         with self._lifecycle_lock:
-            return self._run_once()
+            self._stepping = threading.get_ident()
+            try:
+                return self._run_once()
+            finally:
+                self._stepping = None
+
+    def interrupted_mid_step(self) -> bool:
+        """Whether the caller is a signal handler that interrupted this loop's step on the same
+        thread: a transaction of that step may be open, holding row locks, and a shutdown run
+        now would wait for them for ever (its own connection against the interrupted one)."""
+        return self._stepping == threading.get_ident()
 
     def _run_once(self) -> float:
         if self.status is SchedulerStatus.CREATED and not self.auto_start:

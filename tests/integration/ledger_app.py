@@ -16,9 +16,11 @@ fails its first attempts on purpose.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
+import signal
 import time
 
 from celery import Celery
@@ -86,6 +88,10 @@ attempts = Table(
     Column("fired_by", String(255)),
     Column("started", Float),
 )
+
+# A process that does not stop in time is asked for its threads' stacks before it is killed
+# (tests/integration/processes.py), so its log shows where it hung.
+faulthandler.register(signal.SIGUSR1)
 
 app = Celery("ledger_app", broker=os.environ.get("CQ_BROKER_URL", "memory://"))
 app.conf.quartz_store_url = os.environ.get("CQ_STORE_URL", "sqlite://")

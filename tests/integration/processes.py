@@ -85,6 +85,8 @@ class Processes:
             try:
                 proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGUSR1)  # its stacks into its log (see ledger_app)
+                time.sleep(1)
                 proc.kill()
                 proc.wait()
         return proc.returncode

@@ -347,3 +347,27 @@ def test_beat_starts_by_itself_with_auto_start_on(tmp_path: Path, app: Celery) -
 def test_beat_refuses_a_mixed_clustering_configuration(tmp_path: Path, app: Celery) -> None:
     with pytest.raises(ConfigurationError, match="quartz_clustered is False"):
         beat_scheduler(tmp_path, app, quartz_clustered=False, quartz_checkin_misfire_threshold=1.0)
+
+
+def test_a_signal_closing_beat_mid_step_defers_the_shutdown_until_the_step_unwinds(
+    tmp_path: Path, app: Celery
+) -> None:
+    # celery beat's SIGTERM handler calls close() and raises SystemExit wherever the step was:
+    # shutting down there would wait on the interrupted step's own transaction.
+    scheduler = beat_scheduler(tmp_path, app)
+    loop = scheduler.loop  # type: ignore[attr-defined]
+    check_in = loop.cluster.check_in
+
+    def interrupted() -> None:
+        with loop.store.transaction():
+            scheduler.close()  # type: ignore[attr-defined]
+            assert loop.status is SchedulerStatus.RUNNING
+            raise SystemExit
+
+    loop.cluster.check_in = interrupted
+    loop.cluster.next_check_in = None  # the next step checks in
+    with pytest.raises(SystemExit):
+        scheduler.tick()  # type: ignore[attr-defined]
+    loop.cluster.check_in = check_in
+    scheduler.close()  # type: ignore[attr-defined]  # what beat's `finally: sync()` does
+    assert scheduler.status is SchedulerStatus.SHUTDOWN  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from typing import TypeVar
 
 from celery_quartz.errors import ValidationError
 
@@ -27,6 +28,18 @@ def _check_part(kind: str, what: str, value: object) -> None:
         )
 
 
+_K = TypeVar("_K", "JobKey", "TriggerKey")
+
+
+def _stored(cls: type[_K], name: str, group: str) -> _K:
+    """A key read back from the store: its parts were checked when it was written, and the
+    store reads one or two per firing, so they are not checked again."""
+    key = object.__new__(cls)
+    object.__setattr__(key, "name", name)
+    object.__setattr__(key, "group", group)
+    return key
+
+
 @dataclass(frozen=True, order=True)
 class JobKey:
     """Identifies a job within a scheduler: ``JobKey("report", "nightly")``."""
@@ -37,6 +50,11 @@ class JobKey:
     def __post_init__(self) -> None:
         _check_part("job key", "name", self.name)
         _check_part("job key", "group", self.group)
+
+    @classmethod
+    def stored(cls, name: str, group: str) -> JobKey:
+        """The key of a stored job, as the store read it (not checked again)."""
+        return _stored(cls, name, group)
 
     def __str__(self) -> str:
         return f"{self.group}.{self.name}"
@@ -52,6 +70,11 @@ class TriggerKey:
     def __post_init__(self) -> None:
         _check_part("trigger key", "name", self.name)
         _check_part("trigger key", "group", self.group)
+
+    @classmethod
+    def stored(cls, name: str, group: str) -> TriggerKey:
+        """The key of a stored trigger, as the store read it (not checked again)."""
+        return _stored(cls, name, group)
 
     def __str__(self) -> str:
         return f"{self.group}.{self.name}"

@@ -17,13 +17,11 @@ does not consume the trigger's queue. Held triggers stay WAITING (see the module
 
 from __future__ import annotations
 
-import logging
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from celery_quartz.limits import ExecutionLimits, ExecutionLimitScope
-
-logger = logging.getLogger(__name__)
 
 #: Celery's name for a worker's own queue (``celery.utils.nodenames.worker_direct``).
 WORKER_DIRECT_FORMAT = "{node}.dq2"
@@ -111,8 +109,6 @@ class Router:
     def live_workers(self, rows: list[Any], now_millis: int) -> dict[str, LiveWorker]:
         """The workers among ``rows`` (check-in rows with ``queues`` and ``concurrency``) whose
         last check-in is within their interval plus the threshold."""
-        import json
-
         live = {}
         for r in rows:
             if now_millis > r.last_checkin_time + r.checkin_interval + self.threshold_millis:

@@ -270,7 +270,7 @@ class SqlStore:
     @staticmethod
     def _job_record_from_row(row: Row[Any]) -> JobRecord:
         return JobRecord(
-            key=JobKey(row.job_name, row.job_group),
+            key=JobKey.stored(row.job_name, row.job_group),
             task=row.task_name,
             args=_json_value(row.args),
             kwargs=_json_value(row.kwargs),
@@ -318,14 +318,14 @@ class SqlStore:
             )
         return cls.from_detail(
             json.loads(row.detail),
-            key=TriggerKey(row.trigger_name, row.trigger_group),
-            job_key=JobKey(row.job_name, row.job_group),
+            key=TriggerKey.stored(row.trigger_name, row.trigger_group),
+            job_key=JobKey.stored(row.job_name, row.job_group),
             description=row.description,
             priority=row.priority,
             start_at=from_millis(row.start_time),
             end_at=_datetime_or_none(row.end_time),
             misfire_instruction=row.misfire_instr,
-            data=json.loads(getattr(row, data_column)),
+            data=_json_value(getattr(row, data_column)),
             calendar_name=row.calendar_name,
             next_fire_time=_datetime_or_none(row.next_fire_time),
             previous_fire_time=_datetime_or_none(row.prev_fire_time),

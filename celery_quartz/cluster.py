@@ -14,23 +14,10 @@ from datetime import datetime, timedelta
 from celery_quartz.clock import Clock, from_millis, to_millis
 from celery_quartz.errors import SchedulerStateError
 from celery_quartz.firing import Firing
+from celery_quartz.liveness import failed_after
 from celery_quartz.store.sql import CheckIn, FiringOwners, SqlStore
 
 logger = logging.getLogger(__name__)
-
-
-def failed_after(
-    peer: CheckIn, *, now_millis: int, my_last_checkin_millis: int | None, threshold_millis: int
-) -> int:
-    """The instant (ms) after which ``peer`` counts as dead (Quartz's ``calcFailedIfAfter``).
-
-    A peer gets its own check-in interval, stretched by however long it has been since *our*
-    last check-in (if we were paused, so might everyone have been), plus the threshold.
-    """
-    since_mine = 0 if my_last_checkin_millis is None else now_millis - my_last_checkin_millis
-    return (
-        peer.last_checkin_millis + max(peer.checkin_interval_millis, since_mine) + threshold_millis
-    )
 
 
 @dataclass(frozen=True)

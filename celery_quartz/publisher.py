@@ -39,6 +39,8 @@ _RESERVED_OPTIONS = frozenset({"task_id", "headers", "args", "kwargs", "serializ
 _ROUTING_OPTIONS = ("queue", "exchange", "routing_key")
 #: Job options the Redis path can honour; any other option sends the firing through Celery.
 _REDIS_PATH_OPTIONS = frozenset({"queue", "expires"})
+#: The same for a firing routed to its group's queue.
+_REDIS_PATH_ROUTED_OPTIONS = frozenset({*_ROUTING_OPTIONS, "expires"})
 #: Celery's limits on argsrepr/kwargsrepr (``task_protocol`` 2 defaults).
 _REPR_MAXSIZE = 1024
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
@@ -165,11 +167,9 @@ class RedisPath:
         # A worker's own queue is bound to Celery's worker-direct exchange: Celery publishes it.
         if firing.node is not None:
             return False
-        if firing.queue is None and not set(firing.options) <= _REDIS_PATH_OPTIONS:
-            return False
-        if firing.queue is not None and not set(firing.options) <= {*_ROUTING_OPTIONS, "expires"}:
-            return False
-        return self._queue(firing) is not None
+        # A firing's own route replaces the job's routing options (see publish_options).
+        allowed = _REDIS_PATH_OPTIONS if firing.queue is None else _REDIS_PATH_ROUTED_OPTIONS
+        return set(firing.options) <= allowed and self._queue(firing) is not None
 
     def _queue(self, firing: Firing) -> str | None:
         wanted = firing.queue or firing.options.get("queue")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celery_quartz.limits import ExecutionLimits, ExecutionLimitScope
+from celery_quartz.liveness import failed_after
 
 #: Celery's name for a worker's own queue (``celery.utils.nodenames.worker_direct``).
 WORKER_DIRECT_FORMAT = "{node}.dq2"
@@ -74,10 +75,12 @@ class Unserved:
 class Hold:
     """Why a trigger is held back: what to exclude from the next selection of the same claim."""
 
+    #: The trigger's group is at its capacity (``group`` None: the ungrouped triggers).
+    group_full: bool = False
     group: str | None = None
-    by_group: bool = False
+    #: The pinned worker that is saturated.
     node: str | None = None
-    by_node: bool = False
+    #: (pinned worker, group): the worker does not consume a queue it would need.
     pair: tuple[str, str | None] | None = None
     unserved: Unserved | None = None
 
@@ -101,17 +104,27 @@ class Router:
         """The queue of ``group``'s firings; None for ungrouped (the job's own routing)."""
         return None if group is None else self.limits.queue_for(group)
 
+    def route(self, group: str | None) -> Route:
+        """The route of an unpinned firing of ``group``."""
+        return DEFAULT_ROUTE if group is None else Route(self.limits.queue_for(group))
+
     def served_queue(self, group: str | None) -> str:
         """The queue whose consumers serve ``group``: ungrouped firings are the default queue's."""
         queue = self.group_queue(group)
         return self.default_queue if queue is None else queue
 
     def live_workers(self, rows: list[Any], now_millis: int) -> dict[str, LiveWorker]:
-        """The workers among ``rows`` (check-in rows with ``queues`` and ``concurrency``) whose
-        last check-in is within their interval plus the threshold."""
+        """The workers among ``rows`` (check-in rows with ``queues`` and ``concurrency``) that
+        have not failed by Quartz's rule (their interval plus the threshold)."""
         live = {}
         for r in rows:
-            if now_millis > r.last_checkin_time + r.checkin_interval + self.threshold_millis:
+            deadline = failed_after(
+                r,
+                now_millis=now_millis,
+                my_last_checkin_millis=None,
+                threshold_millis=self.threshold_millis,
+            )
+            if now_millis > deadline:
                 continue
             queues = frozenset(json.loads(r.queues)) if r.queues else frozenset()
             live[r.instance_name] = LiveWorker(r.instance_name, queues, r.concurrency)
@@ -194,7 +207,7 @@ class Admission:
     def admit(self, group: str | None, pinned: str | None) -> Route | Hold:
         """Route a trigger of ``group`` pinned to ``pinned`` (None: unpinned or an unclaimed
         auto-pin), counting it in flight; or say why it waits."""
-        route = DEFAULT_ROUTE if group is None else Route(self.router.group_queue(group))
+        route = self.router.route(group)
         worker = None if pinned is None else self.workers.get(pinned)
         if worker is not None:
             missing = _missing_queue(worker, route.queue)
@@ -208,7 +221,7 @@ class Admission:
                 worker.concurrency
                 and self.in_flight_by_queue.get(route.queue, 0) >= worker.concurrency
             ):
-                return Hold(node=worker.name, by_node=True)  # saturated: it keeps its pin
+                return Hold(node=worker.name)  # saturated: it keeps its pin
         cap = self.capacity(group)
         if cap is not None and self.in_flight_by_group.get(group, 0) >= cap:
             limit = self.router.limits.limit_for(group)
@@ -218,7 +231,7 @@ class Admission:
                 if cap == 0 and limit is not None and limit.max_concurrent
                 else None
             )
-            return Hold(group=group, by_group=True, unserved=unserved)
+            return Hold(group_full=True, group=group, unserved=unserved)
         self.in_flight_by_group[group] = self.in_flight_by_group.get(group, 0) + 1
         if route.node is not None:
             self.in_flight_by_queue[route.queue] = self.in_flight_by_queue.get(route.queue, 0) + 1

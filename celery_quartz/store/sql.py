@@ -57,7 +57,6 @@ from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json, encode_j
 from celery_quartz.keys import RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.routing import (
-    DEFAULT_ROUTE,
     Admission,
     Hold,
     LiveWorker,
@@ -1027,11 +1026,8 @@ class SqlStore:
                 )
                 selection = selection.where(~and_(t.c.preferred_node == node, same_group))
             rows = in_acquisition_order(conn.execute(selection).all())
-            if (
-                rows
-                and admission is None
-                and any(r.execution_group is not None or r.preferred_node is not None for r in rows)
-            ):
+            # Unbounded limits count nothing: only a pin needs the workers and what they run.
+            if admission is None and any(r.preferred_node is not None for r in rows):
                 admission = self._admission(conn, router, now)
             batch: list[AcquiredFiring] = []
             batch_end: int | None = None
@@ -1042,19 +1038,19 @@ class SqlStore:
                 if batch_end is not None and row.next_fire_time > batch_end:
                     break
                 decision: Route | Hold = (
-                    DEFAULT_ROUTE
+                    router.route(row.execution_group)
                     if admission is None
                     else admission.admit(row.execution_group, row.preferred_node)
                 )
                 if isinstance(decision, Hold):
                     if decision.unserved is not None and decision.unserved not in claim.unserved:
                         claim.unserved.append(decision.unserved)
-                    if decision.by_group and decision.group not in held_groups:
+                    if decision.group_full and decision.group not in held_groups:
                         held_groups.add(decision.group)
                         held_more = True
-                    if decision.by_node and decision.node is not None:
-                        held_more |= decision.node not in held_nodes
+                    if decision.node is not None and decision.node not in held_nodes:
                         held_nodes.add(decision.node)
+                        held_more = True
                     if decision.pair is not None and decision.pair not in held_pairs:
                         held_pairs.add(decision.pair)
                         held_more = True
@@ -1090,8 +1086,8 @@ class SqlStore:
         rows = conn.execute(
             select(
                 s.c.instance_name,
-                s.c.last_checkin_time,
-                s.c.checkin_interval,
+                s.c.last_checkin_time.label("last_checkin_millis"),
+                s.c.checkin_interval.label("checkin_interval_millis"),
                 s.c.queues,
                 s.c.concurrency,
             ).where(s.c.sched_name == self.scheduler_name, s.c.kind == "worker")

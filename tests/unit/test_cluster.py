@@ -9,7 +9,8 @@ import pytest
 
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey
 from celery_quartz.clock import FakeClock, to_millis
-from celery_quartz.cluster import ClusterManager, failed_after
+from celery_quartz.cluster import ClusterManager
+from celery_quartz.liveness import failed_after
 from celery_quartz.store import CheckIn, FiringState, MemoryStore, TriggerState
 from tests.unit.conftest import T0
 

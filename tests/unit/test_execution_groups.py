@@ -332,3 +332,16 @@ def test_a_pinned_firing_is_published_to_celerys_worker_direct_queue() -> None:
 def test_the_redis_path_leaves_a_pinned_firing_to_celery() -> None:
     path = RedisPath.__new__(RedisPath)
     assert not path.accepts(firing(queue="celery@w1.dq2", node="celery@w1"))
+
+
+def test_an_unlimited_group_is_routed_without_reading_workers_or_counting(
+    store: MemoryStore,
+) -> None:
+    from sqlalchemy import event
+
+    add(store, grouped("t", "reports"))
+    statements: list[str] = []
+    event.listen(store.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    [firing] = claim(store, Router(ExecutionLimits().for_group("reports", None))).firings
+    assert firing.queue == "reports"
+    assert not [s for s in statements if "scheduler_state" in s or "count(" in s.lower()]

@@ -58,6 +58,31 @@ def services(pg_settings: dict[str, str] | None = None) -> Iterator[tuple[Any, A
         yield pg, rd
 
 
+def process_cpu_s(pid: int | None) -> float:
+    """CPU seconds (user + system) of a service process, its children alive now, and those of
+    its children that have ended (a PostgreSQL backend's time reaches the postmaster's
+    ``cutime`` when it exits and is reaped); 0.0 without a pid. Linux ``/proc`` only.
+
+    Read before and after a run: the difference is what the service spent on it, provided its
+    connections were closed (their backends reaped) before the second reading.
+    """
+    if pid is None:
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def fields(p: int) -> list[str]:
+        text = Path(f"/proc/{p}/stat").read_text()
+        return text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+
+    own = fields(pid)
+    # utime, stime, cutime, cstime are fields 14-17 of stat (1-based), 12-15 after "(comm)".
+    total = sum(int(v) for v in own[11:15])
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            total += sum(int(v) for v in fields(int(child))[11:13])
+    return total / tick
+
+
 _db_counter = 0
 
 

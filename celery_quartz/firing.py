@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -12,6 +13,24 @@ from celery_quartz.triggers.base import Trigger
 
 #: The message header that carries a firing's identity to the worker.
 HEADER = "quartz"
+
+
+def new_ids(count: int) -> list[str]:
+    """``count`` random UUIDs (version 4) as strings, the form ``str(uuid.uuid4())`` gives: fire
+    instance ids, which are also the task ids of their messages, and delivery tags.
+
+    One read of the system's random source for all of them, where ``uuid.uuid4()`` makes one
+    per id (a batch of firings needs two ids each).
+    """
+    raw = bytearray(os.urandom(16 * count))
+    raw[6::16] = bytes(b & 0x0F | 0x40 for b in raw[6::16])  # version 4
+    raw[8::16] = bytes(b & 0x3F | 0x80 for b in raw[8::16])  # RFC 4122 variant
+    h = raw.hex()
+    return [
+        f"{h[i : i + 8]}-{h[i + 8 : i + 12]}-{h[i + 12 : i + 16]}-"
+        f"{h[i + 16 : i + 20]}-{h[i + 20 : i + 32]}"
+        for i in range(0, 32 * count, 32)
+    ]
 
 
 @dataclass

@@ -18,10 +18,11 @@ import base64
 import json
 import logging
 import os
+import re
 import socket
-import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from json.encoder import encode_basestring_ascii as _encode
 from typing import Any
 
 from celery import Celery, signals
@@ -29,7 +30,7 @@ from celery.utils.nodenames import worker_direct
 from celery.utils.saferepr import saferepr
 
 from celery_quartz.clock import Clock, SystemClock, from_millis
-from celery_quartz.firing import HEADER, Firing
+from celery_quartz.firing import HEADER, Firing, new_ids
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +146,7 @@ class RedisPath:
         # Queue name by (task, queue option); None where the routing is not the default one.
         self._queues: dict[tuple[str, str | None], str | None] = {}
         self._origin = f"gen{os.getpid()}@{socket.gethostname()}"
+        self._templates: dict[tuple[str, str, bool], str] = {}
 
     @classmethod
     def for_app(cls, app: Celery, clock: Clock | None = None) -> RedisPath | None:
@@ -194,68 +196,116 @@ class RedisPath:
         pipe = self.client.pipeline(transaction=False)
         # One instant for the batch: its messages reach Redis together, at execute().
         now = self.clock.now()
-        for firing in firings:
+        for firing, delivery_tag in zip(firings, new_ids(len(firings)), strict=True):
             queue = self._queue(firing)
             assert queue is not None
-            pipe.lpush(queue, self.envelope(firing, queue, now))
+            pipe.lpush(queue, self.envelope(firing, queue, now, delivery_tag))
         pipe.execute()
 
-    def envelope(self, firing: Firing, queue: str, now: datetime | None = None) -> str:
+    def envelope(
+        self,
+        firing: Firing,
+        queue: str,
+        now: datetime | None = None,
+        delivery_tag: str | None = None,
+    ) -> str:
         """The JSON kombu's Redis transport stores for this firing's Celery task message, as
-        published at ``now`` (the clock's now by default), which the broker TTL counts from."""
-        task_id = firing.fire_instance_id
+        published at ``now`` (the clock's now by default), which the broker TTL counts from.
+
+        Rendered from a template per (task, queue, with or without expiry): only the firing's
+        own values are encoded, each on its own.
+        """
+        task_id = _encode(firing.fire_instance_id)
         expires = _expires(firing)
         args, kwargs = firing.args, firing.kwargs
-        headers = {
-            "lang": "py",
-            "task": firing.task,
+        values = {
             "id": task_id,
-            "shadow": None,
-            "eta": None,
-            "expires": None if expires is None else expires.isoformat(),
-            "group": None,
-            "group_index": None,
-            "retries": 0,
-            "timelimit": [None, None],
-            "root_id": task_id,
-            "parent_id": None,
             # Celery shows empty arguments as () and {}.
-            "argsrepr": _repr(args) if args else "()",
-            "kwargsrepr": _repr(kwargs) if kwargs else "{}",
-            "origin": self._origin,
-            "ignore_result": None,
-            "replaced_task_nesting": 0,
-            "stamped_headers": None,
-            "stamps": {},
-            HEADER: firing.header(),
+            "argsrepr": _encode(_repr(args)) if args else '"()"',
+            "kwargsrepr": _encode(_repr(kwargs)) if kwargs else '"{}"',
+            "header": json.dumps(firing.header()),
+            "reply_to": _encode(self.app.thread_oid),
+            "delivery_tag": f'"{delivery_tag or new_ids(1)[0]}"',
+            "body": _encode(_body(args, kwargs)),
         }
-        properties: dict[str, Any] = {
-            "correlation_id": task_id,
-            "reply_to": self.app.thread_oid,
-            "delivery_mode": 2,
-        }
-        if expires is not None:
+        if expires is None:
+            values["expires"] = "null"
+        else:
+            values["expires"] = _encode(expires.isoformat())
             # The broker TTL Celery derives from ``expires`` (kombu's Redis transport keeps it).
             remaining = max((expires - (now or self.clock.now())).total_seconds(), 0)
-            properties["expiration"] = str(int(remaining * 1000))
-        properties.update(
-            {
-                "delivery_info": {"exchange": "", "routing_key": queue},
-                "priority": 0,
-                "body_encoding": "base64",
-                "delivery_tag": str(uuid.uuid4()),
-            }
-        )
-        if args or kwargs:
-            body = base64.b64encode(json.dumps([args, kwargs, _EMBED]).encode()).decode()
-        else:
-            body = _EMPTY_BODY  # most scheduled tasks take no arguments
-        return json.dumps(
-            {
-                "body": body,
-                "content-encoding": "utf-8",
-                "content-type": "application/json",
-                "headers": headers,
-                "properties": properties,
-            }
-        )
+            values["expiration"] = f'"{int(remaining * 1000)}"'
+        key = (firing.task, queue, expires is not None)
+        template = self._templates.get(key)
+        if template is None:
+            template = self._templates[key] = _template(
+                firing.task, queue, self._origin, expires is not None
+            )
+        return template.format_map(values)
+
+
+def _body(args: list[Any], kwargs: dict[str, Any]) -> str:
+    if not args and not kwargs:
+        return _EMPTY_BODY  # most scheduled tasks take no arguments
+    return base64.b64encode(json.dumps([args, kwargs, _EMBED]).encode()).decode()
+
+
+def _message(task: str, queue: str, origin: str, slot: Any, with_expiry: bool) -> dict[str, Any]:
+    """The message kombu's Redis transport stores for a Celery task (protocol 2), with
+    ``slot(name)`` in place of each value that is the firing's own."""
+    task_id = slot("id")
+    headers = {
+        "lang": "py",
+        "task": task,
+        "id": task_id,
+        "shadow": None,
+        "eta": None,
+        "expires": slot("expires"),
+        "group": None,
+        "group_index": None,
+        "retries": 0,
+        "timelimit": [None, None],
+        "root_id": task_id,
+        "parent_id": None,
+        "argsrepr": slot("argsrepr"),
+        "kwargsrepr": slot("kwargsrepr"),
+        "origin": origin,
+        "ignore_result": None,
+        "replaced_task_nesting": 0,
+        "stamped_headers": None,
+        "stamps": {},
+        HEADER: slot("header"),
+    }
+    properties: dict[str, Any] = {
+        "correlation_id": task_id,
+        "reply_to": slot("reply_to"),
+        "delivery_mode": 2,
+    }
+    if with_expiry:
+        properties["expiration"] = slot("expiration")
+    properties.update(
+        {
+            "delivery_info": {"exchange": "", "routing_key": queue},
+            "priority": 0,
+            "body_encoding": "base64",
+            "delivery_tag": slot("delivery_tag"),
+        }
+    )
+    return {
+        "body": slot("body"),
+        "content-encoding": "utf-8",
+        "content-type": "application/json",
+        "headers": headers,
+        "properties": properties,
+    }
+
+
+#: A slot's place holder in a template's JSON, as ``json.dumps`` writes it.
+_SLOT = re.compile(r'"\\u0000(\w+)\\u0000"')
+
+
+def _template(task: str, queue: str, origin: str, with_expiry: bool) -> str:
+    """:func:`_message` as JSON, with each slot a ``str.format`` field taking the slot's value
+    already encoded as JSON."""
+    text = json.dumps(_message(task, queue, origin, lambda name: f"\0{name}\0", with_expiry))
+    return _SLOT.sub(r"{\1}", text.replace("{", "{{").replace("}", "}}"))

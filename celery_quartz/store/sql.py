@@ -13,7 +13,7 @@ import copy
 import functools
 import json
 import logging
-import uuid
+from collections import namedtuple
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +27,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Integer,
+    Result,
     Row,
     String,
     and_,
@@ -52,7 +53,7 @@ from celery_quartz.errors import (
     ObjectAlreadyExistsError,
     TriggerNotFoundError,
 )
-from celery_quartz.firing import AcquiredFiring, Firing, JobRecord
+from celery_quartz.firing import AcquiredFiring, Firing, JobRecord, new_ids
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json, encode_json_object
 from celery_quartz.keys import RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy
@@ -882,54 +883,22 @@ class SqlStore:
         two schedulers counting a group's firings in flight at once: the count and the claim are
         made under the ``EXECUTION_LIMITS`` lock row.
         """
-        t, j = self.tables.triggers, self.tables.jobs
+        t = self.tables.triggers
         now = self._now()
         limit_ms = to_millis(no_later_than)
         window_ms = int(time_window * 1000)
-        misfire_before = now - int(misfire_threshold * 1000)
-        query = (
-            select(
-                t,
-                j.c.task_name,
-                j.c.args,
-                j.c.kwargs,
-                j.c.options,
-                j.c.is_durable,
-                j.c.is_nonconcurrent,
-                j.c.is_update_data,
-                j.c.requests_recovery,
-                j.c.job_data.label("jobs_job_data"),
-            )
-            .join(
-                j,
-                and_(
-                    j.c.sched_name == t.c.sched_name,
-                    j.c.job_name == t.c.job_name,
-                    j.c.job_group == t.c.job_group,
-                ),
-            )
-            .where(
-                t.c.sched_name == self.scheduler_name,
-                t.c.trigger_state == TriggerState.WAITING,
-                # Quartz selects up to noLaterThan + timeWindow; the first trigger must still be
-                # due by no_later_than.
-                t.c.next_fire_time <= limit_ms + window_ms,
-                or_(
-                    t.c.misfire_instr == MisfireInstruction.IGNORE_MISFIRE_POLICY,
-                    t.c.next_fire_time >= misfire_before,
-                ),
-            )
-            .order_by(t.c.next_fire_time, t.c.priority.desc())
-            .limit(max_count)
-            .with_for_update(skip_locked=True, of=t)
-        )
+        params = {
+            "due_by": limit_ms + window_ms,
+            "misfire_before": now - int(misfire_threshold * 1000),
+            "max_count": max_count,
+        }
         claim = Claim()
         with self.transaction() as conn:
             self._check_fence(conn)
             if published:
                 self._mark_published(conn, published, now)
             batch = self._admitted_batch(
-                conn, query, router or _UNLIMITED, claim, now, limit_ms, window_ms
+                conn, params, router or _UNLIMITED, claim, now, limit_ms, window_ms
             )
             if task_exists is not None:
                 batch = self._error_unrunnable(conn, batch, task_exists)
@@ -983,10 +952,52 @@ class SqlStore:
     #: Selections one claim makes at most while looking past held-back triggers.
     _MAX_ADMISSION_ROUNDS = 4
 
+    @functools.cached_property
+    def _claim_statement(self) -> Any:
+        """The due WAITING triggers with their jobs, locked, skipping those another scheduler
+        holds (built once: parameters ``due_by``, ``misfire_before`` and ``max_count``)."""
+        t, j = self.tables.triggers, self.tables.jobs
+        return (
+            select(
+                t,
+                j.c.task_name,
+                j.c.args,
+                j.c.kwargs,
+                j.c.options,
+                j.c.is_durable,
+                j.c.is_nonconcurrent,
+                j.c.is_update_data,
+                j.c.requests_recovery,
+                j.c.job_data.label("jobs_job_data"),
+            )
+            .join(
+                j,
+                and_(
+                    j.c.sched_name == t.c.sched_name,
+                    j.c.job_name == t.c.job_name,
+                    j.c.job_group == t.c.job_group,
+                ),
+            )
+            .where(
+                t.c.sched_name == self.scheduler_name,
+                t.c.trigger_state == TriggerState.WAITING,
+                # Quartz selects up to noLaterThan + timeWindow; the first trigger must still be
+                # due by no_later_than.
+                t.c.next_fire_time <= bindparam("due_by", type_=BigInteger),
+                or_(
+                    t.c.misfire_instr == MisfireInstruction.IGNORE_MISFIRE_POLICY,
+                    t.c.next_fire_time >= bindparam("misfire_before", type_=BigInteger),
+                ),
+            )
+            .order_by(t.c.next_fire_time, t.c.priority.desc())
+            .limit(bindparam("max_count", type_=Integer))
+            .with_for_update(skip_locked=True, of=t)
+        )
+
     def _admitted_batch(
         self,
         conn: Connection,
-        query: Any,
+        params: dict[str, Any],
         router: Router,
         claim: Claim,
         now: int,
@@ -1008,7 +1019,7 @@ class SqlStore:
         held_nodes: set[str] = set()
         held_pairs: set[tuple[str, str | None]] = set()
         for _ in range(self._MAX_ADMISSION_ROUNDS):
-            selection = query
+            selection = self._claim_statement
             if None in held_groups:
                 selection = selection.where(t.c.execution_group.is_not(None))
             named = [g for g in held_groups if g is not None]
@@ -1025,7 +1036,8 @@ class SqlStore:
                     t.c.execution_group.is_(None) if group is None else t.c.execution_group == group
                 )
                 selection = selection.where(~and_(t.c.preferred_node == node, same_group))
-            rows = in_acquisition_order(conn.execute(selection).all())
+            rows = in_acquisition_order(_tuple_rows(conn.execute(selection, params)))
+            fire_instance_ids = new_ids(len(rows))
             # Unbounded limits count nothing: only a pin needs the workers and what they run.
             if admission is None and any(r.preferred_node is not None for r in rows):
                 admission = self._admission(conn, router, now)
@@ -1059,7 +1071,7 @@ class SqlStore:
                     # Quartz's batch rule: after the first trigger, take the others only while
                     # they are due no later than max(first fire time, now) + the window.
                     batch_end = max(row.next_fire_time, now) + window_ms
-                acquired = self._acquired_from_row(row)
+                acquired = self._acquired_from_row(row, fire_instance_ids.pop())
                 acquired.queue, acquired.node = decision.queue, decision.node
                 batch.append(acquired)
             if batch or not held_more:
@@ -1141,9 +1153,9 @@ class SqlStore:
             )
         return runnable
 
-    def _acquired_from_row(self, row: Row[Any]) -> AcquiredFiring:
+    def _acquired_from_row(self, row: Row[Any], fire_instance_id: str) -> AcquiredFiring:
         return AcquiredFiring(
-            fire_instance_id=new_fire_instance_id(),
+            fire_instance_id=fire_instance_id,
             trigger=self._trigger_from_row(row),
             job=self._job_record_from_row(row),
             scheduled_millis=row.next_fire_time,
@@ -2632,17 +2644,28 @@ def _routed_node(row: Row[Any]) -> str | None:
     return node if node is not None and row.queue == direct_queue(node) else None
 
 
-def new_fire_instance_id() -> str:
-    """A fire instance id; it is also the Celery task id of the firing's message."""
-    return str(uuid.uuid4())
-
-
 def _millis_or_none(value: datetime | None) -> int | None:
     return None if value is None else to_millis(value)
 
 
 def _datetime_or_none(value: int | None) -> datetime | None:
     return None if value is None else from_millis(value)
+
+
+@functools.lru_cache(maxsize=16)
+def _row_class(columns: tuple[str, ...]) -> Any:
+    return namedtuple("_ClaimedRow", columns, rename=True)
+
+
+def _tuple_rows(result: Result[Any]) -> list[Any]:
+    """A result's rows as named tuples, read by attribute like SQLAlchemy rows.
+
+    For the claim's rows, read some forty times each on the way to a message: a named tuple's
+    attribute is an index into a tuple, a SQLAlchemy ``Row``'s a lookup by key (several times
+    slower).
+    """
+    make = _row_class(tuple(result.keys()))._make
+    return [make(row) for row in result]
 
 
 def in_acquisition_order(rows: Sequence[Row[Any]]) -> list[Row[Any]]:

@@ -42,7 +42,8 @@ def _comparable(message: dict[str, Any]) -> dict[str, Any]:
     (milliseconds left at the instant of publishing)."""
     message = json.loads(json.dumps(message))
     del message["properties"]["delivery_tag"]
-    message["properties"]["expiration"] = int(message["properties"]["expiration"]) // 10_000
+    if "expiration" in message["properties"]:
+        message["properties"]["expiration"] = int(message["properties"]["expiration"]) // 10_000
     return message
 
 
@@ -67,6 +68,24 @@ def test_the_redis_path_writes_what_celery_writes(
     slow, fast = _stored(redis, db, "reports")  # LPUSH: the latest first
     assert _comparable(fast) == _comparable(slow)
     assert fast["headers"]["expires"] == "2027-01-15T08:00:30.005000+00:00"  # fired + 30 s
+
+
+def test_a_firing_without_expiry_is_written_as_celery_writes_it(
+    redis: RedisServer, redis_url: str
+) -> None:
+    db = int(redis_url.rsplit("/", 1)[1])
+    app = Celery("unit", broker=redis_url, set_as_current=False)
+    firing = _firing(queue="plain")
+    firing.expires_millis = None
+    path = RedisPath.for_app(app)
+    assert path is not None and path.accepts(firing)
+    path.publish([firing])
+    publisher = Publisher(app)
+    publisher._redis = None
+    publisher.publish([firing])
+    slow, fast = _stored(redis, db, "plain")
+    assert "expiration" not in fast["properties"] and fast["headers"]["expires"] is None
+    assert _comparable(fast) == _comparable(slow)
 
 
 def test_options_the_redis_path_cannot_honour_go_through_celery(redis_url: str) -> None:

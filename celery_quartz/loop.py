@@ -459,7 +459,7 @@ class SchedulingLoop:
 
     def _flush_published(self) -> None:
         if self._published:
-            self.store.mark_published(self._published)
+            self.store.mark_published(self.instance_id, self._published)
             self._published = []
 
     def _publish(self, firings: list[Firing]) -> None:

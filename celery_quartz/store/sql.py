@@ -896,7 +896,7 @@ class SqlStore:
         with self.transaction() as conn:
             self._check_fence(conn)
             if published:
-                self._mark_published(conn, published, now)
+                self._mark_published(conn, instance_name, published, now)
             batch = self._admitted_batch(
                 conn, params, router or _UNLIMITED, claim, now, limit_ms, window_ms
             )
@@ -1551,17 +1551,25 @@ class SqlStore:
             node=firing.node,
         )
 
-    def mark_published(self, published: Sequence[str | tuple[str, int]]) -> None:
-        """Record that the broker accepted these firings (FIRED → PUBLISHED): fire instance ids,
-        or (id, the instant in milliseconds it was published) pairs."""
+    def mark_published(
+        self, instance_name: str, published: Sequence[str | tuple[str, int]]
+    ) -> None:
+        """Record that the broker accepted these firings of ``instance_name`` (FIRED →
+        PUBLISHED): fire instance ids, or (id, the instant in milliseconds it was published)
+        pairs. A firing handed to another instance meanwhile (this one was declared dead) is
+        that instance's to publish and record."""
         if not published:
             return
         with self.transaction() as conn:
             self._check_fence(conn)
-            self._mark_published(conn, published, self._now())
+            self._mark_published(conn, instance_name, published, self._now())
 
     def _mark_published(
-        self, conn: Connection, published: Sequence[str | tuple[str, int]], now: int
+        self,
+        conn: Connection,
+        instance_name: str,
+        published: Sequence[str | tuple[str, int]],
+        now: int,
     ) -> None:
         f = self.tables.fired_triggers
         by_instant: dict[int, list[str]] = {}
@@ -1571,14 +1579,18 @@ class SqlStore:
         for at, fire_ids in by_instant.items():
             # Conditional: a worker may already have started one (EXECUTING) or finished it.
             if self.dialect == "postgresql":
-                conn.execute(self._mark_published_statement, {"ids": fire_ids, "at": at})
+                conn.execute(
+                    self._mark_published_statement,
+                    {"instance": instance_name, "ids": fire_ids, "at": at},
+                )
                 continue
             conn.execute(
                 update(f)
                 .where(
                     f.c.sched_name == self.scheduler_name,
-                    f.c.entry_id.in_(fire_ids),
+                    f.c.instance_name == instance_name,
                     f.c.state == FiringState.FIRED,
+                    f.c.entry_id.in_(fire_ids),
                 )
                 .values(state=FiringState.PUBLISHED, published_time=at)
             )
@@ -1586,14 +1598,21 @@ class SqlStore:
     @functools.cached_property
     def _mark_published_statement(self) -> Any:
         """FIRED → PUBLISHED for the ids of one instant, an array parameter: one PostgreSQL
-        statement built once (the loop runs it with every claim; an IN list is built anew)."""
+        statement built once (the loop runs it with every claim; an IN list is built anew).
+
+        The instance and the state come first: whatever the table's statistics, the rows read
+        are the instance's FIRED ones (a batch or two, from ``ix_fired_instance``), never every
+        fired row of the scheduler (an unanalysed table led PostgreSQL's planner there, at a cost
+        growing with the firings in flight).
+        """
         f = self.tables.fired_triggers
         return (
             update(f)
             .where(
                 f.c.sched_name == self.scheduler_name,
-                f.c.entry_id == bindparam("ids", type_=ARRAY(String)).any_(),
+                f.c.instance_name == bindparam("instance", type_=String),
                 f.c.state == FiringState.FIRED,
+                f.c.entry_id == bindparam("ids", type_=ARRAY(String)).any_(),
             )
             .values(state=FiringState.PUBLISHED, published_time=bindparam("at", type_=BigInteger))
         )

@@ -113,7 +113,7 @@ def test_a_deposed_leader_s_publication_record_is_refused(
     fire_id = fire_one(store, "t1", instance="old")
     leader(process(store, clock), app, clock, "new").start()
     with pytest.raises(FencedError):
-        store.mark_published([fire_id])
+        store.mark_published("old", [fire_id])
 
 
 def test_a_deposed_leader_s_misfire_handling_is_refused(
@@ -169,7 +169,7 @@ def test_a_worker_s_completion_is_not_fenced(
     old = leader(store, app, clock, "old")
     old.start()
     fire_id = fire_one(store, "t1", instance="old")
-    store.mark_published([fire_id])
+    store.mark_published("old", [fire_id])
     assert store.start_execution(fire_id, "worker@host")
     leader(process(store, clock), app, clock, "new").start()
     worker = process(store, clock)  # a worker's own store carries no fence
@@ -241,7 +241,7 @@ def test_published_and_executing_firings_are_left_to_the_workers(
     add(store, one_shot("t2", at(0), job="b"), job="b")
     one = fire_one(store, "t1", instance="previous")
     two = fire_one(store, "t2", instance="previous")
-    store.mark_published([one, two])
+    store.mark_published("previous", [one, two])
     store.start_execution(two, "worker@host")
     leader(process(store, clock), app, clock, "other").start()
     assert sorted(s for _, s in firing_rows(store)) == [
@@ -268,7 +268,7 @@ def test_blocked_triggers_stay_blocked_while_their_job_runs_and_are_freed_otherw
         disallow_concurrent=True,
     )
     running = fire_one(store, "r1", instance="previous")
-    store.mark_published([running])
+    store.mark_published("previous", [running])
     store.start_execution(running, "worker@host")
     fire_one(store, "s1", instance="previous")  # unpublished, other id: dropped
     assert (state(store, "r2"), state(store, "s2")) == ("BLOCKED", "BLOCKED")

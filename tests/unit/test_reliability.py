@@ -186,7 +186,7 @@ def published_firing(store: MemoryStore, name: str, *, expires_after: float = 60
         a for a in acquire(store, until=at(3600), window=3600) if a.trigger.key.name == name
     ]
     [firing] = store.fire(A, [claimed], expires_after=expires_after)
-    store.mark_published([firing.fire_instance_id])
+    store.mark_published(A, [firing.fire_instance_id])
     return firing.fire_instance_id
 
 
@@ -227,7 +227,7 @@ def test_a_firing_that_expires_a_second_time_is_dropped(
     fire_id = published_firing(store, "c1")
     clock.set(at(70))
     assert expire(store) == [fire_id]
-    store.mark_published([fire_id])
+    store.mark_published(B, [fire_id])
     clock.set(at(140))
     assert expire(store) == []
     assert store.firing_states() == {}
@@ -262,7 +262,7 @@ def test_an_expired_one_shot_that_is_dropped_leaves_no_trigger_or_job(
     fire_id = published_firing(store, "once")
     clock.set(at(70))
     assert expire(store) == [fire_id]
-    store.mark_published([fire_id])
+    store.mark_published(B, [fire_id])
     clock.set(at(140))
     expire(store)
     assert store.count_rows() == {

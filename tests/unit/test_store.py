@@ -263,7 +263,9 @@ def test_release_acquired_without_a_list_releases_every_claim_of_the_instance(
 def test_mark_published_turns_fired_rows_published(store: MemoryStore) -> None:
     add(store, one_shot("t1", at(0)))
     fire_id = fire_one(store, "t1")
-    store.mark_published([fire_id])
+    store.mark_published(B, [fire_id])  # not B's: unchanged
+    assert store.firing_states() == {fire_id: FiringState.FIRED}
+    store.mark_published(A, [fire_id])
     assert store.firing_states() == {fire_id: FiringState.PUBLISHED}
 
 
@@ -281,7 +283,7 @@ def test_start_execution_succeeds_once(store: MemoryStore) -> None:
 def test_start_execution_accepts_a_published_firing(store: MemoryStore) -> None:
     add(store, one_shot("t1", at(0)))
     fire_id = fire_one(store, "t1")
-    store.mark_published([fire_id])
+    store.mark_published(A, [fire_id])
     assert store.start_execution(fire_id, "w1@host") is True
 
 
@@ -676,7 +678,7 @@ def test_the_firing_owners_are_the_instances_with_claims_or_unpublished_firings(
     acquire(store, B)
     owners = store.firing_owners()
     assert (owners.schedulers, owners.unpublished) == ({A, B}, {A})
-    store.mark_published(list(store.firing_states()))
+    store.mark_published(A, list(store.firing_states()))
     assert store.firing_owners().unpublished == set()
 
 

@@ -21,11 +21,13 @@ Differences from Quartz, and why:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    ColumnElement,
     ForeignKeyConstraint,
     Index,
     Integer,
@@ -88,6 +90,12 @@ class Tables:
 
 def _sched_name() -> Column[str]:
     return Column("sched_name", String(SCHED_NAME), primary_key=True)
+
+
+def _where(condition: ColumnElement[bool]) -> dict[str, Any]:
+    """A partial index's condition, on the dialects that have partial indexes (elsewhere the
+    index covers every row)."""
+    return {"postgresql_where": condition, "sqlite_where": condition}
 
 
 def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
@@ -179,11 +187,14 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         triggers.c.trigger_group,
         triggers.c.trigger_state,
     )
+    # Partial: most triggers have no execution group, and every firing rewrites its trigger's row
+    # (a new entry in each of the table's indexes that covers it).
     Index(
         f"ix_{p}triggers_exec_group",
         triggers.c.sched_name,
         triggers.c.execution_group,
         triggers.c.trigger_state,
+        **_where(triggers.c.execution_group.is_not(None)),
     )
 
     fired = Table(
@@ -223,8 +234,14 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
     Index(f"ix_{p}fired_instance", fired.c.sched_name, fired.c.instance_name, fired.c.state)
     Index(f"ix_{p}fired_trigger", fired.c.sched_name, fired.c.trigger_name, fired.c.trigger_group)
     Index(f"ix_{p}fired_job", fired.c.sched_name, fired.c.job_name, fired.c.job_group)
-    Index(f"ix_{p}fired_worker", fired.c.sched_name, fired.c.worker_name)
-    Index(f"ix_{p}fired_exec_group", fired.c.sched_name, fired.c.execution_group, fired.c.state)
+    # Partial: a fired row has no worker until it starts, and is written twice before (fired,
+    # then published), each time a new entry in each of the table's indexes that covers it.
+    Index(
+        f"ix_{p}fired_worker",
+        fired.c.sched_name,
+        fired.c.worker_name,
+        **_where(fired.c.worker_name.is_not(None)),
+    )
 
     scheduler_state = Table(
         f"{p}scheduler_state",

@@ -37,6 +37,35 @@ def test_migrations_build_the_declared_schema_on_sqlite(tmp_path: Path) -> None:
     engine.dispose()
 
 
+def test_upgrading_from_0001_keeps_the_rows_and_makes_the_indexes_partial(pg_url: str) -> None:
+    from sqlalchemy import text
+
+    engine = create_store_engine(pg_url)
+    migrate.upgrade(engine, revision="0001")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO quartz_fired_triggers (sched_name, entry_id, trigger_name, "
+                "trigger_group, instance_name, fired_time, sched_time, priority, state, "
+                "worker_name) VALUES ('s', 'f1', 't', 'g', 'n', 1, 1, 5, 'EXECUTING', 'w@h')"
+            )
+        )
+    migrate.upgrade(engine)
+    assert migrate.check(engine).ok
+    fired = {ix["name"]: ix for ix in inspect(engine).get_indexes("quartz_fired_triggers")}
+    assert "ix_quartz_fired_exec_group" not in fired
+    worker_where = fired["ix_quartz_fired_worker"]["dialect_options"]["postgresql_where"]
+    assert "worker_name IS NOT NULL" in worker_where
+    triggers = {ix["name"]: ix for ix in inspect(engine).get_indexes("quartz_triggers")}
+    group_where = triggers["ix_quartz_triggers_exec_group"]["dialect_options"]["postgresql_where"]
+    assert "execution_group IS NOT NULL" in group_where
+    with engine.connect() as conn:
+        assert conn.execute(
+            text("SELECT entry_id FROM quartz_fired_triggers WHERE worker_name = 'w@h'")
+        ).all() == [("f1",)]
+    engine.dispose()
+
+
 def test_acquisition_is_an_index_range_scan_on_postgres(pg_url: str) -> None:
     from sqlalchemy import text
 
@@ -75,10 +104,10 @@ def _celery(args: list[str], store_url: str, cwd: Path) -> subprocess.CompletedP
 def test_celery_quartz_schema_commands(tmp_path: Path, pg_url: str) -> None:
     before = _celery(["schema", "check"], pg_url, tmp_path)
     assert before.returncode == 1, before.stdout + before.stderr
-    assert "expected 0001" in before.stdout
+    assert "expected 0002" in before.stdout
     upgraded = _celery(["schema", "upgrade"], pg_url, tmp_path)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "empty -> 0001" in upgraded.stdout
+    assert "empty -> 0002" in upgraded.stdout
     after = _celery(["schema", "check"], pg_url, tmp_path)
     assert after.returncode == 0, after.stdout + after.stderr
     assert "matches" in after.stdout

@@ -88,6 +88,24 @@ def test_a_firing_without_expiry_is_written_as_celery_writes_it(
     assert _comparable(fast) == _comparable(slow)
 
 
+def test_a_batch_is_queued_in_firing_order_whatever_its_queues(
+    redis: RedisServer, redis_url: str
+) -> None:
+    db = int(redis_url.rsplit("/", 1)[1])
+    app = Celery("unit", broker=redis_url, set_as_current=False)
+    path = RedisPath.for_app(app)
+    assert path is not None
+    firings = [_firing(queue=q) for q in ("one", "two", "one", "one", "two")]
+    path.publish(firings)
+
+    def consumed(queue: str) -> list[str]:  # as a worker takes them: from the tail (BRPOP)
+        return [m["headers"]["id"] for m in reversed(_stored(redis, db, queue))]
+
+    ids = [f.fire_instance_id for f in firings]
+    assert consumed("one") == [ids[0], ids[2], ids[3]]
+    assert consumed("two") == [ids[1], ids[4]]
+
+
 def test_options_the_redis_path_cannot_honour_go_through_celery(redis_url: str) -> None:
     app = Celery("unit", broker=redis_url, set_as_current=False)
     path = RedisPath.for_app(app)

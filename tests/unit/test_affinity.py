@@ -149,16 +149,24 @@ def test_unpinned_and_unclaimed_rows_read_back_as_the_singletons() -> None:
     assert PreferredNode.from_columns(None, True) is PreferredNode.AUTO
 
 
-# -- the store (SQLite, and PostgreSQL: the unnest insert and the compare-and-swap) -------------
+# -- the store (SQLite, and PostgreSQL on both drivers: the batch's JSON insert and advance, and
+# the compare-and-swap) ----------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)])
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("pg_url", marks=pytest.mark.integration),
+        pytest.param("pg_url_psycopg3", marks=pytest.mark.integration),
+    ]
+)
 def db(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[SqlStore]:
-    """The SQL store on each dialect, reading the fake clock."""
+    """The SQL store on each dialect and PostgreSQL driver, reading the fake clock."""
     if request.param == "sqlite":
         store: SqlStore = MemoryStore(scheduler_name="unit", clock=clock)
     else:
-        store = SqlStore(request.getfixturevalue("pg_url"), scheduler_name="unit", clock=clock)
+        url = request.getfixturevalue(request.param)
+        store = SqlStore(url, scheduler_name="unit", clock=clock)
         store.create_tables()
     yield store
     store.dispose()

@@ -21,7 +21,7 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from json.encoder import encode_basestring_ascii as _encode
 from typing import Any
@@ -231,7 +231,7 @@ class RedisPath:
             "kwargsrepr": _encode(_repr(kwargs)) if kwargs else '"{}"',
             "header": json.dumps(firing.header()),
             "reply_to": _encode(self.app.thread_oid),
-            "delivery_tag": f'"{delivery_tag or new_ids(1)[0]}"',
+            "delivery_tag": _encode(delivery_tag or new_ids(1)[0]),
             "body": _encode(_body(args, kwargs)),
         }
         if expires is None:
@@ -256,11 +256,13 @@ def _body(args: list[Any], kwargs: dict[str, Any]) -> str:
     return base64.b64encode(json.dumps([args, kwargs, _EMBED]).encode()).decode()
 
 
-def _message(task: str, queue: str, origin: str, slot: Any, with_expiry: bool) -> dict[str, Any]:
+def _message(
+    task: str, queue: str, origin: str, slot: Callable[[str], str], with_expiry: bool
+) -> dict[str, Any]:
     """The message kombu's Redis transport stores for a Celery task (protocol 2), with
     ``slot(name)`` in place of each value that is the firing's own."""
     task_id = slot("id")
-    headers = {
+    headers: dict[str, Any] = {
         "lang": "py",
         "task": task,
         "id": task_id,

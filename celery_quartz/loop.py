@@ -271,7 +271,10 @@ class SchedulingLoop:
                 self._unpublished.setdefault(firing.fire_instance_id, firing)
             self._publish(list(self._unpublished.values()))
             self._flush_published()
-            released = self.store.release_acquired(self.instance_id, self._batch)
+            # Every claim of this instance, not only the batch held: a stop signal can land
+            # between a claim's commit and the loop taking its answer (celery beat raises
+            # SystemExit wherever the step was), and a claim nobody holds would stay ACQUIRED.
+            released = self.store.release_acquired(self.instance_id)
             self._batch = []
             if released:
                 logger.info("released %d acquired trigger(s) at shutdown", released)

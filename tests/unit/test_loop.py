@@ -473,6 +473,28 @@ def test_two_loops_on_one_store_publish_every_occurrence_once(
     assert loops[0].fired_count > 0 and loops[1].fired_count > 0
 
 
+def test_shutdown_releases_a_claim_whose_answer_the_loop_never_took(
+    store: MemoryStore, app: Celery, clock: FakeClock
+) -> None:
+    # A stop signal between the claim's commit and the loop taking its answer.
+    schedule(store, once("soon", at(0.5)))
+    loop = make_loop(store, app, clock)
+    real_claim = store.claim
+
+    def claim_then_stop(*args: object, **kwargs: object) -> object:
+        real_claim(*args, **kwargs)  # type: ignore[arg-type]
+        raise SystemExit(0)
+
+    store.claim = claim_then_stop  # type: ignore[method-assign]
+    with pytest.raises(SystemExit):
+        loop.run_once()
+    store.claim = real_claim  # type: ignore[method-assign]
+    assert store.get_trigger_state(TriggerKey("soon")) == TriggerState.ACQUIRED
+    loop.shutdown()
+    assert store.get_trigger_state(TriggerKey("soon")) == TriggerState.WAITING
+    assert store.firing_states() == {}
+
+
 def test_shutdown_publishes_what_was_fired_but_not_yet_published(
     store: MemoryStore, app: Celery, clock: FakeClock, queue: str
 ) -> None:

@@ -354,13 +354,11 @@ class SqlStore:
         :class:`ObjectAlreadyExistsError` when a key exists and ``replace`` is false,
         :class:`JobNotFoundError` when a trigger names a job that is not stored.
         """
-        now = self.clock.now()
+        hashes = definition_hashes or {}
+        jobs = [(job, hashes.get(job.key)) for job, _ in items if job is not None]
+        triggers = [trigger for _, item_triggers in items for trigger in item_triggers]
         with self.transaction() as conn:
-            for job, triggers in items:
-                if job is not None:
-                    self._store_job(conn, job, replace, (definition_hashes or {}).get(job.key))
-                for trigger in triggers:
-                    self._store_trigger(conn, trigger, replace, now)
+            self._store_many(conn, jobs, triggers, replace, self.clock.now())
 
     def sync_job_group(
         self, group: str, desired: Mapping[JobKey, tuple[Job, Sequence[Trigger], str]]
@@ -388,6 +386,8 @@ class SqlStore:
                     )
                 )
             }
+            jobs: list[tuple[Job, str | None]] = []
+            new_triggers: list[Trigger] = []
             for key, (job, triggers, definition_hash) in desired.items():
                 if key in stored and stored[key] == definition_hash:
                     result.unchanged.append(key)
@@ -397,9 +397,9 @@ class SqlStore:
                     result.updated.append(key)
                 else:
                     result.added.append(key)
-                self._store_job(conn, job, False, definition_hash)
-                for trigger in triggers:
-                    self._store_trigger(conn, trigger, False, now)
+                jobs.append((job, definition_hash))
+                new_triggers.extend(triggers)
+            self._store_many(conn, jobs, new_triggers, False, now)
             for key in stored.keys() - desired.keys():
                 self._delete_job(conn, key)
                 result.removed.append(key)
@@ -417,52 +417,156 @@ class SqlStore:
         conn.execute(delete(t).where(self._triggers_of_job_clause(key)))
         return conn.execute(delete(j).where(self._job_key_clause(key))).rowcount > 0
 
-    def _store_job(
-        self, conn: Connection, job: Job, replace: bool, definition_hash: str | None
-    ) -> None:
-        j = self.tables.jobs
-        values = self._job_values(job)
-        values["definition_hash"] = definition_hash
-        exists = conn.execute(select(j.c.job_name).where(self._job_key_clause(job.key))).first()
-        if exists is not None:
-            if not replace:
-                raise ObjectAlreadyExistsError(f"job {job.key} already exists")
-            conn.execute(update(j).where(self._job_key_clause(job.key)).values(values))
-        else:
-            conn.execute(insert(j).values(values))
-
     def _store_trigger(
         self, conn: Connection, trigger: Trigger, replace: bool, now: datetime
     ) -> None:
-        t, j = self.tables.triggers, self.tables.jobs
-        if trigger.job_key is None:
-            raise InvalidTriggerError(f"trigger {trigger.key} names no job")
-        job_row = conn.execute(
-            select(j.c.is_nonconcurrent).where(self._job_key_clause(trigger.job_key))
-        ).first()
-        if job_row is None:
-            raise JobNotFoundError(f"trigger {trigger.key}: job {trigger.job_key} is not stored")
-        if trigger.start_at is None:
-            trigger.start_at = now
-        trigger.validate()
-        calendar = self._calendar(conn, trigger.calendar_name, trigger.key)
-        if trigger.compute_first_fire_time(calendar) is None:
-            raise InvalidTriggerError(
-                f"trigger {trigger.key}: based on its schedule it will never fire"
-            )
-        state = self._initial_state(
-            conn, trigger.key, trigger.job_key, bool(job_row.is_nonconcurrent)
+        self._store_many(conn, [], [trigger], replace, now)
+
+    def _store_many(
+        self,
+        conn: Connection,
+        jobs: Sequence[tuple[Job, str | None]],
+        triggers: Sequence[Trigger],
+        replace: bool,
+        now: datetime,
+    ) -> None:
+        """Store jobs (each with its definition hash) and triggers, reading and writing by batch:
+        a few statements whatever their number (a ``beat_schedule`` of 10,000 entries is
+        imported in one transaction).
+
+        Raises :class:`ObjectAlreadyExistsError` when a key is stored (or given twice) and
+        ``replace`` is false, :class:`JobNotFoundError` when a trigger names a job that is
+        neither stored nor given, :class:`InvalidTriggerError` for a trigger that is invalid or
+        would never fire; the caller's transaction then writes nothing.
+        """
+        if not jobs and not triggers:
+            return
+        j, t = self.tables.jobs, self.tables.triggers
+        job_values: dict[JobKey, dict[str, Any]] = {}
+        for job, definition_hash in jobs:
+            if job.key in job_values and not replace:
+                raise ObjectAlreadyExistsError(f"job {job.key} already exists")
+            job_values[job.key] = {**self._job_values(job), "definition_hash": definition_hash}
+        stored_jobs = self._stored_keys(conn, j.c.job_name, j.c.job_group, list(job_values))
+        if stored_jobs and not replace:
+            raise ObjectAlreadyExistsError(f"job {JobKey(*next(iter(stored_jobs)))} already exists")
+
+        # What a trigger's initial state depends on: its job's flag, the paused groups, and
+        # whether a disallow_concurrent job has a firing in flight.
+        nonconcurrent = {key: v["is_nonconcurrent"] for key, v in job_values.items()}
+        wanted = {trigger.job_key for trigger in triggers if trigger.job_key is not None}
+        for row in self._rows_by_key(
+            conn,
+            select(j.c.job_name, j.c.job_group, j.c.is_nonconcurrent),
+            j.c.job_name,
+            j.c.job_group,
+            [key for key in wanted if key not in nonconcurrent],
+        ):
+            nonconcurrent[JobKey.stored(row.job_name, row.job_group)] = bool(row.is_nonconcurrent)
+        paused = self.tables.paused_trigger_groups
+        paused_groups = set(
+            conn.execute(
+                select(paused.c.trigger_group).where(paused.c.sched_name == self.scheduler_name)
+            ).scalars()
         )
-        values = self._trigger_values(trigger, state)
-        existing = conn.execute(
-            select(t.c.trigger_state).where(self._trigger_key_clause(trigger.key))
-        ).first()
-        if existing is not None:
-            if not replace:
+        f = self.tables.fired_triggers
+        in_flight = self._stored_keys(
+            conn,
+            f.c.job_name,
+            f.c.job_group,
+            [key for key in wanted if nonconcurrent.get(key)],
+            f.c.state != FiringState.ACQUIRED,
+        )
+        calendars: dict[str, Any] = {}
+        trigger_values: dict[TriggerKey, dict[str, Any]] = {}
+        for trigger in triggers:
+            if trigger.job_key is None:
+                raise InvalidTriggerError(f"trigger {trigger.key} names no job")
+            if trigger.job_key not in nonconcurrent:
+                raise JobNotFoundError(
+                    f"trigger {trigger.key}: job {trigger.job_key} is not stored"
+                )
+            if trigger.key in trigger_values and not replace:
                 raise ObjectAlreadyExistsError(f"trigger {trigger.key} already exists")
-            conn.execute(update(t).where(self._trigger_key_clause(trigger.key)).values(values))
-        else:
-            conn.execute(insert(t).values(values))
+            if trigger.start_at is None:
+                trigger.start_at = now
+            trigger.validate()
+            name = trigger.calendar_name
+            if name is not None and name not in calendars:
+                calendars[name] = self._calendar(conn, name, trigger.key)
+            if trigger.compute_first_fire_time(calendars.get(name or "")) is None:
+                raise InvalidTriggerError(
+                    f"trigger {trigger.key}: based on its schedule it will never fire"
+                )
+            state = _initial_state(
+                group_paused=bool({trigger.key.group, _ALL_GROUPS_PAUSED} & paused_groups),
+                blocked=(trigger.job_key.name, trigger.job_key.group) in in_flight,
+            )
+            trigger_values[trigger.key] = self._trigger_values(trigger, state)
+        stored_triggers = self._stored_keys(
+            conn, t.c.trigger_name, t.c.trigger_group, list(trigger_values)
+        )
+        if stored_triggers and not replace:
+            key = TriggerKey(*next(iter(stored_triggers)))
+            raise ObjectAlreadyExistsError(f"trigger {key} already exists")
+
+        self._write_many(conn, j, job_values, stored_jobs, self._job_key_clause)
+        self._write_many(conn, t, trigger_values, stored_triggers, self._trigger_key_clause)
+
+    def _write_many(
+        self,
+        conn: Connection,
+        table: Any,
+        values: dict[Any, dict[str, Any]],
+        stored: set[tuple[str, str]],
+        key_clause: Callable[[Any], Any],
+    ) -> None:
+        """Update the stored rows one by one (a replace), insert the others in one executemany."""
+        new = []
+        for key, row in values.items():
+            if (key.name, key.group) in stored:
+                conn.execute(update(table).where(key_clause(key)).values(row))
+            else:
+                new.append(row)
+        if new:
+            conn.execute(insert(table), new)
+
+    #: Keys per statement when reading rows by key (SQLite allows 32,766 parameters).
+    _KEYS_PER_SELECT = 500
+
+    def _rows_by_key(
+        self,
+        conn: Connection,
+        query: Any,
+        name: Any,
+        group: Any,
+        keys: Sequence[JobKey | TriggerKey],
+        *where: Any,
+    ) -> Iterator[Any]:
+        """The rows of ``query`` whose (``name``, ``group``) is one of ``keys``, a few hundred
+        keys per statement."""
+        table = name.table
+        for i in range(0, len(keys), self._KEYS_PER_SELECT):
+            chunk = keys[i : i + self._KEYS_PER_SELECT]
+            yield from conn.execute(
+                query.where(
+                    table.c.sched_name == self.scheduler_name,
+                    tuple_(name, group).in_([(k.name, k.group) for k in chunk]),
+                    *where,
+                )
+            )
+
+    def _stored_keys(
+        self,
+        conn: Connection,
+        name: Any,
+        group: Any,
+        keys: Sequence[JobKey | TriggerKey],
+        *where: Any,
+    ) -> set[tuple[str, str]]:
+        """Which of ``keys`` have a row (matching ``where``), as (name, group) pairs."""
+        query = select(name, group).distinct()
+        return {(r[0], r[1]) for r in self._rows_by_key(conn, query, name, group, keys, *where)}
 
     def _initial_state(
         self, conn: Connection, key: TriggerKey, job_key: JobKey | None, nonconcurrent: bool
@@ -473,13 +577,11 @@ class SqlStore:
         group_paused = conn.execute(
             select(paused.c.trigger_group).where(
                 paused.c.sched_name == self.scheduler_name,
-                paused.c.trigger_group.in_([key.group, "_$_ALL_GROUPS_PAUSED_$_"]),
+                paused.c.trigger_group.in_([key.group, _ALL_GROUPS_PAUSED]),
             )
         ).first()
         blocked = nonconcurrent and self._job_in_flight(conn, job_key)
-        if group_paused is not None:
-            return TriggerState.PAUSED_BLOCKED if blocked else TriggerState.PAUSED
-        return TriggerState.BLOCKED if blocked else TriggerState.WAITING
+        return _initial_state(group_paused=group_paused is not None, blocked=blocked)
 
     def _job_in_flight(self, conn: Connection, job_key: JobKey | None) -> bool:
         if job_key is None:
@@ -2615,6 +2717,18 @@ _FIRED_ROW_COLUMNS = (
 
 #: A batch's rows as the JSON :func:`_recordset` reads (compact: it is sent once per batch).
 _json_rows = json.JSONEncoder(separators=(",", ":")).encode
+
+
+#: The paused-groups row that pauses every group (Quartz's marker).
+_ALL_GROUPS_PAUSED = "_$_ALL_GROUPS_PAUSED_$_"
+
+
+def _initial_state(*, group_paused: bool, blocked: bool) -> str:
+    """The state a trigger enters when stored or reset: paused with its group, blocked while its
+    disallow_concurrent job has a firing in flight."""
+    if group_paused:
+        return TriggerState.PAUSED_BLOCKED if blocked else TriggerState.PAUSED
+    return TriggerState.BLOCKED if blocked else TriggerState.WAITING
 
 
 def _pin_columns(pin: PreferredNode) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Shared fixtures of the unit tests: a fake clock and a RAM store reading it."""
+"""Shared fixtures of the unit tests: a fake clock, a RAM store reading it, and the SQL store on
+each dialect and PostgreSQL driver."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from datetime import datetime, timezone
 import pytest
 
 from celery_quartz.clock import FakeClock
-from celery_quartz.store import MemoryStore
+from celery_quartz.store import MemoryStore, SqlStore
 
 #: Where every unit test's fake clock starts.
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
@@ -24,3 +25,24 @@ def store(clock: FakeClock) -> Iterator[MemoryStore]:
     store = MemoryStore(scheduler_name="unit", clock=clock)
     yield store
     store.dispose()
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        pytest.param("pg_url", marks=pytest.mark.integration),
+        pytest.param("pg_url_psycopg3", marks=pytest.mark.integration),
+    ]
+)
+def db(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[SqlStore]:
+    """The SQL store on SQLite and on PostgreSQL with each driver, reading the fake clock: the
+    statements written per dialect (a batch's JSON insert and advance, the compare-and-swap)."""
+    if request.param == "sqlite":
+        sql_store: SqlStore = MemoryStore(scheduler_name="unit", clock=clock)
+    else:
+        sql_store = SqlStore(
+            request.getfixturevalue(request.param), scheduler_name="unit", clock=clock
+        )
+        sql_store.create_tables()
+    yield sql_store
+    sql_store.dispose()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from collections.abc import Iterator
 
 import pytest
 from celery import Celery
@@ -149,27 +148,8 @@ def test_unpinned_and_unclaimed_rows_read_back_as_the_singletons() -> None:
     assert PreferredNode.from_columns(None, True) is PreferredNode.AUTO
 
 
-# -- the store (SQLite, and PostgreSQL on both drivers: the batch's JSON insert and advance, and
-# the compare-and-swap) ----------------------------------------------------------------------
-
-
-@pytest.fixture(
-    params=[
-        "sqlite",
-        pytest.param("pg_url", marks=pytest.mark.integration),
-        pytest.param("pg_url_psycopg3", marks=pytest.mark.integration),
-    ]
-)
-def db(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[SqlStore]:
-    """The SQL store on each dialect and PostgreSQL driver, reading the fake clock."""
-    if request.param == "sqlite":
-        store: SqlStore = MemoryStore(scheduler_name="unit", clock=clock)
-    else:
-        url = request.getfixturevalue(request.param)
-        store = SqlStore(url, scheduler_name="unit", clock=clock)
-        store.create_tables()
-    yield store
-    store.dispose()
+# -- the store (`db`: SQLite, and PostgreSQL on both drivers: the batch's JSON insert and advance,
+# and the compare-and-swap) -----------------------------------------------------------------
 
 
 def pinned(name: str, pin: PreferredNode, *, job: str = "job") -> Trigger:

@@ -449,7 +449,8 @@ class SqlStore:
             job_values[job.key] = {**self._job_values(job), "definition_hash": definition_hash}
         stored_jobs = self._stored_keys(conn, j.c.job_name, j.c.job_group, list(job_values))
         if stored_jobs and not replace:
-            raise ObjectAlreadyExistsError(f"job {JobKey(*next(iter(stored_jobs)))} already exists")
+            key = next(k for k in job_values if (k.name, k.group) in stored_jobs)
+            raise ObjectAlreadyExistsError(f"job {key} already exists")
 
         # What a trigger's initial state depends on: its job's flag, the paused groups, and
         # whether a disallow_concurrent job has a firing in flight.
@@ -507,8 +508,8 @@ class SqlStore:
             conn, t.c.trigger_name, t.c.trigger_group, list(trigger_values)
         )
         if stored_triggers and not replace:
-            key = TriggerKey(*next(iter(stored_triggers)))
-            raise ObjectAlreadyExistsError(f"trigger {key} already exists")
+            stored = next(k for k in trigger_values if (k.name, k.group) in stored_triggers)
+            raise ObjectAlreadyExistsError(f"trigger {stored} already exists")
 
         self._write_many(conn, j, job_values, stored_jobs, self._job_key_clause)
         self._write_many(conn, t, trigger_values, stored_triggers, self._trigger_key_clause)

@@ -104,7 +104,7 @@ def test_a_key_given_twice_or_already_stored_stores_nothing(db: SqlStore) -> Non
     assert db.job_keys("imported") == []
     db.store_jobs_and_triggers(entries[1:])
     # The error names the first key given that is stored.
-    with pytest.raises(ObjectAlreadyExistsError, match="job imported.job-1 already"):
+    with pytest.raises(ObjectAlreadyExistsError, match=r"job imported\.job-1 already"):
         db.store_jobs_and_triggers(entries)
     assert len(db.job_keys("imported")) == 2
     db.store_jobs_and_triggers(entries, replace=True)

@@ -464,20 +464,8 @@ class SqlStore:
             [key for key in wanted if key not in nonconcurrent],
         ):
             nonconcurrent[JobKey.stored(row.job_name, row.job_group)] = bool(row.is_nonconcurrent)
-        paused = self.tables.paused_trigger_groups
-        paused_groups = set(
-            conn.execute(
-                select(paused.c.trigger_group).where(paused.c.sched_name == self.scheduler_name)
-            ).scalars()
-        )
-        f = self.tables.fired_triggers
-        in_flight = self._stored_keys(
-            conn,
-            f.c.job_name,
-            f.c.job_group,
-            [key for key in wanted if nonconcurrent.get(key)],
-            f.c.state != FiringState.ACQUIRED,
-        )
+        paused_groups = self._paused_groups(conn)
+        in_flight = self._jobs_in_flight(conn, [key for key in wanted if nonconcurrent.get(key)])
         calendars: dict[str, Any] = {}
         trigger_values: dict[TriggerKey, dict[str, Any]] = {}
         for trigger in triggers:
@@ -499,10 +487,7 @@ class SqlStore:
                 raise InvalidTriggerError(
                     f"trigger {trigger.key}: based on its schedule it will never fire"
                 )
-            state = _initial_state(
-                group_paused=bool({trigger.key.group, _ALL_GROUPS_PAUSED} & paused_groups),
-                blocked=(trigger.job_key.name, trigger.job_key.group) in in_flight,
-            )
+            state = _initial_state(trigger.key, paused_groups, blocked=trigger.job_key in in_flight)
             trigger_values[trigger.key] = self._trigger_values(trigger, state)
         stored_triggers = self._stored_keys(
             conn, t.c.trigger_name, t.c.trigger_group, list(trigger_values)
@@ -569,38 +554,22 @@ class SqlStore:
         query = select(name, group).distinct()
         return {(r[0], r[1]) for r in self._rows_by_key(conn, query, name, group, keys, *where)}
 
-    def _initial_state(
-        self, conn: Connection, key: TriggerKey, job_key: JobKey | None, nonconcurrent: bool
-    ) -> str:
-        """The state a trigger enters when stored or reset: paused with its group, blocked while
-        its disallow_concurrent job has a firing in flight."""
-        paused = self.tables.paused_trigger_groups
-        group_paused = conn.execute(
-            select(paused.c.trigger_group).where(
-                paused.c.sched_name == self.scheduler_name,
-                paused.c.trigger_group.in_([key.group, _ALL_GROUPS_PAUSED]),
-            )
-        ).first()
-        blocked = nonconcurrent and self._job_in_flight(conn, job_key)
-        return _initial_state(group_paused=group_paused is not None, blocked=blocked)
-
-    def _job_in_flight(self, conn: Connection, job_key: JobKey | None) -> bool:
-        if job_key is None:
-            return False
-        f = self.tables.fired_triggers
-        return (
+    def _paused_groups(self, conn: Connection) -> set[str]:
+        p = self.tables.paused_trigger_groups
+        return set(
             conn.execute(
-                select(f.c.entry_id)
-                .where(
-                    f.c.sched_name == self.scheduler_name,
-                    f.c.job_name == job_key.name,
-                    f.c.job_group == job_key.group,
-                    f.c.state != FiringState.ACQUIRED,
-                )
-                .limit(1)
-            ).first()
-            is not None
+                select(p.c.trigger_group).where(p.c.sched_name == self.scheduler_name)
+            ).scalars()
         )
+
+    def _jobs_in_flight(self, conn: Connection, keys: Sequence[JobKey]) -> set[JobKey]:
+        """Which of the jobs ``keys`` have a firing fired and not finished (a disallow_concurrent
+        job's new triggers start BLOCKED while it does)."""
+        f = self.tables.fired_triggers
+        in_flight = self._stored_keys(
+            conn, f.c.job_name, f.c.job_group, keys, f.c.state != FiringState.ACQUIRED
+        )
+        return {key for key in keys if (key.name, key.group) in in_flight}
 
     def _calendar(self, conn: Connection, name: str | None, owner: TriggerKey) -> Any:
         if name is None:
@@ -798,12 +767,8 @@ class SqlStore:
             )
 
     def paused_trigger_groups(self) -> list[str]:
-        p = self.tables.paused_trigger_groups
         with self.transaction() as conn:
-            rows = conn.execute(
-                select(p.c.trigger_group).where(p.c.sched_name == self.scheduler_name)
-            ).all()
-        return sorted(r.trigger_group for r in rows)
+            return sorted(self._paused_groups(conn))
 
     def _triggers_of_job_clause(self, key: JobKey) -> Any:
         t = self.tables.triggers
@@ -1077,14 +1042,7 @@ class SqlStore:
                 j.c.requests_recovery,
                 j.c.job_data.label("jobs_job_data"),
             )
-            .join(
-                j,
-                and_(
-                    j.c.sched_name == t.c.sched_name,
-                    j.c.job_name == t.c.job_name,
-                    j.c.job_group == t.c.job_group,
-                ),
-            )
+            .join(j, _same_job(j, t))
             .where(
                 t.c.sched_name == self.scheduler_name,
                 t.c.trigger_state == TriggerState.WAITING,
@@ -1931,14 +1889,7 @@ class SqlStore:
                 t.c.origin_trigger_group,
                 t.c.origin_sched_time,
             )
-            .outerjoin(
-                j,
-                and_(
-                    j.c.sched_name == f.c.sched_name,
-                    j.c.job_name == f.c.job_name,
-                    j.c.job_group == f.c.job_group,
-                ),
-            )
+            .outerjoin(j, _same_job(j, f))
             .outerjoin(
                 t,
                 and_(
@@ -2612,20 +2563,16 @@ class SqlStore:
             for key in keys:
                 row = conn.execute(
                     select(t.c.trigger_state, j.c.is_nonconcurrent, t.c.job_name, t.c.job_group)
-                    .join(
-                        j,
-                        and_(
-                            j.c.sched_name == t.c.sched_name,
-                            j.c.job_name == t.c.job_name,
-                            j.c.job_group == t.c.job_group,
-                        ),
-                    )
+                    .join(j, _same_job(j, t))
                     .where(self._trigger_key_clause(key))
                 ).first()
                 if row is None or row.trigger_state != TriggerState.ERROR:
                     continue
-                state = self._initial_state(
-                    conn, key, JobKey(row.job_name, row.job_group), bool(row.is_nonconcurrent)
+                job_key = JobKey.stored(row.job_name, row.job_group)
+                state = _initial_state(
+                    key,
+                    self._paused_groups(conn),
+                    blocked=bool(row.is_nonconcurrent and self._jobs_in_flight(conn, [job_key])),
                 )
                 reset += conn.execute(
                     update(t)
@@ -2725,12 +2672,21 @@ _json_rows = json.JSONEncoder(separators=(",", ":")).encode
 _ALL_GROUPS_PAUSED = "_$_ALL_GROUPS_PAUSED_$_"
 
 
-def _initial_state(*, group_paused: bool, blocked: bool) -> str:
-    """The state a trigger enters when stored or reset: paused with its group, blocked while its
-    disallow_concurrent job has a firing in flight."""
-    if group_paused:
+def _initial_state(key: TriggerKey, paused_groups: set[str], *, blocked: bool) -> str:
+    """The state a trigger enters when stored or reset: paused with its group (or with every
+    group), blocked while its disallow_concurrent job has a firing in flight."""
+    if key.group in paused_groups or _ALL_GROUPS_PAUSED in paused_groups:
         return TriggerState.PAUSED_BLOCKED if blocked else TriggerState.PAUSED
     return TriggerState.BLOCKED if blocked else TriggerState.WAITING
+
+
+def _same_job(jobs: Any, other: Any) -> Any:
+    """The join of the jobs table to ``other`` (triggers or fired rows) on the job's key."""
+    return and_(
+        jobs.c.sched_name == other.c.sched_name,
+        jobs.c.job_name == other.c.job_name,
+        jobs.c.job_group == other.c.job_group,
+    )
 
 
 def _pin_columns(pin: PreferredNode) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import time
+from typing import Any
 
 from celery import Celery
 from celery.signals import after_setup_logger
@@ -41,8 +42,22 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 import celery_quartz
+from celery_quartz.store import migrate
+from celery_quartz.store.sql import SqlStore
 
 metadata = MetaData()
+
+
+def _occurrence_columns() -> list[Column[Any]]:
+    """An occurrence (its trigger's key and scheduled time) and the firing that ran it."""
+    return [
+        Column("trigger_group", String(200)),
+        Column("trigger_name", String(200)),
+        Column("scheduled_ms", BigInteger),
+        Column("fire_instance_id", String(95)),
+    ]
+
+
 ledger = Table(
     "ledger",
     metadata,
@@ -58,20 +73,14 @@ ledger = Table(
 duplicates = Table(
     "ledger_duplicates",
     metadata,
-    Column("trigger_group", String(200)),
-    Column("trigger_name", String(200)),
-    Column("scheduled_ms", BigInteger),
-    Column("fire_instance_id", String(95)),
+    *_occurrence_columns(),
     Column("worker", String(255)),
 )
 # Recovery firings run an occurrence again on purpose (its first worker died): recorded apart.
 recoveries = Table(
     "ledger_recoveries",
     metadata,
-    Column("trigger_group", String(200)),
-    Column("trigger_name", String(200)),
-    Column("scheduled_ms", BigInteger),
-    Column("fire_instance_id", String(95)),
+    *_occurrence_columns(),
     Column("worker", String(255)),
     Column("started", Float),
 )
@@ -79,10 +88,7 @@ recoveries = Table(
 attempts = Table(
     "ledger_attempts",
     metadata,
-    Column("trigger_group", String(200)),
-    Column("trigger_name", String(200)),
-    Column("scheduled_ms", BigInteger),
-    Column("fire_instance_id", String(95)),
+    *_occurrence_columns(),
     Column("firing_trigger_group", String(200)),
     Column("retry_attempt", Integer),
     Column("fired_by", String(255)),
@@ -140,6 +146,26 @@ def create_ledger(url: str) -> None:
     engine = create_engine(url)
     metadata.create_all(engine)
     engine.dispose()
+
+
+def prepared_store(url: str) -> SqlStore:
+    """The store this app's processes use (scheduler name ``ledger_app``), its schema upgraded,
+    with the ledger's tables created in the same database."""
+    store = SqlStore(url, scheduler_name="ledger_app")
+    migrate.upgrade(store.engine)
+    create_ledger(url)
+    return store
+
+
+def environment(url: str, broker_url: str, **settings: str) -> dict[str, str]:
+    """What this app's processes read: the broker, the store and the ledger (in the store's
+    database), and ``CQ_*`` settings given as keyword arguments (``CHECKIN_INTERVAL="1"``)."""
+    return {
+        "CQ_BROKER_URL": broker_url,
+        "CQ_STORE_URL": url,
+        "CQ_LEDGER_URL": url,
+        **{f"CQ_{name}": value for name, value in settings.items()},
+    }
 
 
 def _write(statement: object) -> None:

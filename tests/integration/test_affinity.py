@@ -20,7 +20,7 @@ from celery_quartz import (
     SimpleTrigger,
     TriggerKey,
 )
-from celery_quartz.store import SqlStore, migrate
+from celery_quartz.store import SqlStore
 from tests.integration import ledger_app
 from tests.integration.processes import Processes, processes, wait_for
 
@@ -33,9 +33,7 @@ def node(name: str) -> str:
 
 
 def _setup(url: str, pin: PreferredNode) -> tuple[SqlStore, Quartz]:
-    store = SqlStore(url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(url)
+    store = ledger_app.prepared_store(url)
     quartz = Quartz(ledger_app.app, store=store)
     trigger = SimpleTrigger(
         key=KEY,
@@ -50,14 +48,9 @@ def _setup(url: str, pin: PreferredNode) -> tuple[SqlStore, Quartz]:
 
 
 def _env(url: str, redis_url: str) -> dict[str, str]:
-    return {
-        "CQ_BROKER_URL": redis_url,
-        "CQ_STORE_URL": url,
-        "CQ_LEDGER_URL": url,
-        "CQ_CHECKIN_INTERVAL": "1",
-        "CQ_CHECKIN_THRESHOLD": "1",
-        "CQ_MISFIRE_THRESHOLD": "3",
-    }
+    return ledger_app.environment(
+        url, redis_url, CHECKIN_INTERVAL="1", CHECKIN_THRESHOLD="1", MISFIRE_THRESHOLD="3"
+    )
 
 
 def _runs(url: str, since: float) -> list[tuple[int, str]]:

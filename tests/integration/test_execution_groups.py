@@ -14,7 +14,7 @@ import redis as redis_client
 from sqlalchemy import create_engine, select
 
 from celery_quartz import Job, JobKey, Quartz, SimpleMisfireInstruction, SimpleTrigger, TriggerKey
-from celery_quartz.store import SqlStore, migrate
+from celery_quartz.store import SqlStore
 from tests.integration import ledger_app
 from tests.integration.processes import Processes, processes, wait_for
 
@@ -82,18 +82,15 @@ def _max_overlap(intervals: list[tuple[float, float]]) -> int:
 def _run(
     tmp_path: Path, pg_url: str, redis_url: str, limits: dict[str, object]
 ) -> tuple[int, QueueSampler, list[tuple[float, float]], SqlStore]:
-    store = SqlStore(pg_url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(pg_url)
-    env = {
-        "CQ_BROKER_URL": redis_url,
-        "CQ_STORE_URL": pg_url,
-        "CQ_LEDGER_URL": pg_url,
-        "CQ_CHECKIN_INTERVAL": "1",
-        "CQ_CHECKIN_THRESHOLD": "2",
-        "CQ_MISFIRE_THRESHOLD": "3",
-        "CQ_EXECUTION_LIMITS": json.dumps(limits),
-    }
+    store = ledger_app.prepared_store(pg_url)
+    env = ledger_app.environment(
+        pg_url,
+        redis_url,
+        CHECKIN_INTERVAL="1",
+        CHECKIN_THRESHOLD="2",
+        MISFIRE_THRESHOLD="3",
+        EXECUTION_LIMITS=json.dumps(limits),
+    )
     with processes(tmp_path, env) as procs:
         _start_workers(procs, store)
         start = datetime.now(timezone.utc) + timedelta(seconds=2)

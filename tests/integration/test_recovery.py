@@ -18,7 +18,7 @@ from celery_quartz import (
     SimpleTrigger,
     TriggerKey,
 )
-from celery_quartz.store import FiringState, SqlStore, migrate
+from celery_quartz.store import FiringState, SqlStore
 from tests.integration import ledger_app
 from tests.integration.processes import processes, wait_for
 
@@ -26,9 +26,7 @@ CHECKIN = {"CQ_CHECKIN_INTERVAL": "1", "CQ_CHECKIN_THRESHOLD": "1"}
 
 
 def _setup(url: str) -> tuple[SqlStore, Quartz]:
-    store = SqlStore(url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(url)
+    store = ledger_app.prepared_store(url)
     return store, Quartz(ledger_app.app, store=store)
 
 

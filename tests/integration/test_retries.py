@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, select
 
 from celery_quartz import Job, JobKey, Quartz, RetryPolicy, SimpleTrigger, TriggerKey
 from celery_quartz.keys import RETRYING_JOBS_GROUP
-from celery_quartz.store import SqlStore, migrate
+from celery_quartz.store import SqlStore
 from tests.integration import ledger_app
 from tests.integration.processes import processes, wait_for
 
@@ -31,21 +31,14 @@ def _soon(seconds: float) -> datetime:
 
 
 def _setup(url: str) -> tuple[SqlStore, Quartz]:
-    store = SqlStore(url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(url)
+    store = ledger_app.prepared_store(url)
     return store, Quartz(ledger_app.app, store=store)
 
 
 def _env(pg_url: str, redis_url: str) -> dict[str, str]:
-    return {
-        "CQ_BROKER_URL": redis_url,
-        "CQ_STORE_URL": pg_url,
-        "CQ_LEDGER_URL": pg_url,
-        "CQ_IDLE_WAIT": "0.5",
-        "CQ_CHECKIN_INTERVAL": "1",
-        "CQ_CHECKIN_THRESHOLD": "1",
-    }
+    return ledger_app.environment(
+        pg_url, redis_url, IDLE_WAIT="0.5", CHECKIN_INTERVAL="1", CHECKIN_THRESHOLD="1"
+    )
 
 
 def _attempts(url: str, name: str) -> list[Any]:

@@ -12,9 +12,8 @@ import click
 
 from celery_quartz.clock import from_millis
 from celery_quartz.config import Settings
-from celery_quartz.store import migrate
+from celery_quartz.store import migrate, open_store
 from celery_quartz.store.engine import create_store_engine
-from celery_quartz.store.sql import SqlStore
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -74,11 +73,7 @@ def check(ctx: click.Context) -> None:
 def status(ctx: click.Context) -> None:
     """The instances checked in, and the firings in flight."""
     settings = _settings(ctx)
-    store = SqlStore(
-        settings.store_url,
-        scheduler_name=settings.scheduler_name,
-        table_prefix=settings.table_prefix,
-    )
+    store = open_store(settings)
     try:
         rows: list[Any] = store.check_ins()
         click.echo(f"scheduler {settings.scheduler_name}:")

@@ -23,8 +23,7 @@ from celery_quartz.errors import (
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.routing import Unserved
-from celery_quartz.store import migrate
-from celery_quartz.store.sql import SqlStore
+from celery_quartz.store import Store, open_store
 from celery_quartz.triggers.base import Trigger, TriggerDetailsUpdate
 
 
@@ -36,24 +35,14 @@ class Quartz:
         app: Celery,
         *,
         clock: Clock | None = None,
-        store: SqlStore | None = None,
+        store: Store | None = None,
         settings: Settings | None = None,
     ) -> None:
         self.app = app
         self.settings = settings or Settings.from_app(app)
         self.clock = clock or SystemClock()
         if store is None:
-            store = SqlStore(
-                self.settings.store_url,
-                scheduler_name=self.settings.scheduler_name,
-                table_prefix=self.settings.table_prefix,
-                clock=self.clock,
-                max_data_bytes=self.settings.max_job_data_bytes,
-            )
-            if self.settings.schema_auto_upgrade:
-                migrate.upgrade(store.engine, self.settings.table_prefix)
-            # Resuming a paused trigger judges "made late by the pause" by this threshold.
-            store.set_misfire_threshold(self.settings.misfire_threshold)
+            store = open_store(self.settings, clock=self.clock, upgrade_schema=True)
         self.store = store
 
     # -- scheduling ------------------------------------------------------------------------------

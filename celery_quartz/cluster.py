@@ -15,7 +15,8 @@ from celery_quartz.clock import Clock, from_millis, to_millis
 from celery_quartz.errors import SchedulerStateError
 from celery_quartz.firing import Firing
 from celery_quartz.liveness import failed_after
-from celery_quartz.store.sql import CheckIn, FiringOwners, SqlStore
+from celery_quartz.store.abc import SchedulerStore
+from celery_quartz.store.records import CheckIn, FiringOwners
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ class ClusterManager:
 
     def __init__(
         self,
-        store: SqlStore,
+        store: SchedulerStore,
         clock: Clock,
         instance_id: str,
         *,
@@ -231,10 +232,8 @@ class ClusterManager:
         """Remove this instance's check-in row; with ``only_if_mine``, only if this process
         wrote it last (a deposed non-clustered leader may share the new leader's instance id)."""
         if only_if_mine:
-            from celery_quartz.store import fencing
-
-            fencing.remove_check_in_of_process(
-                self.store, self.instance_id, hostname=self.hostname, pid=self.pid
+            self.store.remove_check_in_of_process(
+                self.instance_id, hostname=self.hostname, pid=self.pid
             )
             return
         self.store.remove_check_in(self.instance_id)

@@ -21,6 +21,10 @@ from __future__ import annotations
 from celery_quartz.triggers.base import MisfireInstruction, Trigger
 from celery_quartz.triggers.simple import SimpleMisfireInstruction, SimpleTrigger
 
+#: Default of ``quartz_misfire_threshold``: seconds late before a trigger's misfire instruction
+#: applies (Quartz's ``misfireThreshold``, 60 s); also how long a firing's message lives unstarted.
+DEFAULT_MISFIRE_THRESHOLD = 60.0
+
 _SIMPLE_RUNS_NOW = frozenset(
     {
         SimpleMisfireInstruction.IGNORE_MISFIRE_POLICY,

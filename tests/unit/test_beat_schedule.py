@@ -160,9 +160,7 @@ def test_a_restart_keeps_a_trigger_s_progress(
     clock.set(at(30))
     store.fire(
         "sched-a",
-        store.acquire_next_triggers(
-            "sched-a", no_later_than=at(30), max_count=10, time_window=0, misfire_threshold=60
-        ),
+        store.acquire_next_triggers("sched-a", no_later_than=at(30), max_count=10, time_window=0),
     )
     run_import(app, store, clock, {"ping-seconds": ENTRIES["ping-seconds"]})
     trigger = store.retrieve_trigger(trigger_key("ping-seconds"))

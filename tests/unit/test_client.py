@@ -288,7 +288,7 @@ def test_trigger_job_fires_the_job_once_now(
         {"reason": "by hand"},
     )
     [claimed] = store.acquire_next_triggers(
-        "sched-a", no_later_than=at(5), max_count=10, time_window=0, misfire_threshold=60
+        "sched-a", no_later_than=at(5), max_count=10, time_window=0
     )
     [firing] = store.fire("sched-a", [claimed])
     assert (firing.task, firing.trigger_data, firing.scheduled_millis) == (

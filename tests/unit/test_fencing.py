@@ -18,7 +18,7 @@ from celery_quartz.config import Settings
 from celery_quartz.errors import FencedError
 from celery_quartz.loop import SchedulingLoop
 from celery_quartz.publisher import Publisher
-from celery_quartz.store import FiringState, MemoryStore, SqlStore, fencing
+from celery_quartz.store import FiringState, MemoryStore, SqlStore
 from tests.unit.builders import acquire, add, at, fire_one, one_shot, repeating, state
 
 
@@ -67,7 +67,7 @@ def test_each_leadership_takes_the_next_epoch(
     first.standby()
     first.start()
     assert (first.epoch, second.epoch) == (3, 2)
-    assert fencing.current_epoch(store) == 3
+    assert store.current_epoch() == 3
 
 
 def test_the_epoch_is_copied_to_the_leader_s_check_in_row(
@@ -123,7 +123,7 @@ def test_a_deposed_leader_s_misfire_handling_is_refused(
     old.start()
     leader(process(store, clock), app, clock, "new").start()
     with pytest.raises(FencedError):
-        store.handle_misfires(threshold=60, max_count=20)
+        store.handle_misfires(max_count=20)
     with pytest.raises(FencedError):
         store.release_acquired("old")
 

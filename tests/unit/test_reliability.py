@@ -181,28 +181,25 @@ def test_a_worker_that_never_checked_in_is_recovered_after_a_window(
 # -- messages no worker started ----------------------------------------------------------------
 
 
-def published_firing(store: MemoryStore, name: str, *, expires_after: float = 60.0) -> str:
+def published_firing(store: MemoryStore, name: str) -> str:
     [claimed] = [
         a for a in acquire(store, until=at(3600), window=3600) if a.trigger.key.name == name
     ]
-    [firing] = store.fire(A, [claimed], expires_after=expires_after)
+    [firing] = store.fire(A, [claimed])
     store.mark_published(A, [firing.fire_instance_id])
     return firing.fire_instance_id
 
 
 def expire(store: MemoryStore, instance: str = B) -> list[str]:
     return [
-        f.fire_instance_id
-        for f in store.resolve_expired_firings(
-            instance, grace=8.5, expires_after=60.0, max_count=20
-        )
+        f.fire_instance_id for f in store.resolve_expired_firings(instance, grace=8.5, max_count=20)
     ]
 
 
 def test_a_firing_is_published_with_an_expiry_of_the_misfire_threshold(store: MemoryStore) -> None:
     add(store, cron("c1", "0 * * * * ?"))
     [claimed] = acquire(store, until=at(0))
-    [firing] = store.fire(A, [claimed], expires_after=60.0)
+    [firing] = store.fire(A, [claimed])
     assert firing.expires_millis == to_millis(at(60))
 
 

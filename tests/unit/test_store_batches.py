@@ -28,7 +28,6 @@ def test_a_batch_of_awkward_names_is_fired_and_advanced_exactly(db: SqlStore) ->
         no_later_than=at(10),
         max_count=10,
         time_window=10.0,
-        misfire_threshold=60.0,
     )
     assert sorted(f.trigger_key.name for f in claim.firings) == sorted(AWKWARD)
 
@@ -56,7 +55,7 @@ def test_a_batch_of_awkward_names_is_fired_and_advanced_exactly(db: SqlStore) ->
 
 def test_publication_is_recorded_for_the_instance_that_fired(db: SqlStore) -> None:
     add(db, repeating("t1", at(0), 60), repeating("t2", at(0), 60))
-    claim = db.claim(A, no_later_than=at(1), max_count=10, time_window=0.0, misfire_threshold=60.0)
+    claim = db.claim(A, no_later_than=at(1), max_count=10, time_window=0.0)
     ids = [firing.fire_instance_id for firing in claim.firings]
     assert len(ids) == 2
     db.mark_published(B, ids)
@@ -135,7 +134,7 @@ def test_stored_triggers_start_paused_or_blocked_as_their_group_and_job_say(
         job="exclusive",
         disallow_concurrent=True,
     )
-    claim = db.claim(A, no_later_than=at(1), max_count=10, time_window=0.0, misfire_threshold=60)
+    claim = db.claim(A, no_later_than=at(1), max_count=10, time_window=0.0)
     assert len(claim.firings) == 1  # a firing of "exclusive" in flight
     db.pause_trigger_group("quiet")
     db.store_jobs_and_triggers(

@@ -23,7 +23,7 @@ from sqlalchemy import (
 from celery_quartz.clock import from_millis
 from celery_quartz.firing import Firing
 from celery_quartz.keys import RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, JobKey, TriggerKey
-from celery_quartz.retry import RetryPolicy
+from celery_quartz.retry import RetryPolicy, decide_retry
 from celery_quartz.store.schema import (
     FiringState,
     TriggerState,
@@ -250,8 +250,14 @@ class FiringsSql(DefinitionsSql):
             f"occurrence {origin.group}.{origin.name} "
             f"(scheduled {from_millis(origin.sched_time).isoformat()})"
         )
-        delay = policy.delay_for(attempt)
-        if delay is None:
+        decision = decide_retry(
+            policy,
+            attempt,
+            failed_at_millis=now,
+            next_fire_millis=original.next_fire_time,
+            end_millis=original.end_time,
+        )
+        if decision.at_millis is None:
             logger.info(
                 "retry: %s failed after %d retr%s, all its policy allows; the trigger keeps "
                 "its schedule",
@@ -260,40 +266,35 @@ class FiringsSql(DefinitionsSql):
                 "y" if row.retry_attempt == 1 else "ies",
             )
             return
-        at = now + delay // timedelta(milliseconds=1)
-        if original.next_fire_time is not None and at >= original.next_fire_time - 1000:
-            why = f"the next occurrence, {from_millis(original.next_fire_time).isoformat()}, wins"
-        elif original.end_time is not None and at > original.end_time:
-            why = f"it is after the trigger's end, {from_millis(original.end_time).isoformat()}"
-        else:
-            key = TriggerKey(f"retry_{row.entry_id}", RETRYING_JOBS_GROUP)
-            if self._store_one_shot_firing(
-                conn,
-                row,
-                source,
-                origin,
-                key,
-                start=at,
-                retry_attempt=attempt,
-                retry_policy=original.retry_policy,
-                end=original.end_time,
-            ):
-                logger.info(
-                    "retry: %s failed; retry %d of %d scheduled at %s (%s)",
-                    occurrence,
-                    attempt,
-                    policy.max_attempts,
-                    from_millis(at).isoformat(),
-                    key,
-                )
+        if not decision.granted:
+            logger.info(
+                "retry: %s failed; retry %d at %s dropped: %s",
+                occurrence,
+                attempt,
+                from_millis(decision.at_millis).isoformat(),
+                decision.dropped_because,
+            )
             return
-        logger.info(
-            "retry: %s failed; retry %d at %s dropped: %s",
-            occurrence,
-            attempt,
-            from_millis(at).isoformat(),
-            why,
-        )
+        key = TriggerKey(f"retry_{row.entry_id}", RETRYING_JOBS_GROUP)
+        if self._store_one_shot_firing(
+            conn,
+            row,
+            source,
+            origin,
+            key,
+            start=decision.at_millis,
+            retry_attempt=attempt,
+            retry_policy=original.retry_policy,
+            end=original.end_time,
+        ):
+            logger.info(
+                "retry: %s failed; retry %d of %d scheduled at %s (%s)",
+                occurrence,
+                attempt,
+                policy.max_attempts,
+                from_millis(decision.at_millis).isoformat(),
+                key,
+            )
 
     def _firing_source(self, conn: Connection, row: Row[Any]) -> tuple[Row[Any] | None, _Origin]:
         """The trigger row of the fired ``row`` (None if removed), and the occurrence the firing

@@ -13,6 +13,7 @@ from sqlalchemy import (
 
 from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.keys import TriggerKey
+from celery_quartz.misfire import expired_firing_outcome
 from celery_quartz.routing import (
     Router,
 )
@@ -92,9 +93,7 @@ class MisfiresSql(FiringsSql):
         starting it meanwhile; each row is locked and its update or delete is conditional on its
         state, so exactly one outcome holds.
         """
-        from celery_quartz.misfire import runs_missed_occurrence
-
-        f, t = self.tables.fired_triggers, self.tables.triggers
+        f = self.tables.fired_triggers
         now = self._now()
         cutoff = now - int(grace * 1000)
         in_flight = [FiringState.FIRED, FiringState.PUBLISHED]
@@ -113,18 +112,15 @@ class MisfiresSql(FiringsSql):
                 .with_for_update(skip_locked=True)
             ).all()
             for row in rows:
-                trigger_row = conn.execute(
-                    select(t).where(
-                        self._trigger_key_clause(TriggerKey(row.trigger_name, row.trigger_group))
-                    )
-                ).first()
+                trigger_row = self._trigger_row(
+                    conn, TriggerKey(row.trigger_name, row.trigger_group)
+                )
                 trigger = None if trigger_row is None else self._trigger_from_row(trigger_row)
                 late_by = (now - row.sched_time) / 1000
-                if (
-                    row.expired_count == 0
-                    and trigger is not None
-                    and (row.recovering or runs_missed_occurrence(trigger))
-                ):
+                outcome = expired_firing_outcome(
+                    trigger, recovering=row.recovering, expired_count=row.expired_count
+                )
+                if outcome.republish:
                     conn.execute(
                         update(f)
                         .where(self._scoped(f))
@@ -145,20 +141,15 @@ class MisfiresSql(FiringsSql):
                     republish.append(row.entry_id)
                     logger.info(
                         "misfire: firing %s of trigger %s.%s was not started by any worker "
-                        "(%.1fs after its fire time); its instruction runs it now: published again",
+                        "(%.1fs after its fire time); %s: published again",
                         row.entry_id,
                         row.trigger_group,
                         row.trigger_name,
                         late_by,
+                        outcome.why,
                     )
                 else:
-                    why = (
-                        "it expired again after being published again"
-                        if row.expired_count
-                        else "no worker started it and its misfire instruction skips a missed "
-                        "occurrence"
-                    )
-                    self._drop_firing(conn, row, f"misfire: {why} ({late_by:.1f}s late)")
+                    self._drop_firing(conn, row, f"misfire: {outcome.why} ({late_by:.1f}s late)")
             firings = (
                 self._firings_to_publish(conn, f.c.entry_id.in_(republish), instance_name)
                 if republish

@@ -4,7 +4,6 @@ group ``celery.beat_schedule``, idempotently across restarts."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -34,20 +33,6 @@ def job_key(name: str) -> JobKey:
 
 def trigger_key(name: str) -> TriggerKey:
     return TriggerKey(name, GROUP)
-
-
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("t", set_as_current=False)
-
-    @app.task(name="tasks.ping", shared=False)
-    def ping() -> None: ...
-
-    @app.task(name="tasks.report", shared=False)
-    def report() -> None: ...
-
-    yield app
-    app.close()
 
 
 ENTRIES: dict[str, dict[str, Any]] = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -34,20 +34,6 @@ from tests.unit.conftest import T0
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("t", set_as_current=False)
-
-    @app.task(name="tasks.report", shared=False)
-    def report() -> None: ...
-
-    @app.task(name="tasks.cleanup", shared=False)
-    def cleanup() -> None: ...
-
-    yield app
-    app.close()
 
 
 @pytest.fixture

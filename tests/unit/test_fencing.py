@@ -5,9 +5,6 @@ processes would have their own engines over one database)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
 from celery import Celery
 from sqlalchemy import event
@@ -20,14 +17,6 @@ from celery_quartz.loop import SchedulingLoop
 from celery_quartz.publisher import Publisher
 from celery_quartz.store import FiringState, MemoryStore, SqlStore
 from tests.unit.builders import acquire, add, at, fire_one, one_shot, repeating, state
-
-
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("t", broker="memory://", set_as_current=False)
-    app.conf.task_default_queue = f"unit-{uuid.uuid4().hex}"
-    yield app
-    app.close()
 
 
 def process(store: MemoryStore, clock: FakeClock) -> SqlStore:

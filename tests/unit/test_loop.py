@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
@@ -28,24 +27,6 @@ A, B = "sched-a", "sched-b"
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def queue() -> str:
-    # kombu's memory transport keeps its queues process-wide: one queue name per test.
-    return f"unit-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def app(queue: str) -> Iterator[Celery]:
-    app = Celery("t", broker="memory://", set_as_current=False)
-    app.conf.task_default_queue = queue
-
-    @app.task(name="tasks.report", shared=False)
-    def report() -> None: ...
-
-    yield app
-    app.close()
 
 
 def settings(**changes: object) -> Settings:

@@ -166,9 +166,11 @@ def fired_pins(store: SqlStore) -> dict[str, PreferredNode]:
     """Fire instance id → the pin its fired row recorded."""
     f = store.tables.fired_triggers
     with store.transaction() as conn:
-        rows = conn.execute(select(f.c.entry_id, f.c.preferred_node, f.c.preferred_node_auto))
+        rows = conn.execute(
+            select(f.c.fire_instance_id, f.c.preferred_node, f.c.preferred_node_auto)
+        )
         return {
-            r.entry_id: PreferredNode.from_columns(r.preferred_node, r.preferred_node_auto)
+            r.fire_instance_id: PreferredNode.from_columns(r.preferred_node, r.preferred_node_auto)
             for r in rows
         }
 

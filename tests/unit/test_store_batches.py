@@ -64,7 +64,7 @@ def test_publication_is_recorded_for_the_instance_that_fired(db: SqlStore) -> No
     assert db.firing_states() == dict.fromkeys(ids, FiringState.PUBLISHED)
     f = db.tables.fired_triggers
     with db.transaction() as conn:
-        times = {r.entry_id: r.published_time for r in conn.execute(select(f))}
+        times = {r.fire_instance_id: r.published_time for r in conn.execute(select(f))}
     assert times[ids[0]] == 1234 and times[ids[1]] == to_millis(db.clock.now())
 
 

@@ -70,9 +70,9 @@ class FiringsSql(DefinitionsSql):
             f.c.state == FiringState.ACQUIRED,
         ]
         if fire_ids is not None:
-            where.append(f.c.entry_id.in_(list(fire_ids)))
+            where.append(f.c.fire_instance_id.in_(list(fire_ids)))
         if keep:
-            where.append(f.c.entry_id.not_in(list(keep)))
+            where.append(f.c.fire_instance_id.not_in(list(keep)))
         rows = conn.execute(
             delete(f).where(*where).returning(f.c.trigger_name, f.c.trigger_group)
         ).all()
@@ -93,12 +93,14 @@ class FiringsSql(DefinitionsSql):
     def _drop_firing(self, conn: Connection, row: Row[Any], why: str) -> bool:
         """Remove a fired row (if still there) and release what waited on it."""
         f = self.tables.fired_triggers
-        gone = conn.execute(delete(f).where(self._scoped(f), f.c.entry_id == row.entry_id)).rowcount
+        gone = conn.execute(
+            delete(f).where(self._scoped(f), f.c.fire_instance_id == row.fire_instance_id)
+        ).rowcount
         if gone:
             self._release_after_firing(conn, row)
             logger.info(
                 "firing %s of trigger %s.%s (scheduled %s) dropped: %s",
-                row.entry_id,
+                row.fire_instance_id,
                 row.trigger_group,
                 row.trigger_name,
                 from_millis(row.sched_time).isoformat(),
@@ -179,7 +181,7 @@ class FiringsSql(DefinitionsSql):
                 continue
             firings.append(
                 Firing(
-                    fire_instance_id=r.entry_id,
+                    fire_instance_id=r.fire_instance_id,
                     scheduler_name=self.scheduler_name,
                     task=r.task_name,
                     args=json.loads(r.args),
@@ -209,7 +211,7 @@ class FiringsSql(DefinitionsSql):
     def _schedule_recovery_firing(self, conn: Connection, row: Row[Any], now: int) -> bool:
         """A one-shot trigger that runs the interrupted occurrence again, as soon as possible."""
         source, origin = self._firing_source(conn, row)
-        key = TriggerKey(f"recover_{row.entry_id}", RECOVERING_JOBS_GROUP)
+        key = TriggerKey(f"recover_{row.fire_instance_id}", RECOVERING_JOBS_GROUP)
         # A recovered retry firing is still that retry: it keeps its attempt number.
         if not self._store_one_shot_firing(
             conn, row, source, origin, key, start=now, recovering=True
@@ -219,7 +221,7 @@ class FiringsSql(DefinitionsSql):
             "worker %s died running firing %s of trigger %s.%s (scheduled %s); recovery firing "
             "%s scheduled",
             row.worker_name,
-            row.entry_id,
+            row.fire_instance_id,
             origin.group,
             origin.name,
             from_millis(origin.sched_time).isoformat(),
@@ -275,7 +277,7 @@ class FiringsSql(DefinitionsSql):
                 decision.dropped_because,
             )
             return
-        key = TriggerKey(f"retry_{row.entry_id}", RETRYING_JOBS_GROUP)
+        key = TriggerKey(f"retry_{row.fire_instance_id}", RETRYING_JOBS_GROUP)
         if self._store_one_shot_firing(
             conn,
             row,
@@ -339,7 +341,9 @@ class FiringsSql(DefinitionsSql):
             is None
         ):
             what = "recovery" if recovering else "retry"
-            logger.info("firing %s gets no %s firing: job %s is gone", row.entry_id, what, job_key)
+            logger.info(
+                "firing %s gets no %s firing: job %s is gone", row.fire_instance_id, what, job_key
+            )
             return False
         if retry_policy is None and source is not None:
             retry_policy = source.retry_policy

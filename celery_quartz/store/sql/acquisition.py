@@ -69,7 +69,7 @@ _UNLIMITED = Router()
 
 #: The columns of a fired row that are its own in a batch (the rest the batch's rows share).
 _FIRED_ROW_COLUMNS = (
-    "entry_id",
+    "fire_instance_id",
     "trigger_name",
     "trigger_group",
     "sched_time",
@@ -396,7 +396,7 @@ class AcquisitionSql(FiringsSql, SchedulingStore):
             return
         rows = [  # keyed by _FIRED_ROW_COLUMNS
             {
-                "entry_id": a.fire_instance_id,
+                "fire_instance_id": a.fire_instance_id,
                 "trigger_name": a.trigger.key.name,
                 "trigger_group": a.trigger.key.group,
                 "sched_time": a.scheduled_millis,
@@ -583,12 +583,12 @@ class AcquisitionSql(FiringsSql, SchedulingStore):
         with self.transaction() as conn:
             self._check_fence(conn)
             owned = {
-                r.entry_id
+                r.fire_instance_id
                 for r in conn.execute(
-                    select(f.c.entry_id)
+                    select(f.c.fire_instance_id)
                     .where(
                         self._scoped(f),
-                        f.c.entry_id.in_([a.fire_instance_id for a in acquired]),
+                        f.c.fire_instance_id.in_([a.fire_instance_id for a in acquired]),
                         f.c.instance_name == instance_name,
                         f.c.state == FiringState.ACQUIRED,
                     )
@@ -617,7 +617,7 @@ class AcquisitionSql(FiringsSql, SchedulingStore):
             firings, skipped = self._write_fired(conn, instance_name, live, advanced, now, expires)
             dropped = [a.fire_instance_id for a in mine if a not in live] + skipped
             if dropped:
-                conn.execute(delete(f).where(self._scoped(f), f.c.entry_id.in_(dropped)))
+                conn.execute(delete(f).where(self._scoped(f), f.c.fire_instance_id.in_(dropped)))
                 logger.info(
                     "%s dropped %d claim(s): the trigger was paused, changed or removed "
                     "meanwhile, or its disallow_concurrent job already fired in this batch",
@@ -629,7 +629,7 @@ class AcquisitionSql(FiringsSql, SchedulingStore):
                     update(f)
                     .where(
                         self._scoped(f),
-                        f.c.entry_id.in_([m.fire_instance_id for m in firings]),
+                        f.c.fire_instance_id.in_([m.fire_instance_id for m in firings]),
                     )
                     .values(state=FiringState.FIRED, fired_time=now, expires_time=expires)
                 )
@@ -715,7 +715,7 @@ class AcquisitionSql(FiringsSql, SchedulingStore):
                     self._scoped(f),
                     f.c.instance_name == instance_name,
                     f.c.state == FiringState.FIRED,
-                    f.c.entry_id.in_(fire_ids),
+                    f.c.fire_instance_id.in_(fire_ids),
                 )
                 .values(state=FiringState.PUBLISHED, published_time=at)
             )
@@ -737,7 +737,7 @@ class AcquisitionSql(FiringsSql, SchedulingStore):
                 self._scoped(f),
                 f.c.instance_name == bindparam("instance", type_=String),
                 f.c.state == FiringState.FIRED,
-                f.c.entry_id == bindparam("ids", type_=ARRAY(String)).any_(),
+                f.c.fire_instance_id == bindparam("ids", type_=ARRAY(String)).any_(),
             )
             .values(state=FiringState.PUBLISHED, published_time=bindparam("at", type_=BigInteger))
         )

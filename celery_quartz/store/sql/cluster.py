@@ -231,14 +231,14 @@ class ClusterSql(FiringsSql, ClusterStore):
                         conn.execute(
                             update(f)
                             .where(self._scoped(f))
-                            .where(f.c.entry_id == row.entry_id)
+                            .where(f.c.fire_instance_id == row.fire_instance_id)
                             .values(recovery_after=now + defer_nonconcurrent_millis)
                         )
                         logger.info(
                             "worker %s is dead; recovery of firing %s of disallow_concurrent "
                             "job %s.%s deferred %.1fs",
                             worker_name,
-                            row.entry_id,
+                            row.fire_instance_id,
                             row.job_group,
                             row.job_name,
                             defer_nonconcurrent_millis / 1000,
@@ -251,7 +251,7 @@ class ClusterSql(FiringsSql, ClusterStore):
                 gone = conn.execute(
                     delete(f).where(
                         self._scoped(f),
-                        f.c.entry_id == row.entry_id,
+                        f.c.fire_instance_id == row.fire_instance_id,
                         f.c.state == FiringState.EXECUTING,
                     )
                 ).rowcount
@@ -265,7 +265,7 @@ class ClusterSql(FiringsSql, ClusterStore):
                         "worker %s died running firing %s of trigger %s.%s (scheduled %s); "
                         "closed as interrupted",
                         worker_name,
-                        row.entry_id,
+                        row.fire_instance_id,
                         row.trigger_group,
                         row.trigger_name,
                         from_millis(row.sched_time).isoformat(),
@@ -384,7 +384,7 @@ class ClusterSql(FiringsSql, ClusterStore):
                 .returning(f.c.requests_recovery)
             ).all()
             republish = conn.execute(
-                select(f.c.entry_id).where(
+                select(f.c.fire_instance_id).where(
                     self._scoped(f),
                     f.c.state == FiringState.FIRED,
                     f.c.instance_name == instance_name,

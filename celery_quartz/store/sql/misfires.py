@@ -124,7 +124,9 @@ class MisfiresSql(FiringsSql):
                     conn.execute(
                         update(f)
                         .where(self._scoped(f))
-                        .where(f.c.entry_id == row.entry_id, f.c.state.in_(in_flight))
+                        .where(
+                            f.c.fire_instance_id == row.fire_instance_id, f.c.state.in_(in_flight)
+                        )
                         .values(
                             state=FiringState.FIRED,
                             instance_name=instance_name,
@@ -138,11 +140,11 @@ class MisfiresSql(FiringsSql):
                             ),
                         )
                     )
-                    republish.append(row.entry_id)
+                    republish.append(row.fire_instance_id)
                     logger.info(
                         "misfire: firing %s of trigger %s.%s was not started by any worker "
                         "(%.1fs after its fire time); %s: published again",
-                        row.entry_id,
+                        row.fire_instance_id,
                         row.trigger_group,
                         row.trigger_name,
                         late_by,
@@ -151,7 +153,7 @@ class MisfiresSql(FiringsSql):
                 else:
                     self._drop_firing(conn, row, f"misfire: {outcome.why} ({late_by:.1f}s late)")
             firings = (
-                self._firings_to_publish(conn, f.c.entry_id.in_(republish), instance_name)
+                self._firings_to_publish(conn, f.c.fire_instance_id.in_(republish), instance_name)
                 if republish
                 else []
             )
@@ -164,7 +166,7 @@ class MisfiresSql(FiringsSql):
             conn.execute(
                 delete(f).where(
                     self._scoped(f),
-                    f.c.entry_id == acquired.fire_instance_id,
+                    f.c.fire_instance_id == acquired.fire_instance_id,
                 )
             )
             conn.execute(

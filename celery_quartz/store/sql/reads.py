@@ -137,10 +137,10 @@ class ReadsSql(SqlBase, StoreReader):
                 f.c.job_name == filters.job.name, f.c.job_group == filters.job.group
             )
         if after is not None:
-            query = query.where(f.c.entry_id > after)
+            query = query.where(f.c.fire_instance_id > after)
         limit = _page_size(limit)
         with self.transaction() as conn:
-            rows = conn.execute(query.order_by(f.c.entry_id).limit(limit + 1)).all()
+            rows = conn.execute(query.order_by(f.c.fire_instance_id).limit(limit + 1)).all()
         views = [_firing_view(r) for r in rows[:limit]]
         return Page(views, views[-1].fire_instance_id if len(rows) > limit else None)
 
@@ -254,8 +254,10 @@ class ReadsSql(SqlBase, StoreReader):
         """Every fired row of this scheduler: fire instance id → state (diagnostics and tests)."""
         f = self.tables.fired_triggers
         with self.transaction() as conn:
-            rows = conn.execute(select(f.c.entry_id, f.c.state).where(self._scoped(f))).all()
-        return {r.entry_id: r.state for r in rows}
+            rows = conn.execute(
+                select(f.c.fire_instance_id, f.c.state).where(self._scoped(f))
+            ).all()
+        return {r.fire_instance_id: r.state for r in rows}
 
     def unserved(self, router: Router) -> list[Unserved]:
         """The execution groups of the schedulable triggers that no live worker serves, and the
@@ -297,7 +299,7 @@ def _page_size(limit: int) -> int:
 
 def _firing_view(r: Any) -> FiringView:
     return FiringView(
-        fire_instance_id=r.entry_id,
+        fire_instance_id=r.fire_instance_id,
         trigger_key=TriggerKey.stored(r.trigger_name, r.trigger_group),
         job_key=None if r.job_name is None else JobKey.stored(r.job_name, r.job_group),
         state=r.state,

@@ -57,7 +57,7 @@ class WorkerSql(FiringsSql, WorkerStore):
                 update(f)
                 .where(
                     self._scoped(f),
-                    f.c.entry_id == fire_instance_id,
+                    f.c.fire_instance_id == fire_instance_id,
                     startable,
                 )
                 .values(
@@ -135,7 +135,7 @@ class WorkerSql(FiringsSql, WorkerStore):
                     update(f)
                     .where(
                         self._scoped(f),
-                        f.c.entry_id == fire_instance_id,
+                        f.c.fire_instance_id == fire_instance_id,
                         f.c.state == FiringState.EXECUTING,
                     )
                     .values(values)
@@ -165,7 +165,7 @@ class WorkerSql(FiringsSql, WorkerStore):
                 delete(f)
                 .where(
                     self._scoped(f),
-                    f.c.entry_id == fire_instance_id,
+                    f.c.fire_instance_id == fire_instance_id,
                     f.c.state == FiringState.EXECUTING,
                 )
                 .returning(f)

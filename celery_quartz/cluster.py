@@ -2,7 +2,8 @@
 
 Processes never talk to each other. Each writes its own check-in row; each looks at the others'
 rows and declares a peer dead by Quartz's rule; the recovery of a dead peer is one transaction
-that only one survivor can win (see :meth:`~celery_quartz.store.abc.ClusterStore.recover_scheduler`).
+that only one survivor can win (see
+:meth:`~celery_quartz.store.abc.ClusterStore.recover_scheduler`).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from celery_quartz.errors import (
 )
 from celery_quartz.job import Job, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.store.schema import TriggerState
 from celery_quartz.store.sql._base import SqlBase
 from celery_quartz.store.sql._rows import (
     initial_state,
@@ -173,16 +174,19 @@ class DefinitionsSql(SqlBase):
         self, conn: Connection, row: Row[Any], now: int, why: str, *conditions: Any
     ) -> bool:
         """Apply a late trigger's misfire instruction (one decision, logged): write its new fire
-        times, or remove it when it will not fire again. ``conditions`` guard the update (the
-        trigger is still as it was read). True when the trigger is still stored."""
+        times, or finish it when it will not fire again (:meth:`_finish_trigger`). ``conditions``
+        guard the update (the trigger is still as it was read). True when the trigger fires
+        again."""
         t = self.tables.triggers
         trigger = self._trigger_from_row(row)
         trigger.update_after_misfire(
             from_millis(now), self._calendar(conn, trigger.calendar_name, trigger.key)
         )
         if trigger.next_fire_time is None:
-            self._remove_trigger(conn, trigger.key)
-            outcome = "will not fire again; removed"
+            if self._finish_trigger(conn, trigger.key, *conditions):
+                outcome = "will not fire again; removed"
+            else:
+                outcome = "will not fire again; kept COMPLETE until its firings in flight end"
         else:
             conn.execute(
                 update(t)
@@ -204,6 +208,26 @@ class DefinitionsSql(SqlBase):
             outcome,
         )
         return trigger.next_fire_time is not None
+
+    def _finish_trigger(self, conn: Connection, key: TriggerKey, *conditions: Any) -> bool:
+        """A trigger that will not fire again is removed (and a non-durable job left with no
+        trigger with it), unless a firing of it is still in flight: then it stays, COMPLETE,
+        until its last firing ends, so that firing is still resolved by the trigger's misfire
+        instruction if its message expires. True when removed."""
+        t, f = self.tables.triggers, self.tables.fired_triggers
+        in_flight = conn.execute(
+            select(f.c.fire_instance_id)
+            .where(self._scoped(f), f.c.trigger_name == key.name, f.c.trigger_group == key.group)
+            .limit(1)
+        ).first()
+        if in_flight is None:
+            return self._remove_trigger(conn, key)
+        conn.execute(
+            update(t)
+            .where(self._trigger_key_clause(key), *conditions)
+            .values(trigger_state=TriggerState.COMPLETE, next_fire_time=None)
+        )
+        return False
 
     def _rescheduled_definition(self, trigger: Trigger) -> dict[str, Any]:
         """The definition columns a misfire instruction may rewrite.

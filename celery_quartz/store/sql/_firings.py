@@ -109,7 +109,8 @@ class FiringsSql(DefinitionsSql):
         return bool(gone)
 
     def _release_after_firing(self, conn: Connection, row: Row[Any]) -> None:
-        """What a firing's end releases: its job's blocked triggers, and a finished trigger."""
+        """What a firing's end releases: its job's blocked triggers, and a finished (COMPLETE)
+        trigger once its last firing in flight has ended."""
         t = self.tables.triggers
         if row.is_nonconcurrent and row.job_name is not None:
             self._unblock_triggers(conn, JobKey(row.job_name, row.job_group))
@@ -118,7 +119,7 @@ class FiringsSql(DefinitionsSql):
             select(t.c.trigger_state).where(self._trigger_key_clause(trigger_key))
         ).scalar_one_or_none()
         if state == TriggerState.COMPLETE:
-            self._remove_trigger(conn, trigger_key)
+            self._finish_trigger(conn, trigger_key)
 
     def _unblock_triggers(self, conn: Connection, job: JobKey) -> None:
         """A disallow_concurrent job's firing ended: its other triggers may fire again. One made

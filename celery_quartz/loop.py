@@ -129,9 +129,11 @@ class SchedulingLoop:
             if not self._started:
                 self._first_start()
             elif not self.settings.clustered:
+                # The new epoch first: the check-in is fenced, and the old fence is stale if
+                # another leader held the epoch meanwhile.
+                self._take_leadership()
                 self.cluster.writing = True
                 self.cluster.check_in()
-                self._take_leadership()
             self._next_claim = None  # claim at the next step, whatever the last one found
             self._set_status(SchedulerStatus.RUNNING)
 
@@ -169,6 +171,11 @@ class SchedulingLoop:
                 )
             except DBAPIError:
                 logger.warning("could not record status %s of %s", status.value, self.instance_id)
+            except FencedError:
+                # Deposed: the row is the new leader's to write.
+                logger.debug(
+                    "status %s of %s not recorded: deposed", status.value, self.instance_id
+                )
 
     def _take_leadership(self) -> None:
         """Non-clustered: take the next epoch; recover if another leader held it meanwhile."""

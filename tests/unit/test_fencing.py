@@ -352,3 +352,35 @@ def test_a_deposed_leader_leaves_the_new_leader_s_row_alone(
     assert old.status is SchedulerStatus.STANDBY
     old.shutdown()
     assert check_in_row(store)[:2] == (222, "RUNNING")
+
+
+def test_a_deposed_leader_s_due_check_in_is_refused_and_leaves_the_row_alone(
+    store: MemoryStore, app: Celery, clock: FakeClock
+) -> None:
+    """The old leader resumes (SIGCONT) after the new one took over under the same instance id,
+    with its check-in due: the check-in is fenced like every other write, so the row keeps the
+    new leader's pid and RUNNING."""
+    add(store, repeating("t1", at(0), 1))
+    old = leader(store, app, clock, "leader")
+    old.cluster.pid = 111  # another process, same instance id
+    old.start()
+    new = leader(process(store, clock), app, clock, "leader")
+    new.cluster.pid = 222
+    new.start()
+    clock.advance(30)  # old was frozen past its check-in interval
+    old.run_once()
+    assert old.status is SchedulerStatus.STANDBY
+    assert check_in_row(store)[:2] == (222, "RUNNING")
+    old.shutdown()
+    assert check_in_row(store)[:2] == (222, "RUNNING")
+
+
+def test_a_deposed_leader_s_check_in_is_refused(
+    store: MemoryStore, app: Celery, clock: FakeClock
+) -> None:
+    leader(store, app, clock, "old").start()
+    leader(process(store, clock), app, clock, "new").start()
+    with pytest.raises(FencedError):
+        store.check_in("old", interval=7.5, clustered=False)
+    with pytest.raises(FencedError):
+        store.record_status("old", "STANDBY", hostname=None, pid=None)

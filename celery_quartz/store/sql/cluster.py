@@ -69,6 +69,8 @@ class ClusterSql(FiringsSql, ClusterStore):
         }
         clause = and_(self._scoped(s), s.c.instance_name == instance_name)
         with self.transaction() as conn:
+            # A deposed leader (its fence stale) must not overwrite the new leader's row.
+            self._check_fence(conn)
             if conn.execute(update(s).where(clause).values(values)).rowcount:
                 return True
             conn.execute(
@@ -461,6 +463,7 @@ class ClusterSql(FiringsSql, ClusterStore):
         this process (host, pid) wrote the row last: replicas may share the leader's instance id."""
         s = self.tables.scheduler_state
         with self.transaction() as conn:
+            self._check_fence(conn)
             conn.execute(
                 update(s)
                 .where(

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from celery import Celery
 
+from celery_quartz.calendars import Calendar
 from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.config import Settings
 from celery_quartz.errors import (
@@ -147,6 +148,36 @@ class Quartz:
         """Return triggers in ERROR (their job's task was missing when they came due) to their
         schedule; the number reset."""
         return self.store.reset_trigger_from_error_state(keys)
+
+    # -- calendars -------------------------------------------------------------------------------
+
+    def add_calendar(self, name: str, calendar: Calendar, *, replace: bool = False) -> None:
+        """Store ``calendar`` under ``name`` for triggers to name in ``calendar_name`` (Quartz's
+        ``AddCalendar``). Raises :class:`~celery_quartz.errors.ObjectAlreadyExistsError` when one
+        is stored and ``replace`` is false. Replacing a calendar does not move fire times
+        already computed: each trigger follows it from its next firing on."""
+        if not isinstance(name, str) or not name:
+            raise ValidationError(f"a calendar's name must be a non-empty string, not {name!r}")
+        if not isinstance(calendar, Calendar):
+            raise ValidationError(
+                f"calendar {name!r}: expected a celery_quartz.calendars.Calendar, "
+                f"not {type(calendar).__name__}"
+            )
+        self.store.store_calendar(name, calendar, replace=replace)
+
+    def get_calendar(self, name: str) -> Calendar | None:
+        """The calendar stored under ``name``, or None."""
+        calendar: Calendar | None = self.store.retrieve_calendar(name)
+        return calendar
+
+    def get_calendar_names(self) -> list[str]:
+        """The names of the stored calendars, sorted."""
+        return sorted(self.store.calendars())
+
+    def delete_calendar(self, name: str) -> bool:
+        """Remove the calendar ``name``; False when none is stored. Raises
+        :class:`~celery_quartz.errors.CalendarInUseError` naming a trigger that still uses it."""
+        return self.store.remove_calendar(name)
 
     # -- reading ---------------------------------------------------------------------------------
 

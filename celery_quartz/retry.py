@@ -214,7 +214,9 @@ def _parse(stored: str) -> RetryPolicy:
         if kind == "x" and len(fields) == 2:
             delays: Sequence[timedelta] = [_from_ms(d) for d in fields[1].split(",")]
             return RetryPolicy.explicit(*delays, max_attempts=int(fields[0]))
-    except ValueError as exc:  # int()/float() of a malformed field; RetryPolicyError is one too
+    except (ValueError, OverflowError) as exc:
+        # int()/float() of a malformed field, a delay past what a timedelta holds;
+        # RetryPolicyError is a ValueError too.
         raise RetryPolicyError(f"retry policy {stored!r} cannot be read: {exc}") from None
     raise RetryPolicyError(f"retry policy {stored!r} cannot be read: not f:, e:, x: or n")
 

@@ -445,3 +445,9 @@ def test_a_retry_firing_recovered_from_a_dead_worker_keeps_its_attempt(
     clock.set(at(60))
     claimed, _ = _fire_due(store, clock)
     assert claimed.retry_attempt == 2
+
+
+def test_a_stored_delay_past_what_a_timedelta_holds_is_refused_with_our_error() -> None:
+    # Found by the fuzz campaign: OverflowError escaped from the parser.
+    with pytest.raises(RetryPolicyError, match="cannot be read"):
+        RetryPolicy.parse("f:5:30010000000000000000000004")

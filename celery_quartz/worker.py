@@ -162,28 +162,45 @@ def _custom_headers(request: Any) -> dict[str, Any]:
     return dict(headers) if isinstance(headers, dict) else {}
 
 
-#: How long a worker keeps trying to record a firing's end while the store does not answer.
-_PERSIST_BUDGET = 60.0
+#: Longest pause between attempts to record a firing's end while the store does not answer.
+_PERSIST_MAX_DELAY = 5.0
+#: How often a worker still waiting for the store says so again.
+_PERSIST_LOG_INTERVAL = 30.0
 
 
 def _persist(write: Callable[[], Any], task_id: str) -> Any:
-    """Run a store write, retrying through a store outage for up to a minute.
+    """Run a store write, retrying until the store answers.
 
     A completion that is never recorded would leave the firing in flight for ever (and a
-    disallow_concurrent job blocked), so a restart of the database is waited out here.
+    disallow_concurrent job blocked), however long the database is down, so the outage is waited
+    out here: nothing can start meanwhile anyway (a start needs the store too). A worker stopped
+    while it waits (a cold shutdown) leaves the firing EXECUTING on a worker whose check-ins
+    stop, and the schedulers recover it as they recover any dead worker's executions.
     """
     delay = 0.2
-    deadline = time.monotonic() + _PERSIST_BUDGET
+    began = time.monotonic()
+    next_log = began
     while True:
         try:
-            return write()
+            result = write()
         except DBAPIError:
-            if time.monotonic() >= deadline:
-                logger.exception("firing %s: could not record its end in the store", task_id)
-                return None
-            logger.warning("firing %s: the store did not answer; retrying", task_id)
+            now = time.monotonic()
+            if now >= next_log:
+                logger.warning(
+                    "firing %s: the store did not answer for %.0fs; still retrying to record "
+                    "its end",
+                    task_id,
+                    now - began,
+                )
+                next_log = now + _PERSIST_LOG_INTERVAL
             time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            delay = min(delay * 2, _PERSIST_MAX_DELAY)
+            continue
+        if time.monotonic() - began > 1.0:
+            logger.info(
+                "firing %s: its end recorded after %.0fs", task_id, time.monotonic() - began
+            )
+        return result
 
 
 def _guard_class(cls: type[Task], hooks: _WorkerHooks) -> None:

@@ -230,6 +230,126 @@ def run_chaos(
     return report
 
 
+@dataclass
+class OutageReport(ChaosReport):
+    """A run with one service down for longer than the misfire threshold."""
+
+    service: str = ""
+    down: float = 0.0
+    misfire_threshold: float = 0.0
+    #: Processes that had died by the end (none may: they ride the outage out).
+    died: list[str] = field(default_factory=list)
+    #: Must-run occurrences due after the service came back that started.
+    after_outage: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return super().ok and not self.died and self.after_outage > 0
+
+    def table(self) -> str:
+        rows = [
+            ("service down", f"{self.service}, {self.down:.0f} s"),
+            ("misfire threshold", f"{self.misfire_threshold:.0f} s"),
+            ("must-run occurrences due", str(self.due)),
+            ("  started", str(self.executed)),
+            ("  dropped by a logged misfire decision", str(self.dropped)),
+            ("  lost", f"{len(self.lost)} {self._lost_by_trigger()}".rstrip()),
+            ("  started after the service came back", str(self.after_outage)),
+            ("occurrences started twice (not recovery)", str(self.duplicates)),
+            ("expired messages published again", str(self.republished)),
+            ("fired rows left in flight", str(self.left_in_flight)),
+            ("processes that died", ", ".join(self.died) or "none"),
+            ("verdict", "OK" if self.ok else "FAILED"),
+        ]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def run_outage(
+    workdir: Path,
+    postgres: PostgresServer,
+    redis: RedisServer,
+    *,
+    service: str,
+    down: float,
+    misfire_threshold: float,
+    before: float = 10.0,
+    after: float | None = None,
+) -> OutageReport:
+    """Three schedulers and two workers; ``service`` ("postgresql" or "redis") stopped for
+    ``down`` seconds, then started again on the same port; nobody is restarted by hand.
+
+    Afterwards every must-run occurrence due has run, or was dropped by a logged misfire decision
+    its instruction allows, nothing is left in flight, every process is still alive, and
+    occurrences due after the outage ran (the processes recovered by themselves). ``after``
+    (default: the misfire threshold plus 20 s) is how long everyone runs once it is back.
+    """
+    if service not in ("postgresql", "redis"):
+        raise ValueError(f"service is postgresql or redis, not {service!r}")
+    url = postgres.create_database(f"outage_{service}_{int(time.time())}")
+    redis.flushdb(0)
+    store = SqlStore(url, scheduler_name="ledger_app")
+    migrate.upgrade(store.engine)
+    ledger_app.create_ledger(url)
+    quartz = Quartz(ledger_app.app, store=store)
+    start = datetime.now(timezone.utc) + timedelta(seconds=5)
+    must_run = _schedule(quartz, start)
+    env = {
+        "CQ_BROKER_URL": redis.url(0),
+        "CQ_STORE_URL": url,
+        "CQ_LEDGER_URL": url,
+        "CQ_CHECKIN_INTERVAL": "1",
+        "CQ_CHECKIN_THRESHOLD": "1",
+        "CQ_MISFIRE_THRESHOLD": str(misfire_threshold),
+    }
+    report = OutageReport(seconds=down, service=service, down=down)
+    report.misfire_threshold = misfire_threshold
+    server: PostgresServer | RedisServer = postgres if service == "postgresql" else redis
+    procs = Processes(workdir, env)
+    try:
+        for name in WORKERS:
+            procs.worker(name, concurrency=4)
+        for name in SCHEDULERS:
+            procs.beat(name)
+        time.sleep(5 + before)
+        server.stop()
+        time.sleep(down)
+        server.start(keep_port=True)
+        back = datetime.now(timezone.utc)
+        time.sleep(misfire_threshold + 20 if after is None else after)
+        chaos_ended = datetime.now(timezone.utc)
+        report.died = [n for n in (*SCHEDULERS, *WORKERS) if procs.procs[n].poll() is not None]
+        for name in SCHEDULERS:
+            procs.stop(name)
+        with contextlib.suppress(AssertionError):  # what is left is counted below
+            wait_for(lambda: not store.firing_states(), timeout=90, message="in-flight firings")
+        left = store.firing_states()
+        report.left_in_flight = len(left)
+        if left:
+            f = store.tables.fired_triggers
+            with store.engine.connect() as conn:
+                report.left_detail = [
+                    f"{r.trigger_name} {r.state} by {r.instance_name} on {r.worker_name} "
+                    f"sched {r.sched_time} expires {r.expires_time} expired {r.expired_count}"
+                    for r in conn.execute(select(f))
+                ]
+    finally:
+        procs.stop_all()
+    logs = "\n".join(procs.log(n) for n in (*SCHEDULERS, *WORKERS))
+    _check(report, url, must_run, chaos_ended, logs)
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        started_after = {
+            (r.trigger_name, r.scheduled_ms)
+            for r in conn.execute(select(ledger_app.ledger))
+            if r.scheduled_ms >= to_millis(back)
+        }
+    engine.dispose()
+    report.after_outage = len(started_after)
+    store.dispose()
+    return report
+
+
 _DROPPED = re.compile(r"of trigger chaos\.(\S+) \(scheduled (\S+)\) dropped")
 # Started on a worker that was then killed, before the task wrote its ledger row.
 _INTERRUPTED = re.compile(r"of trigger chaos\.(\S+) \(scheduled (\S+)\); closed as interrupted")

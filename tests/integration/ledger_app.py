@@ -169,9 +169,10 @@ def environment(url: str, broker_url: str, **settings: str) -> dict[str, str]:
 
 
 def _write(statement: object) -> None:
-    """Write to the ledger, riding out a restart of its database (the chaos run restarts it):
-    the ledger is the tests' source of truth, so its own writes must not be lost."""
-    deadline = time.monotonic() + 60
+    """Write to the ledger, riding out a restart or an outage of its database (the chaos runs
+    stop it for up to 90 s): the ledger is the tests' source of truth, so its own writes must
+    not be lost."""
+    deadline = time.monotonic() + 300
     while True:
         try:
             with ledger_engine().begin() as conn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -67,3 +68,12 @@ def test_a_dot_file_gets_a_page_mkdocs_does_not_leave_out() -> None:
 def test_links_in_code_blocks_are_left_alone() -> None:
     markdown = "```\n[a](docs/time.md)\n```\n"
     assert hooks.rewrite_links(markdown, "index.md")[0] == markdown
+
+
+def test_the_readme_settings_table_names_every_setting() -> None:
+    # The README keeps a short table for readers of the repository; the site's reference is
+    # generated. Both must name the same settings.
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("## Settings", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"^\| `(quartz_\w+)` \|", table, re.M))
+    assert named == {d.key for d in hooks.settings_docs()}

@@ -212,16 +212,19 @@ def _all_repo_links(config: Any) -> set[str]:
 
 
 def on_files(files: Any, config: Any) -> Any:
-    from mkdocs.structure.files import File
+    from mkdocs.structure.files import File, InclusionLevel
 
-    def add(src_uri: str, content: str) -> None:
-        files.append(File.generated(config, src_uri, content=content))
+    def add(src_uri: str, content: str, in_nav: bool = True) -> None:
+        # Source pages are reached by links only; every other page must be in the nav (strict
+        # mode reports one that is not).
+        inclusion = InclusionLevel.UNDEFINED if in_nav else InclusionLevel.NOT_IN_NAV
+        files.append(File.generated(config, src_uri, content=content, inclusion=inclusion))
 
     add(SETTINGS_PAGE, settings_reference())
     for repo_path, site_path in MIRRORED.items():
         add(site_path, (REPO / repo_path).read_text())
     for repo_path in sorted(_all_repo_links(config)):
-        add(_source_page_path(repo_path), source_page(repo_path))
+        add(_source_page_path(repo_path), source_page(repo_path), in_nav=False)
     return files
 
 

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # A hung test must fail the run, not hang it.
 PYTEST_FLAGS ?= --timeout=900
 
-.PHONY: venv check-services test lint docs demo
+.PHONY: venv check-services test lint docs demo election-demo
 
 venv: $(STAMP)
 
@@ -42,3 +42,8 @@ docs: venv
 # scheduler killed halfway, then what fired where and a summary.
 demo: venv
 	cd examples/quickstart && ../../$(PY) demo.py
+
+# Two non-clustered schedulers under the PostgreSQL election (a throwaway server from the machine's
+# binaries), the leader killed, the standby taking over, then what ran.
+election-demo: venv
+	cd examples/election && ../../$(PY) demo.py

@@ -228,6 +228,14 @@ def on_files(files: Any, config: Any) -> Any:
     return files
 
 
+_ROLE_HTML = re.compile(r":(?:class|func|meth|mod|attr|exc|data|obj):(<code>)~?")
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    # Docstrings use reST roles (:class:`X`); rendered as Markdown they read ":class:X".
+    return _ROLE_HTML.sub(r"\1", html)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if page.file.src_uri.startswith(SOURCE_DIR + "/") or page.file.src_uri == SETTINGS_PAGE:
         return markdown

@@ -77,3 +77,10 @@ def test_the_readme_settings_table_names_every_setting() -> None:
     table = readme.split("## Settings", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"^\| `(quartz_\w+)` \|", table, re.M))
     assert named == {d.key for d in hooks.settings_docs()}
+
+
+def test_rest_roles_in_rendered_docstrings_become_plain_code() -> None:
+    html = "Raises :class:<code>ValidationError</code>; see :func:<code>~cq.install</code>"
+    assert hooks.on_page_content(html, None, None, None) == (
+        "Raises <code>ValidationError</code>; see <code>cq.install</code>"
+    )

@@ -31,7 +31,7 @@ RUN pip install ".[postgres,redis]" "flower==2.2.0" \
 
 WORKDIR /app
 COPY --chown=celery:celery ${PROJECT} /app
-RUN mkdir -p /app/var && chown celery:celery /app/var
+RUN mkdir -p /app/var && chown celery:celery /app /app/var
 
 USER 10001:10001
 

@@ -1,4 +1,5 @@
-# make test: lint + the whole suite against real PostgreSQL and Redis started by the tests themselves.
+# make test: lint, the docs site, and the whole suite against real PostgreSQL and Redis started by
+# the tests themselves.
 # The server binaries come from the machine (apt packages postgresql, redis-server; .ci/run installs
 # them when run as root).
 
@@ -9,13 +10,13 @@ STAMP := $(VENV)/.installed
 # A hung test must fail the run, not hang it.
 PYTEST_FLAGS ?= --timeout=900
 
-.PHONY: venv check-services test lint demo
+.PHONY: venv check-services test lint docs demo election-demo
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -e '.[dev]'
+	$(PY) -m pip install -e '.[dev,docs]'
 	touch $@
 
 # Fails early, naming the apt packages to install, when a server binary is missing.
@@ -26,12 +27,23 @@ check-services:
 test: check-services venv
 	CQ_REQUIRE_SERVICES=1 $(PY) -m pytest tests $(PYTEST_FLAGS)
 	$(MAKE) lint
+	$(MAKE) docs
 
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# The documentation site in site/, strict: a broken link or anchor, a page missing from the nav's
+# targets, or an API reference that does not resolve fails the build.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 # Three schedulers and a worker on SQLite and Celery's filesystem broker (no servers), one
 # scheduler killed halfway, then what fired where and a summary.
 demo: venv
 	cd examples/quickstart && ../../$(PY) demo.py
+
+# Two non-clustered schedulers under the PostgreSQL election (a throwaway server from the machine's
+# binaries), the leader killed, the standby taking over, then what ran.
+election-demo: venv
+	cd examples/election && ../../$(PY) demo.py

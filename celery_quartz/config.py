@@ -36,6 +36,7 @@ class Settings:
     scheduler_name: str = ""  # empty: the Celery app's main name, or "celery"
     #: Unique per process; ``AUTO`` generates host-pid-milliseconds.
     instance_id: str = AUTO
+    #: Prefix of every table's name; each prefix has its own tables and schema version.
     table_prefix: str = DEFAULT_TABLE_PREFIX
     #: Clustered (several schedulers on one database) is the default.
     clustered: bool = True

@@ -55,7 +55,9 @@ def main() -> int:
             [*celery, *argv], cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT
         )
 
-    worker = start("worker", "worker", "-c", "4", "-l", "info", "-n", "demo@%h")
+    worker = start(
+        "worker", "worker", "-c", "4", "-l", "info", "-n", "demo@%h", "-Q", "celery,reindex"
+    )
     beats = [
         start(
             f"beat{i}",

@@ -1,7 +1,8 @@
-"""A minimal celery-quartz project: two beat_schedule entries and one job scheduled from code.
+"""A minimal celery-quartz project: three beat_schedule entries and one job scheduled from code.
 
-Runs on the embedded default (an SQLite store, Celery's filesystem broker) with no servers; set
-BROKER_URL and QUARTZ_STORE_URL to use Redis and PostgreSQL instead.
+Runs on the embedded default (an SQLite store, Celery's filesystem broker) with no servers. The
+environment variables below choose Redis, PostgreSQL and a fixed instance id instead, as
+docker-compose.yml does.
 """
 
 import os
@@ -13,6 +14,8 @@ from celery.schedules import crontab
 import celery_quartz
 
 here = Path(os.environ.get("QUICKSTART_DIR", Path.cwd()))
+# The default store, the ledger and the filesystem broker live here, whatever the broker.
+(here / "var").mkdir(parents=True, exist_ok=True)
 broker = os.environ.get("BROKER_URL", "filesystem://")
 
 app = Celery("proj", broker=broker, include=["proj.tasks"])
@@ -23,15 +26,27 @@ if broker.startswith("filesystem"):
         "data_folder_in": str(queue_dir),
         "data_folder_out": str(queue_dir),
         "processed_folder": str(queue_dir / "processed"),
+        "control_folder": str(queue_dir / "control"),  # not ./control, wherever celery runs
         "polling_interval": 0.1,
     }
 app.conf.quartz_store_url = os.environ.get(
     "QUARTZ_STORE_URL", f"sqlite:///{here / 'var' / 'quartz.db'}"
 )
+# Unique per scheduler process; AUTO generates one (host-pid-milliseconds).
+app.conf.quartz_instance_id = os.environ.get("QUARTZ_INSTANCE_ID", "AUTO")
+# Off where a one-shot `celery -A proj quartz schema upgrade` runs before the schedulers.
+app.conf.quartz_schema_auto_upgrade = os.environ.get("QUARTZ_SCHEMA_AUTO_UPGRADE", "1") == "1"
 app.conf.beat_schedule = {
     "refresh-cache": {"task": "proj.tasks.refresh", "schedule": 2.0},
     "nightly": {"task": "proj.tasks.nightly", "schedule": crontab(hour=2, minute=0)},
+    "reindex": {
+        "task": "proj.tasks.reindex",
+        "schedule": 5.0,
+        "quartz": {"execution_group": "reindex"},  # published to the Celery queue "reindex"
+    },
 }
+# At most two reindex firings in flight per worker serving the queue "reindex".
+app.conf.quartz_execution_limits = {"reindex": 2}
 # For the demo: notice a dead scheduler within about 4 s instead of 15.
 app.conf.quartz_checkin_interval = float(os.environ.get("QUARTZ_CHECKIN_INTERVAL", 7.5))
 app.conf.quartz_checkin_misfire_threshold = float(os.environ.get("QUARTZ_CHECKIN_THRESHOLD", 7.5))

@@ -45,6 +45,11 @@ def nightly() -> None:
     _record()
 
 
+@app.task(name="proj.tasks.reindex")
+def reindex() -> None:
+    _record()
+
+
 @app.task(name="proj.tasks.report")
 def report(period: str = "day") -> str:
     _record()

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from celery_quartz.affinity import PreferredNode
 from celery_quartz.cron import resolve_time_zone
-from celery_quartz.errors import QuartzError, SchedulingFileError
+from celery_quartz.errors import CronSyntaxError, QuartzError, SchedulingFileError
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json_object
 from celery_quartz.keys import (
     BEAT_SCHEDULE_GROUP,
@@ -394,6 +394,8 @@ def build_trigger(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> Tr
         trigger.validate()
     except SchedulingFileError:
         raise
+    except CronSyntaxError as exc:
+        raise schedule.at("Expression").error(str(exc)) from None
     except QuartzError as exc:
         raise schedule.where.error(str(exc)) from None
     return TriggerDefinition(trigger, node.where, start, in_future or 0)

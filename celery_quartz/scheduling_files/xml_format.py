@@ -159,7 +159,7 @@ def read_xml(content: str | bytes, file: str) -> Node:
             _no_text(child, file)
             for item in child.children:
                 if item.name == "job":
-                    jobs.append(_sequence(item, _JOB, file))
+                    jobs.append(_sequence(item, _JOB, file, _owner(item, "job")))
                 elif item.name == "trigger":
                     triggers.append(_trigger(item, file))
                 else:
@@ -186,7 +186,7 @@ def _trigger(element: _Element, file: str) -> Node:
         )
     inner = element.children[0]
     kind, kind_fields = _KINDS[inner.name]
-    both = _sequence(inner, (*_TRIGGER_COMMON, *kind_fields), file)
+    both = _sequence(inner, (*_TRIGGER_COMMON, *kind_fields), file, _owner(inner, "trigger"))
     common_keys = {key for _, key, _ in _TRIGGER_COMMON}
     tree = Node({}, both.where)
     schedule = Node({}, both.where)
@@ -199,8 +199,33 @@ def _trigger(element: _Element, file: str) -> Node:
     return tree
 
 
-def _sequence(element: _Element, spec: Sequence[_Field], file: str) -> Node:
-    """The children of ``element`` read by ``spec``, in the schema's order."""
+def _owner(element: _Element, what: str) -> str:
+    """``job group.name`` or ``trigger group.name`` from the element's own children, for errors
+    found before the model names it."""
+    texts = {
+        child.name: "".join(child.text).strip()
+        for child in element.children
+        if child.name in ("name", "group") and not child.children
+    }
+    name = texts.get("name") or "(no name)"
+    return f"{what} {texts.get('group') or 'DEFAULT'}.{name}: "
+
+
+def _sequence(
+    element: _Element, spec: Sequence[_Field], file: str, owner: str = ""
+) -> Node:
+    """The children of ``element`` read by ``spec``, in the schema's order; ``owner`` prefixes
+    the errors (the job or trigger being read)."""
+    try:
+        return _read_sequence(element, spec, file, owner)
+    except SchedulingFileError as error:
+        if not owner or owner in str(error):
+            raise
+        where = Where(error.file, error.line)
+        raise where.error(owner + str(error).split(": ", 1)[-1]) from None
+
+
+def _read_sequence(element: _Element, spec: Sequence[_Field], file: str, owner: str) -> Node:
     _no_text(element, file)
     node = Node({}, Where(file, element.line))
     positions = {name: i for i, (name, _, _) in enumerate(spec)}

@@ -371,6 +371,11 @@ def build_trigger(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> Tr
     zone = _zone(schedule, zone_name, owner) if zone_name else UTC
     start = _datetime(node, "StartTime", owner, zone)
     in_future = _int(node, "StartTimeSecondsInFuture", owner, minimum=0)
+    if in_future is not None and in_future > _MAX_SECONDS_IN_FUTURE:
+        raise node.at("StartTimeSecondsInFuture").error(
+            f"{owner}: StartTimeSecondsInFuture {in_future} is more than "
+            f"{_MAX_SECONDS_IN_FUTURE} (about a hundred years)"
+        )
     if start is not None and in_future is not None:
         raise node.at("StartTimeSecondsInFuture").error(
             f"{owner}: give StartTime or StartTimeSecondsInFuture, not both"
@@ -669,6 +674,12 @@ def _zone(node: Node, name: str, owner: str) -> tzinfo:
         raise node.at("TimeZone").error(f"{owner}: {exc}") from None
 
 
+#: The years a file's start and end times may fall in (the cron dialect's last year is 2299).
+_FIRST_YEAR, _LAST_YEAR = 1970, 2299
+#: Longest StartTimeSecondsInFuture: about a hundred years.
+_MAX_SECONDS_IN_FUTURE = 100 * 366 * 86_400
+
+
 def _datetime(node: Node, key: str, owner: str, zone: tzinfo) -> datetime | None:
     """An ISO 8601 date and time; without an offset it is read in the trigger's time zone (UTC
     for a simple trigger)."""
@@ -693,9 +704,14 @@ def _datetime(node: Node, key: str, owner: str, zone: tzinfo) -> datetime | None
     if when.tzinfo is None or when.utcoffset() is None:
         when = when.replace(tzinfo=zone)
     try:
-        return when.astimezone(UTC)
+        when = when.astimezone(UTC)
     except (OverflowError, ValueError):
-        raise node.at(key).error(f"{owner}: {key} {value!r} is out of range") from None
+        when = None
+    if when is None or not _FIRST_YEAR <= when.year <= _LAST_YEAR:
+        raise node.at(key).error(
+            f"{owner}: {key} {value!r} is outside the years {_FIRST_YEAR} to {_LAST_YEAR}"
+        )
+    return when
 
 
 def _data_map(node: Node, key: str, owner: str) -> dict[str, Any]:

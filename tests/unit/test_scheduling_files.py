@@ -250,6 +250,10 @@ def xml_trigger(*inner: str, kind: str = "cron") -> str:
           "<cron-expression>* * * * * ?</cron-expression>"], 8, "not both"),
         (["<end-time>yesterday</end-time>", "<cron-expression>* * * * * ?</cron-expression>"],
          7, "ISO 8601"),
+        (["<start-time-seconds-in-future>1099511627776</start-time-seconds-in-future>",
+          "<cron-expression>* * * * * ?</cron-expression>"], 7, "hundred years"),
+        (["<start-time>9999-12-31T23:59:59Z</start-time>",
+          "<cron-expression>* * * * * ?</cron-expression>"], 7, "outside the years 1970 to 2299"),
         (["<cron-expression>* * * * * ?</cron-expression>", "<time-zone>Mars/Base</time-zone>"],
          8, "Mars/Base"),
         (["<retry-policy><fixed><max-attempts>0</max-attempts><delay>5</delay></fixed>"

@@ -4,6 +4,7 @@ commands and processing directives, seed 002's pin rules, dry runs, and export r
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -504,3 +505,41 @@ def test_a_bad_file_at_start_raises(app: Celery, store: MemoryStore, tmp_path: P
 def test_a_missing_file_names_it(app: Celery, store: MemoryStore, tmp_path: Path) -> None:
     with pytest.raises(SchedulingFileError, match=r"missing\.xml: cannot be read"):
         load_scheduling_files(app, store, [tmp_path / "missing.xml"])
+
+
+# -- several schedulers loading at once ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "database", ["sqlite", pytest.param("pg_url", marks=pytest.mark.integration)]
+)
+def test_schedulers_starting_together_apply_the_files_once(
+    app: Celery, clock: FakeClock, tmp_path: Path, request: pytest.FixtureRequest, database: str
+) -> None:
+    url = (
+        f"sqlite:///{tmp_path / 'shared.db'}"
+        if database == "sqlite"
+        else request.getfixturevalue(database)
+    )
+    stores = [SqlStore(url, scheduler_name="unit", clock=clock) for _ in range(4)]
+    stores[0].create_tables()
+    path = write(tmp_path, "q.xml", FULL["xml"])
+    barrier = threading.Barrier(len(stores))
+    plans: list[Any] = []
+
+    def start(store: SqlStore) -> None:
+        barrier.wait()
+        plans.append(load_scheduling_files(app, store, [path]))
+
+    threads = [threading.Thread(target=start, args=(store,)) for store in stores]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert len(plans) == len(stores)
+        assert sum(plan.changed for plan in plans) == 1
+        assert stores[0].count_rows()["triggers"] == 4
+    finally:
+        for store in stores:
+            store.dispose()

@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Any, NoReturn
+from typing import Any
 
 from celery_quartz.affinity import PreferredNode
 from celery_quartz.cron import resolve_time_zone
@@ -570,12 +570,13 @@ def _key(value: Any, where: Where, what: str) -> tuple[str, str]:
     return str(name), _text(value, "Group", what) or DEFAULT_GROUP
 
 
-def _make_key(cls: Callable[[str, str], Any], name: Any, group: str, node: Node, **kw: Any) -> Any:
+def _make_key(
+    cls: Callable[[str, str], Any], name: Any, group: str, node: Node, owner: str = ""
+) -> Any:
     try:
         return cls(name, group)
     except QuartzError as exc:
-        prefix = f"{kw['owner']}: " if "owner" in kw else ""
-        raise node.where.error(f"{prefix}{exc}") from None
+        raise node.where.error(f"{owner}: {exc}" if owner else str(exc)) from None
 
 
 _TRUE = {"true": True, "1": True, "false": False, "0": False}
@@ -868,7 +869,3 @@ def document_tree(jobs: Iterable[Job], triggers: Iterable[Trigger]) -> dict[str,
             trigger_tree(t) for t in sorted(triggers, key=lambda t: (t.key.group, t.key.name))
         ],
     }
-
-
-def fail(where: Where, message: str) -> NoReturn:
-    raise where.error(message)

@@ -139,7 +139,7 @@ class Plan:
             ("-", "trigger", self.triggers_deleted),
             ("=", "trigger", self.triggers_unchanged),
         ):
-            out.extend(f"{mark} {kind} {key}" for key in sorted(keys))
+            out.extend(f"{mark} {kind} {key}" for key in sorted(keys, key=_by_group))
         return out
 
 
@@ -248,7 +248,7 @@ def _compare(
     calendar: CalendarLookup | None,
 ) -> Plan:
     result = Plan()
-    for key in sorted(snapshot.jobs.keys() | jobs.keys()):
+    for key in sorted(snapshot.jobs.keys() | jobs.keys(), key=_by_group):
         before, after = snapshot.jobs.get(key), jobs.get(key)
         if after is None:
             result.jobs_deleted.append(key)
@@ -261,7 +261,7 @@ def _compare(
             result.jobs_replaced.append(key)
             result.jobs_to_write.append(after)
     calendars: dict[str, Any] = {}
-    for tkey in sorted(snapshot.triggers.keys() | triggers.keys()):
+    for tkey in sorted(snapshot.triggers.keys() | triggers.keys(), key=_by_group):
         stored, wanted = snapshot.triggers.get(tkey), triggers.get(tkey)
         if wanted is None:
             result.triggers_deleted.append(tkey)
@@ -306,6 +306,10 @@ def _check_fires(
 
 def _copy_state(trigger: Trigger) -> Trigger:
     return copy.copy(trigger)
+
+
+def _by_group(key: JobKey | TriggerKey) -> tuple[str, str]:
+    return key.group, key.name
 
 
 def _in_group(group: str, selector: str) -> bool:

@@ -35,7 +35,8 @@ def apply_scheduling_data(
     nothing is written.
     """
     with store.transaction() as conn:
-        store._lock(conn, "TRIGGER_ACCESS")
+        if not dry_run:  # a dry run decides nothing others could race on
+            store._lock(conn, "TRIGGER_ACCESS")
         snapshot = read_snapshot(store, conn, needs(files))
         result = plan(
             snapshot, files, now, calendar=lambda name, key: store._calendar(conn, name, key)

@@ -163,19 +163,31 @@ def plan(
     triggers: dict[TriggerKey, Trigger] = dict(snapshot.triggers)
     explicit_start: dict[TriggerKey, bool] = {}
     defined_where: dict[JobKey | TriggerKey, Where] = {}
+    # Each job's triggers, kept beside ``triggers``: a "*" delete of a large store is linear.
+    of_job: dict[JobKey, set[TriggerKey]] = {}
+    for tkey, trigger in triggers.items():
+        if trigger.job_key is not None:
+            of_job.setdefault(trigger.job_key, set()).add(tkey)
+
+    def put(trigger: Trigger) -> None:
+        triggers[trigger.key] = trigger
+        assert trigger.job_key is not None
+        of_job.setdefault(trigger.job_key, set()).add(trigger.key)
 
     def delete_job(key: JobKey) -> None:
         if jobs.pop(key, None) is None:
             return
-        for tkey in [k for k, t in triggers.items() if t.job_key == key]:
+        for tkey in of_job.pop(key, set()):
             del triggers[tkey]
 
     def unschedule(key: TriggerKey) -> None:
         trigger = triggers.pop(key, None)
         if trigger is None or trigger.job_key is None:
             return
+        remaining = of_job.get(trigger.job_key, set())
+        remaining.discard(key)
         job = jobs.get(trigger.job_key)
-        if job is not None and not job.durable and not _has_trigger(triggers, job.key):
+        if job is not None and not job.durable and not remaining:
             del jobs[job.key]  # Quartz: a non-durable job goes with its last trigger
 
     for data in files:
@@ -220,18 +232,18 @@ def plan(
             assert job_key is not None
             if job_key not in jobs:
                 raise definition.where.error(
-                    f"trigger {tkey}: job {job_key} is neither stored nor defined before it"
+                    f"trigger {tkey}: job {job_key} is neither stored nor defined"
                 )
             previous = triggers.get(tkey)
             if previous is not None and previous.job_key != job_key:
                 unschedule(tkey)
-            triggers[tkey] = definition.build(now)
+            put(definition.build(now))
             explicit_start[tkey] = definition.explicit_start
 
         # Quartz: a job left without triggers must be durable.
         for job_definition in data.jobs:
             job = jobs.get(job_definition.job.key)  # type: ignore[assignment]
-            if job is not None and not job.durable and not _has_trigger(triggers, job.key):
+            if job is not None and not job.durable and not of_job.get(job.key):
                 raise job_definition.where.error(
                     f"job {job.key} has no trigger, so it must be durable (Durable true)"
                 )
@@ -316,10 +328,6 @@ def _in_group(group: str, selector: str) -> bool:
     if group in PROTECTED_GROUPS:
         return False
     return selector == ALL_GROUPS or group == selector
-
-
-def _has_trigger(triggers: dict[TriggerKey, Trigger], job: JobKey) -> bool:
-    return any(t.job_key == job for t in triggers.values())
 
 
 # -- "the same definition" --------------------------------------------------------------------

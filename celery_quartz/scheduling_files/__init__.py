@@ -223,8 +223,9 @@ class SchedulingFilesWatcher:
         return result
 
     def maybe_reload(self) -> Plan | None:
-        """When the scan is due and a file changed, load them all again. An error is logged,
-        not raised: the scheduler keeps running on what the store holds."""
+        """When the scan is due and a file changed, load them all again. An error in the files
+        is logged, not raised: the scheduler keeps running on what the store holds. A database
+        error is raised (the loop retries), and the change is tried again at the next scan."""
         if not self.paths or self._next_scan is None or self.clock.now() < self._next_scan:
             return None
         self._schedule_next()
@@ -234,11 +235,12 @@ class SchedulingFilesWatcher:
         try:
             result = load_scheduling_files(self.app, self.store, self.paths, clock=self.clock)
         except QuartzError as exc:
+            # A bad file is not read again until it changes again. (A database error is raised
+            # to the loop, which retries; the change is then loaded at the next scan.)
+            self._digests = digests
             logger.error("scheduling files not reloaded (the store is unchanged): %s", exc)
             return None
-        finally:
-            # A bad file is not retried until it changes again.
-            self._digests = digests
+        self._digests = digests
         return result
 
     def _schedule_next(self) -> None:

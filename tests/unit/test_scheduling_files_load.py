@@ -543,3 +543,29 @@ def test_schedulers_starting_together_apply_the_files_once(
     finally:
         for store in stores:
             store.dispose()
+
+
+def test_the_watcher_tries_a_change_again_after_a_database_error(
+    app: Celery, store: MemoryStore, clock: FakeClock, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from sqlalchemy.exc import OperationalError
+
+    import celery_quartz.store.scheduling_data as store_side
+
+    path = cron_file(tmp_path)
+    watcher = SchedulingFilesWatcher(app, store, [str(path)], scan_interval=5, clock=clock)
+    watcher.load_at_start()
+    path.write_text(CRON.format(expression="0 0 3 * * ?", extra=""))
+    real = store_side.apply_scheduling_data
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("select", {}, Exception("the database restarts"))
+
+    monkeypatch.setattr(store_side, "apply_scheduling_data", down)
+    clock.advance(6)
+    with pytest.raises(OperationalError):
+        watcher.maybe_reload()
+    monkeypatch.setattr(store_side, "apply_scheduling_data", real)
+    clock.advance(6)
+    assert watcher.maybe_reload().triggers_replaced == [TriggerKey("nightly")]  # type: ignore[union-attr]

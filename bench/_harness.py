@@ -278,7 +278,7 @@ def _node_run(cfg: NodeConfig, ready: Any, go: Any, stop: Any, counter: Any, out
     from celery_quartz.config import Settings
     from celery_quartz.loop import SchedulingLoop
     from celery_quartz.publisher import Publisher
-    from celery_quartz.store.sql import SqlStore
+    from celery_quartz.store import open_store
 
     clock = SystemClock()
     settings = Settings(
@@ -293,7 +293,7 @@ def _node_run(cfg: NodeConfig, ready: Any, go: Any, stop: Any, counter: Any, out
         import_beat_schedule=False,
     )
     # As celery beat builds it: the loop retries failed steps itself, no pre-ping.
-    store = SqlStore(cfg.store_url, scheduler_name=SCHEDULER_NAME, clock=clock, pre_ping=False)
+    store = open_store(settings, clock=clock, pre_ping=False)
     counts = {"statements": 0, "transactions": 0}
 
     @event.listens_for(store.engine, "before_cursor_execute")

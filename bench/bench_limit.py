@@ -49,7 +49,7 @@ BEGIN;
 SELECT trigger_name AS tn, trigger_group AS tg, next_fire_time AS nft, priority AS pr
   FROM quartz_triggers WHERE {DUE}
   ORDER BY next_fire_time, priority DESC LIMIT 1 FOR UPDATE SKIP LOCKED \\gset
-INSERT INTO quartz_fired_triggers (sched_name, entry_id, trigger_name, trigger_group,
+INSERT INTO quartz_fired_triggers (sched_name, fire_instance_id, trigger_name, trigger_group,
     instance_name, fired_time, sched_time, priority, state, job_name, job_group)
   VALUES ('bench', gen_random_uuid()::text, :tn, :tg, 'pgbench', {NOW_MS}, :nft, :pr,
     'FIRED', :tn, :tg);
@@ -65,7 +65,7 @@ WITH claimed AS (
   FROM quartz_triggers WHERE {DUE}
   ORDER BY next_fire_time, priority DESC LIMIT {{batch}} FOR UPDATE SKIP LOCKED
 ), fired AS (
-  INSERT INTO quartz_fired_triggers (sched_name, entry_id, trigger_name, trigger_group,
+  INSERT INTO quartz_fired_triggers (sched_name, fire_instance_id, trigger_name, trigger_group,
       instance_name, fired_time, sched_time, priority, state, job_name, job_group)
   SELECT sched_name, gen_random_uuid()::text, trigger_name, trigger_group, 'pgbench', {NOW_MS},
       next_fire_time, priority, 'FIRED', trigger_name, trigger_group FROM claimed

@@ -20,8 +20,7 @@ from celery_quartz.leadership import SchedulerLeadership
 from celery_quartz.lifecycle import SchedulerStatus, check_clustering
 from celery_quartz.loop import SchedulingLoop
 from celery_quartz.publisher import Publisher
-from celery_quartz.store import migrate
-from celery_quartz.store.sql import SqlStore
+from celery_quartz.store import open_store
 
 logger = logging.getLogger(__name__)
 
@@ -46,16 +45,7 @@ class Scheduler(beat.Scheduler):
         settings = self.quartz_settings
         # Refused here, not at the first election: a replica that is never elected must fail too.
         check_clustering(settings)
-        store = SqlStore(
-            settings.store_url,
-            scheduler_name=settings.scheduler_name,
-            table_prefix=settings.table_prefix,
-            clock=self._clock,
-            max_data_bytes=settings.max_job_data_bytes,
-            pre_ping=False,
-        )
-        if settings.schema_auto_upgrade:
-            migrate.upgrade(store.engine, settings.table_prefix)
+        store = open_store(settings, clock=self._clock, pre_ping=False, upgrade_schema=True)
         if settings.import_beat_schedule:
             entries: dict[str, Any] = dict(self.app.conf.beat_schedule or {})
             # celery.backend_cleanup, when the result backend needs it, as stock beat adds it.

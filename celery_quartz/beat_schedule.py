@@ -4,7 +4,7 @@ Each entry becomes a job and a trigger in the group ``celery.beat_schedule``, bo
 entry. The import compares a hash of each entry's definition with the one stored beside its job:
 unchanged entries are left alone (a restart keeps their fire times), changed ones are replaced,
 entries no longer configured are removed. Several schedulers importing at once produce one job
-and one trigger per entry (see :meth:`SqlStore.sync_job_group`).
+and one trigger per entry (see :meth:`~celery_quartz.store.abc.JobStore.sync_job_group`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from celery_quartz.errors import ValidationError
 from celery_quartz.job import Job
 from celery_quartz.keys import BEAT_SCHEDULE_GROUP, JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy
-from celery_quartz.store.sql import SqlStore, SyncResult
+from celery_quartz.store.abc import JobStore
+from celery_quartz.store.records import SyncResult
 from celery_quartz.triggers.base import Trigger
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ _QUARTZ_FIELDS = frozenset({"execution_group", "preferred_node", "retry_policy"}
 
 def import_beat_schedule(
     app: Celery,
-    store: SqlStore,
+    store: JobStore,
     clock: Clock,
     entries: Mapping[str, Mapping[str, Any] | ScheduleEntry],
     *,

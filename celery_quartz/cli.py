@@ -15,9 +15,8 @@ import click
 
 from celery_quartz.clock import from_millis
 from celery_quartz.config import Settings
-from celery_quartz.store import migrate
+from celery_quartz.store import migrate, open_store
 from celery_quartz.store.engine import create_store_engine
-from celery_quartz.store.sql import SqlStore
 
 logger = logging.getLogger(__name__)
 
@@ -79,11 +78,7 @@ def check(ctx: click.Context) -> None:
 def status(ctx: click.Context) -> None:
     """The instances checked in, and the firings in flight."""
     settings = _settings(ctx)
-    store = SqlStore(
-        settings.store_url,
-        scheduler_name=settings.scheduler_name,
-        table_prefix=settings.table_prefix,
-    )
+    store = open_store(settings)
     try:
         rows: list[Any] = store.check_ins()
         click.echo(f"scheduler {settings.scheduler_name}:")

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from celery import Celery
 
+from celery_quartz.calendars import Calendar
 from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.config import Settings
 from celery_quartz.errors import (
@@ -23,8 +24,7 @@ from celery_quartz.errors import (
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.routing import Unserved
-from celery_quartz.store import migrate
-from celery_quartz.store.sql import SqlStore
+from celery_quartz.store import Store, open_store
 from celery_quartz.triggers.base import Trigger, TriggerDetailsUpdate
 
 
@@ -36,24 +36,14 @@ class Quartz:
         app: Celery,
         *,
         clock: Clock | None = None,
-        store: SqlStore | None = None,
+        store: Store | None = None,
         settings: Settings | None = None,
     ) -> None:
         self.app = app
         self.settings = settings or Settings.from_app(app)
         self.clock = clock or SystemClock()
         if store is None:
-            store = SqlStore(
-                self.settings.store_url,
-                scheduler_name=self.settings.scheduler_name,
-                table_prefix=self.settings.table_prefix,
-                clock=self.clock,
-                max_data_bytes=self.settings.max_job_data_bytes,
-            )
-            if self.settings.schema_auto_upgrade:
-                migrate.upgrade(store.engine, self.settings.table_prefix)
-            # Resuming a paused trigger judges "made late by the pause" by this threshold.
-            store.set_misfire_threshold(self.settings.misfire_threshold)
+            store = open_store(self.settings, clock=self.clock, upgrade_schema=True)
         self.store = store
 
     # -- scheduling ------------------------------------------------------------------------------
@@ -158,6 +148,36 @@ class Quartz:
         """Return triggers in ERROR (their job's task was missing when they came due) to their
         schedule; the number reset."""
         return self.store.reset_trigger_from_error_state(keys)
+
+    # -- calendars -------------------------------------------------------------------------------
+
+    def add_calendar(self, name: str, calendar: Calendar, *, replace: bool = False) -> None:
+        """Store ``calendar`` under ``name`` for triggers to name in ``calendar_name`` (Quartz's
+        ``AddCalendar``). Raises :class:`~celery_quartz.errors.ObjectAlreadyExistsError` when one
+        is stored and ``replace`` is false. Replacing a calendar does not move fire times
+        already computed: each trigger follows it from its next firing on."""
+        if not isinstance(name, str) or not name:
+            raise ValidationError(f"a calendar's name must be a non-empty string, not {name!r}")
+        if not isinstance(calendar, Calendar):
+            raise ValidationError(
+                f"calendar {name!r}: expected a celery_quartz.calendars.Calendar, "
+                f"not {type(calendar).__name__}"
+            )
+        self.store.store_calendar(name, calendar, replace=replace)
+
+    def get_calendar(self, name: str) -> Calendar | None:
+        """The calendar stored under ``name``, or None."""
+        calendar: Calendar | None = self.store.retrieve_calendar(name)
+        return calendar
+
+    def get_calendar_names(self) -> list[str]:
+        """The names of the stored calendars, sorted."""
+        return sorted(self.store.calendars())
+
+    def delete_calendar(self, name: str) -> bool:
+        """Remove the calendar ``name``; False when none is stored. Raises
+        :class:`~celery_quartz.errors.CalendarInUseError` naming a trigger that still uses it."""
+        return self.store.remove_calendar(name)
 
     # -- reading ---------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 Processes never talk to each other. Each writes its own check-in row; each looks at the others'
 rows and declares a peer dead by Quartz's rule; the recovery of a dead peer is one transaction
-that only one survivor can win (see :meth:`SqlStore.recover_scheduler`).
+that only one survivor can win (see
+:meth:`~celery_quartz.store.abc.ClusterStore.recover_scheduler`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from celery_quartz.clock import Clock, from_millis, to_millis
 from celery_quartz.errors import SchedulerStateError
 from celery_quartz.firing import Firing
 from celery_quartz.liveness import failed_after
-from celery_quartz.store.sql import CheckIn, FiringOwners, SqlStore
+from celery_quartz.store.abc import SchedulerStore
+from celery_quartz.store.records import CheckIn, FiringOwners
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +38,7 @@ class ClusterManager:
 
     def __init__(
         self,
-        store: SqlStore,
+        store: SchedulerStore,
         clock: Clock,
         instance_id: str,
         *,
@@ -231,10 +233,8 @@ class ClusterManager:
         """Remove this instance's check-in row; with ``only_if_mine``, only if this process
         wrote it last (a deposed non-clustered leader may share the new leader's instance id)."""
         if only_if_mine:
-            from celery_quartz.store import fencing
-
-            fencing.remove_check_in_of_process(
-                self.store, self.instance_id, hostname=self.hostname, pid=self.pid
+            self.store.remove_check_in_of_process(
+                self.instance_id, hostname=self.hostname, pid=self.pid
             )
             return
         self.store.remove_check_in(self.instance_id)

@@ -12,6 +12,8 @@ from typing import Any
 from celery_quartz.errors import ConfigurationError
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
 from celery_quartz.limits import ExecutionLimits
+from celery_quartz.liveness import DEFAULT_CHECKIN_MISFIRE_THRESHOLD
+from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
 from celery_quartz.routing import Router
 from celery_quartz.store.schema import DEFAULT_TABLE_PREFIX
 
@@ -44,13 +46,13 @@ class Settings:
     #: Triggers due up to this many seconds after the first of a batch fire with it (early).
     fire_ahead_window: float = 0.0
     #: A trigger this many seconds late is handled by its misfire instruction.
-    misfire_threshold: float = 60.0
+    misfire_threshold: float = DEFAULT_MISFIRE_THRESHOLD
     #: Most misfired triggers handled in one round of the misfire handler.
     max_misfires_per_round: int = 20
     #: Seconds between check-ins of a scheduler or worker.
     checkin_interval: float = 7.5
     #: Extra seconds of silence, beyond the check-in interval, before a peer is declared dead.
-    checkin_misfire_threshold: float = 7.5
+    checkin_misfire_threshold: float = DEFAULT_CHECKIN_MISFIRE_THRESHOLD
     #: Bound on the JSON encoding of job data, args, kwargs, options and trigger data.
     max_job_data_bytes: int = DEFAULT_MAX_DATA_BYTES
     #: Create or upgrade the tables (Alembic) when a scheduler starts.

@@ -68,6 +68,10 @@ class TriggerNotFoundError(QuartzError, LookupError):
     """No trigger with this key is stored."""
 
 
+class CalendarInUseError(QuartzError):
+    """A calendar cannot be removed while a trigger refers to it."""
+
+
 class JobPersistenceError(QuartzError):
     """The store cannot complete an operation (schema missing or too old, database refused)."""
 

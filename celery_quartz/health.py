@@ -27,7 +27,6 @@ from typing import Any
 
 from celery_quartz.clock import from_millis, to_millis
 from celery_quartz.lifecycle import SchedulerStatus
-from celery_quartz.store import fencing
 
 
 class HealthStatus(enum.Enum):
@@ -65,7 +64,7 @@ def health_check(scheduler: Any) -> HealthReport:
             HealthStatus.UNHEALTHY, "the scheduler was never started (auto-start is on)", data
         )
     try:
-        fencing.ping(loop.store)
+        loop.store.ping()
     except Exception as exc:
         data["error"] = f"{exc.__class__.__name__}: {exc}"
         return HealthReport(HealthStatus.UNHEALTHY, "the store does not answer", data)

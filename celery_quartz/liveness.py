@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+#: Default of ``quartz_checkin_misfire_threshold``: seconds of silence, beyond its check-in
+#: interval, before a process counts as dead.
+DEFAULT_CHECKIN_MISFIRE_THRESHOLD = 7.5
+
 
 class CheckedIn(Protocol):
     """A check-in: when it was last written and how often it is written (milliseconds)."""

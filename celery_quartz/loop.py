@@ -36,8 +36,8 @@ from celery_quartz.lifecycle import (
 )
 from celery_quartz.publisher import Publisher
 from celery_quartz.routing import Router, Unserved
-from celery_quartz.store import fencing
-from celery_quartz.store.sql import SqlStore
+from celery_quartz.store.abc import SchedulerStore
+from celery_quartz.store.records import Fence
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class SchedulingLoop:
 
     def __init__(
         self,
-        store: SqlStore,
+        store: SchedulerStore,
         publisher: Publisher,
         settings: Settings,
         clock: Clock,
@@ -129,9 +129,11 @@ class SchedulingLoop:
             if not self._started:
                 self._first_start()
             elif not self.settings.clustered:
+                # The new epoch first: the check-in is fenced, and the old fence is stale if
+                # another leader held the epoch meanwhile.
+                self._take_leadership()
                 self.cluster.writing = True
                 self.cluster.check_in()
-                self._take_leadership()
             self._next_claim = None  # claim at the next step, whatever the last one found
             self._set_status(SchedulerStatus.RUNNING)
 
@@ -161,8 +163,7 @@ class SchedulingLoop:
     def _record_status(self, status: SchedulerStatus) -> None:
         if self._started:
             try:
-                fencing.record_status(
-                    self.store,
+                self.store.record_status(
                     self.instance_id,
                     status.value,
                     hostname=self.cluster.hostname,
@@ -170,24 +171,26 @@ class SchedulingLoop:
                 )
             except DBAPIError:
                 logger.warning("could not record status %s of %s", status.value, self.instance_id)
+            except FencedError:
+                # Deposed: the row is the new leader's to write.
+                logger.debug(
+                    "status %s of %s not recorded: deposed", status.value, self.instance_id
+                )
 
     def _take_leadership(self) -> None:
         """Non-clustered: take the next epoch; recover if another leader held it meanwhile."""
-        previous, epoch = fencing.advance_epoch(self.store, self.instance_id)
+        previous, epoch = self.store.advance_epoch(self.instance_id)
         moved = self.epoch is None or previous != self.epoch
         self.epoch = epoch
-        self.store.fence = fencing.Fence(epoch, self.instance_id)
+        self.store.fence = Fence(epoch, self.instance_id)
         logger.info("scheduler instance %s leads with epoch %d", self.instance_id, epoch)
         if moved:
             self._batch = []
             self._unpublished.clear()
-            fencing.recover_leader_move(self.store, self.instance_id, self.store.fence)
+            self.store.recover_leader_move(self.instance_id, self.store.fence)
             # Step 2: every misfire, with no limit (the background handler is bounded).
             while True:
-                _, more = self.store.handle_misfires(
-                    threshold=self.settings.misfire_threshold,
-                    max_count=self.settings.max_misfires_per_round,
-                )
+                _, more = self.store.handle_misfires(max_count=self.settings.max_misfires_per_round)
                 if not more:
                     break
             for firing in self.cluster.take_over_unpublished():
@@ -216,7 +219,6 @@ class SchedulingLoop:
     def _first_start(self) -> None:
         check_clustering(self.settings)
         warn_generated_instance_id(self.settings, self.instance_id)
-        self.store.set_misfire_threshold(self.settings.misfire_threshold)
         self.cluster.refuse_mixed_modes()
         self.cluster.check_in()
         if not self.settings.clustered:
@@ -367,8 +369,6 @@ class SchedulingLoop:
                 no_later_than=now + timedelta(seconds=idle_wait),
                 max_count=self.settings.batch_size,
                 time_window=self.settings.fire_ahead_window,
-                misfire_threshold=self.settings.misfire_threshold,
-                expires_after=self.settings.misfire_threshold,
                 published=self._published,
                 task_exists=self.task_exists,
                 router=self.router,
@@ -418,9 +418,7 @@ class SchedulingLoop:
                     )
             batch = runnable
         try:
-            firings = self.store.fire(
-                self.instance_id, batch, expires_after=self.settings.misfire_threshold
-            )
+            firings = self.store.fire(self.instance_id, batch)
         except DBAPIError:
             # Nothing was written (or, if the commit went through, the claims are no longer
             # ACQUIRED and firing again drops them): try the same batch on the next step.
@@ -500,16 +498,12 @@ class SchedulingLoop:
                 )
 
     def _scan_misfires(self, now: datetime) -> None:
-        handled, more = self.store.handle_misfires(
-            threshold=self.settings.misfire_threshold,
-            max_count=self.settings.max_misfires_per_round,
-        )
+        handled, more = self.store.handle_misfires(max_count=self.settings.max_misfires_per_round)
         # A message may be started up to its expiry; the grace lets a worker that took it just
         # in time record the start before the firing counts as missed.
         expired = self.store.resolve_expired_firings(
             self.instance_id,
             grace=self.settings.checkin_misfire_threshold + 1.0,
-            expires_after=self.settings.misfire_threshold,
             max_count=self.settings.max_misfires_per_round,
             router=self.router,
         )

@@ -21,9 +21,11 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import ClassVar
 
+from celery_quartz.clock import from_millis
 from celery_quartz.errors import RetryPolicyError
 
 #: Width of the ``retry_policy`` column.
@@ -245,3 +247,50 @@ def _millis(name: str, value: object) -> int:
     if millis < 1:
         raise RetryPolicyError(f"retry policy: {name} must be at least 1 ms, got {value}")
     return millis
+
+
+@dataclass(frozen=True)
+class RetryDecision:
+    """What a retry policy grants a failed occurrence.
+
+    ``at_millis`` is when the retry runs, or would have run; None when the policy has no attempt
+    left. ``dropped_because`` says, for the log, why a retry the policy allows does not run.
+    """
+
+    at_millis: int | None
+    dropped_because: str | None = None
+
+    @property
+    def granted(self) -> bool:
+        return self.at_millis is not None and self.dropped_because is None
+
+
+#: A retry due this close (ms) to the trigger's next occurrence gives way to the occurrence.
+NEXT_OCCURRENCE_MARGIN_MS = 1000
+
+
+def decide_retry(
+    policy: RetryPolicy,
+    attempt: int,
+    *,
+    failed_at_millis: int,
+    next_fire_millis: int | None,
+    end_millis: int | None,
+) -> RetryDecision:
+    """Whether retry ``attempt`` (from 1) of an occurrence that failed at ``failed_at_millis``
+    runs, and when, under ``policy`` and the original trigger's next fire time and end (Quartz
+    4.x): none once the policy's attempts are spent; none at, or within a second of, the next
+    occurrence (the occurrence wins); none after the trigger's end."""
+    delay = policy.delay_for(attempt) if policy else None
+    if delay is None:
+        return RetryDecision(None)
+    at = failed_at_millis + delay // _MS
+    if next_fire_millis is not None and at >= next_fire_millis - NEXT_OCCURRENCE_MARGIN_MS:
+        return RetryDecision(at, f"the next occurrence, {_iso(next_fire_millis)}, wins")
+    if end_millis is not None and at > end_millis:
+        return RetryDecision(at, f"it is after the trigger's end, {_iso(end_millis)}")
+    return RetryDecision(at)
+
+
+def _iso(millis: int) -> str:
+    return from_millis(millis).isoformat()

@@ -32,7 +32,7 @@ from celery_quartz.config import Settings
 from celery_quartz.context import JobExecutionContext, firing_header
 from celery_quartz.errors import RefireJob
 from celery_quartz.firing import HEADER
-from celery_quartz.store.sql import SqlStore
+from celery_quartz.store import Store, open_store
 
 logger = logging.getLogger(__name__)
 
@@ -56,22 +56,16 @@ def install(app: Celery) -> None:
 class _WorkerHooks:
     def __init__(self, app: Celery) -> None:
         self.app = app
-        self._stores: dict[tuple[int, str], SqlStore] = {}
+        self._stores: dict[tuple[int, str], Store] = {}
         self._lock = threading.Lock()
 
-    def store(self, scheduler_name: str) -> SqlStore:
+    def store(self, scheduler_name: str) -> Store:
         """This process's store for ``scheduler_name`` (engines are not shared across a fork)."""
         key = (os.getpid(), scheduler_name)
         with self._lock:
             store = self._stores.get(key)
             if store is None:
-                settings = Settings.from_app(self.app)
-                store = SqlStore(
-                    settings.store_url,
-                    scheduler_name=scheduler_name,
-                    table_prefix=settings.table_prefix,
-                    max_data_bytes=settings.max_job_data_bytes,
-                )
+                store = open_store(Settings.from_app(self.app), scheduler_name=scheduler_name)
                 self._stores[key] = store
             return store
 
@@ -138,7 +132,7 @@ class _WorkerHooks:
                 task_id,
             )
 
-    def _refire(self, task: Task, store: SqlStore, context: JobExecutionContext) -> None:
+    def _refire(self, task: Task, store: Store, context: JobExecutionContext) -> None:
         """Run the same firing again at once, with ``refire_count`` one higher."""
         task_id = context.fire_instance_id
         if not _persist(lambda: store.return_to_published(task_id, refire=True), task_id):
@@ -232,15 +226,11 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         super().__init__(parent, **kwargs)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._store: SqlStore | None = None
+        self._store: Store | None = None
 
     def start(self, parent: Any) -> None:
         settings = Settings.from_app(parent.app)
-        self._store = SqlStore(
-            settings.store_url,
-            scheduler_name=settings.scheduler_name,
-            table_prefix=settings.table_prefix,
-        )
+        self._store = open_store(settings)
         queues = sorted(parent.app.amqp.queues.consume_from)
         name = parent.hostname
         # Before consuming: whatever this node name was executing belongs to a previous life of
@@ -281,7 +271,7 @@ class WorkerCheckIn(bootsteps.StartStopStep):
 
     @staticmethod
     def _check_in(
-        store: SqlStore, name: str, interval: float, queues: list[str], concurrency: Any
+        store: Store, name: str, interval: float, queues: list[str], concurrency: Any
     ) -> None:
         store.check_in(
             name,

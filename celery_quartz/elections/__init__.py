@@ -30,6 +30,7 @@ def build_election(settings: Settings, app: Any, leadership: SchedulerLeadership
             scheduler_name=settings.scheduler_name,
             table_prefix=settings.table_prefix,
             retry_interval=settings.election_retry_interval,
+            lock_timeout=settings.election_lock_timeout,
         )
     if settings.election == "redis":
         from celery_quartz.elections.redis import RedisLockElection

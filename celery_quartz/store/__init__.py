@@ -1,15 +1,33 @@
-"""Where jobs, triggers and firings live: one interface, SQL tables behind it."""
+"""Where jobs, triggers and firings live: one interface per role (:mod:`celery_quartz.store.abc`),
+SQL tables behind it (:mod:`celery_quartz.store.sql`), opened by :func:`open_store`."""
 
+from celery_quartz.store.abc import (
+    ClusterStore,
+    JobStore,
+    SchedulingStore,
+    Store,
+    StoreReader,
+    WorkerStore,
+)
+from celery_quartz.store.factory import open_store
 from celery_quartz.store.memory import MemoryStore
+from celery_quartz.store.records import NONE_STATE, CheckIn
 from celery_quartz.store.schema import FiringState, TriggerState, build_tables
-from celery_quartz.store.sql import NONE_STATE, CheckIn, SqlStore
+from celery_quartz.store.sql import SqlStore
 
 __all__ = [
     "NONE_STATE",
     "CheckIn",
+    "ClusterStore",
     "FiringState",
+    "JobStore",
     "MemoryStore",
+    "SchedulingStore",
     "SqlStore",
+    "Store",
+    "StoreReader",
     "TriggerState",
+    "WorkerStore",
     "build_tables",
+    "open_store",
 ]

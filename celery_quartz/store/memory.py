@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from celery_quartz.clock import Clock
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
+from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
 from celery_quartz.store.engine import create_store_engine
 from celery_quartz.store.sql import SqlStore
 
@@ -21,11 +22,13 @@ class MemoryStore(SqlStore):
         scheduler_name: str = "memory",
         clock: Clock | None = None,
         max_data_bytes: int = DEFAULT_MAX_DATA_BYTES,
+        misfire_threshold: float = DEFAULT_MISFIRE_THRESHOLD,
     ) -> None:
         super().__init__(
             scheduler_name=scheduler_name,
             clock=clock,
             max_data_bytes=max_data_bytes,
             engine=create_store_engine("sqlite://"),
+            misfire_threshold=misfire_threshold,
         )
         self.create_tables()

@@ -202,7 +202,7 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         md,
         _sched_name(),
         # The fire instance id; also the Celery task id of the firing's message.
-        Column("entry_id", String(95), primary_key=True),
+        Column("fire_instance_id", String(95), primary_key=True),
         Column("trigger_name", String(KEY_PART), nullable=False),
         Column("trigger_group", String(KEY_PART), nullable=False),
         Column("instance_name", String(NODE_NAME), nullable=False),

@@ -11,6 +11,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 from sqlalchemy import create_engine, func, select
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
@@ -194,21 +195,30 @@ def test_redis_lock_election_fails_over_and_hands_over(
     )
 
 
-def test_a_paused_leader_resumed_after_the_lease_moved_is_fenced_and_stands_down(
-    tmp_path: Path, pg_url: str, redis_url: str
+@pytest.mark.parametrize("election", ["postgresql", "redis"])
+def test_a_paused_leader_is_replaced_and_resumed_is_fenced_and_stands_down(
+    tmp_path: Path, pg_url: str, redis_url: str, election: str
 ) -> None:
+    """SIGSTOP the leader (a paused VM, a long GC pause), let another replica take over, then
+    SIGCONT it. PostgreSQL: the frozen holder's idle session is ended by the server after the
+    lock timeout, which frees the advisory lock. Redis: the lock expires. The resumed leader's
+    writes, its check-in included, are refused; it stands down, and the shared check-in row keeps
+    showing the new leader RUNNING."""
     store, _ = setup(pg_url)
+    lock_timeout = 3.0
     env = {
         "CQ_BROKER_URL": redis_url,
         "CQ_STORE_URL": pg_url,
         "CQ_LEDGER_URL": pg_url,
         "CQ_CLUSTERED": "0",
-        "CQ_ELECTION": "redis",
+        "CQ_ELECTION": election,
         "CQ_ELECTION_REDIS_URL": redis_url,
-        "CQ_ELECTION_LOCK_TIMEOUT": "2",
+        "CQ_ELECTION_LOCK_TIMEOUT": str(lock_timeout),
         # One id for both: without the fence, the deposed leader would release and publish the
-        # new leader's rows as its own.
+        # new leader's rows as its own, and write its pid and status over the new leader's.
         "CQ_INSTANCE_ID": "leader",
+        # Check in often, so the resumed leader's check-in is due at once.
+        "CQ_CHECKIN_INTERVAL": "1",
     }
     with processes(tmp_path, env) as procs:
         procs.worker("worker1", concurrency=4)
@@ -218,23 +228,38 @@ def test_a_paused_leader_resumed_after_the_lease_moved_is_fenced_and_stands_down
         time.sleep(3)
         old = procs.procs["beat1"]
         os.kill(old.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
         try:
-            # The lock expires; beat2 is elected and takes the next epoch.
-            wait_for(lambda: "leads with epoch" in procs.log("beat2"), 15, message="beat2 to lead")
-            time.sleep(2)
+            # Bounded: the lock timeout, one retry interval (1 s), and start-up slack.
+            wait_for(
+                lambda: "leads with epoch" in procs.log("beat2"),
+                lock_timeout + 6,
+                interval=0.1,
+                message="beat2 to lead while beat1 is frozen",
+            )
+            took = time.monotonic() - stopped
+            assert took <= lock_timeout + 3, f"took over after {took:.1f}s"
+            time.sleep(3)  # frozen past its check-in interval
         finally:
             os.kill(old.pid, signal.SIGCONT)
+        # Whichever it notices first: its election's check (PostgreSQL: the session is gone;
+        # Redis: the renewal fails), or a write the fence refuses.
         wait_for(
-            lambda: "this write is refused" in procs.log("beat1"),
+            lambda: any(
+                sign in procs.log("beat1") for sign in ("this write is refused", "leadership lost")
+            ),
             15,
-            message="the deposed leader's write to be refused",
+            message="the deposed leader to notice",
         )
         wait_for(
             lambda: "stands down" in procs.log("beat1") or "in standby" in procs.log("beat1"),
             10,
             message="the deposed leader to stand down",
         )
-        time.sleep(2)
+        new_pid = procs.procs["beat2"].pid
+        for _ in range(4):  # the row stays the new leader's
+            time.sleep(1)
+            assert check_in_rows(store) == [(new_pid, "RUNNING")]
         procs.assert_running("beat1", "beat2", "worker1")
         for name in ("beat2", "beat1"):
             assert procs.stop(name) == 0, procs.log(name)[-4000:]
@@ -244,6 +269,13 @@ def test_a_paused_leader_resumed_after_the_lease_moved_is_fenced_and_stands_down
     assert duplicates == 0, f"{duplicates} occurrence(s) started twice"
     assert len(executed) > 20
     store.dispose()
+
+
+def check_in_rows(store: SqlStore) -> list[tuple[int | None, str | None]]:
+    s = store.tables.scheduler_state
+    with store.transaction() as conn:
+        rows = conn.execute(select(s.c.pid, s.c.status).where(s.c.kind == "scheduler")).all()
+    return [(r.pid, r.status) for r in rows]
 
 
 def test_losing_the_advisory_lock_connection_stands_the_leader_down_at_once(pg_url: str) -> None:

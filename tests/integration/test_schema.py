@@ -37,7 +37,9 @@ def test_migrations_build_the_declared_schema_on_sqlite(tmp_path: Path) -> None:
     engine.dispose()
 
 
-def test_upgrading_from_0001_keeps_the_rows_and_makes_the_indexes_partial(pg_url: str) -> None:
+def test_upgrading_from_0001_keeps_the_rows_makes_the_indexes_partial_and_renames_the_id(
+    pg_url: str,
+) -> None:
     from sqlalchemy import text
 
     engine = create_store_engine(pg_url)
@@ -61,7 +63,7 @@ def test_upgrading_from_0001_keeps_the_rows_and_makes_the_indexes_partial(pg_url
     assert "execution_group IS NOT NULL" in group_where
     with engine.connect() as conn:
         assert conn.execute(
-            text("SELECT entry_id FROM quartz_fired_triggers WHERE worker_name = 'w@h'")
+            text("SELECT fire_instance_id FROM quartz_fired_triggers WHERE worker_name = 'w@h'")
         ).all() == [("f1",)]
     engine.dispose()
 
@@ -104,10 +106,10 @@ def _celery(args: list[str], store_url: str, cwd: Path) -> subprocess.CompletedP
 def test_celery_quartz_schema_commands(tmp_path: Path, pg_url: str) -> None:
     before = _celery(["schema", "check"], pg_url, tmp_path)
     assert before.returncode == 1, before.stdout + before.stderr
-    assert "expected 0002" in before.stdout
+    assert "expected 0003" in before.stdout
     upgraded = _celery(["schema", "upgrade"], pg_url, tmp_path)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "empty -> 0002" in upgraded.stdout
+    assert "empty -> 0003" in upgraded.stdout
     after = _celery(["schema", "check"], pg_url, tmp_path)
     assert after.returncode == 0, after.stdout + after.stderr
     assert "matches" in after.stdout

@@ -43,7 +43,6 @@ def test_the_same_firing_published_twice_starts_once(
         no_later_than=now + timedelta(seconds=1),
         max_count=10,
         time_window=0,
-        misfire_threshold=60,
     )
     firings = store.fire("by-hand", acquired)
     assert len(firings) == 1

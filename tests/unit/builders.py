@@ -89,14 +89,12 @@ def acquire(
     until: datetime | None = None,
     max_count: int = 10,
     window: float = 0.0,
-    threshold: float = 60.0,
 ) -> list[AcquiredFiring]:
     return store.acquire_next_triggers(
         instance,
         no_later_than=until or at(1),
         max_count=max_count,
         time_window=window,
-        misfire_threshold=threshold,
     )
 
 

@@ -3,16 +3,44 @@ each dialect and PostgreSQL driver."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pytest
+from celery import Celery
 
 from celery_quartz.clock import FakeClock
 from celery_quartz.store import MemoryStore, SqlStore
 
 #: Where every unit test's fake clock starts.
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+
+
+#: The tasks the unit tests' app registers (jobs name them).
+TASKS = ("tasks.report", "tasks.cleanup", "tasks.ping", "tasks.work")
+
+
+@pytest.fixture
+def queue() -> str:
+    """The app's default queue: kombu's memory transport keeps its queues process-wide, so one
+    queue name per test."""
+    return f"unit-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def app(queue: str) -> Iterator[Celery]:
+    """A Celery app named ``t`` on the in-memory broker, with the tasks of :data:`TASKS`."""
+    app = Celery("t", broker="memory://", set_as_current=False)
+    app.conf.task_default_queue = queue
+    for name in TASKS:
+        app.task(name=name, shared=False)(_noop)
+    yield app
+    app.close()
+
+
+def _noop(*args: object, **kwargs: object) -> None:
+    return None
 
 
 @pytest.fixture

@@ -166,9 +166,11 @@ def fired_pins(store: SqlStore) -> dict[str, PreferredNode]:
     """Fire instance id → the pin its fired row recorded."""
     f = store.tables.fired_triggers
     with store.transaction() as conn:
-        rows = conn.execute(select(f.c.entry_id, f.c.preferred_node, f.c.preferred_node_auto))
+        rows = conn.execute(
+            select(f.c.fire_instance_id, f.c.preferred_node, f.c.preferred_node_auto)
+        )
         return {
-            r.entry_id: PreferredNode.from_columns(r.preferred_node, r.preferred_node_auto)
+            r.fire_instance_id: PreferredNode.from_columns(r.preferred_node, r.preferred_node_auto)
             for r in rows
         }
 
@@ -203,9 +205,7 @@ def test_a_claim_records_the_pin_it_saw_on_its_fired_row(db: SqlStore) -> None:
 
 def test_a_batch_fired_at_once_records_the_pin_it_saw(db: SqlStore) -> None:
     add(db, pinned("named", PreferredNode.for_node(W1)), pinned("auto", PreferredNode.AUTO))
-    claim = db.claim(
-        "sched-a", no_later_than=at(0), max_count=10, time_window=0, misfire_threshold=60
-    )
+    claim = db.claim("sched-a", no_later_than=at(0), max_count=10, time_window=0)
     recorded = fired_pins(db)
     assert {f.trigger_key.name: recorded[f.fire_instance_id] for f in claim.firings} == {
         "named": PreferredNode.for_node(W1),

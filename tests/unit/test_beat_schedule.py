@@ -4,7 +4,6 @@ group ``celery.beat_schedule``, idempotently across restarts."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -34,20 +33,6 @@ def job_key(name: str) -> JobKey:
 
 def trigger_key(name: str) -> TriggerKey:
     return TriggerKey(name, GROUP)
-
-
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("t", set_as_current=False)
-
-    @app.task(name="tasks.ping", shared=False)
-    def ping() -> None: ...
-
-    @app.task(name="tasks.report", shared=False)
-    def report() -> None: ...
-
-    yield app
-    app.close()
 
 
 ENTRIES: dict[str, dict[str, Any]] = {
@@ -160,9 +145,7 @@ def test_a_restart_keeps_a_trigger_s_progress(
     clock.set(at(30))
     store.fire(
         "sched-a",
-        store.acquire_next_triggers(
-            "sched-a", no_later_than=at(30), max_count=10, time_window=0, misfire_threshold=60
-        ),
+        store.acquire_next_triggers("sched-a", no_later_than=at(30), max_count=10, time_window=0),
     )
     run_import(app, store, clock, {"ping-seconds": ENTRIES["ping-seconds"]})
     trigger = store.retrieve_trigger(trigger_key("ping-seconds"))

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from collections.abc import Callable
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from celery import Celery
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
+from celery_quartz.calendars import HolidayCalendar, WeeklyCalendar
 from celery_quartz.clock import FakeClock
 from celery_quartz.errors import (
+    CalendarInUseError,
     InvalidTriggerError,
     JobDataError,
     JobNotFoundError,
@@ -34,20 +36,6 @@ from tests.unit.conftest import T0
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("t", set_as_current=False)
-
-    @app.task(name="tasks.report", shared=False)
-    def report() -> None: ...
-
-    @app.task(name="tasks.cleanup", shared=False)
-    def cleanup() -> None: ...
-
-    yield app
-    app.close()
 
 
 @pytest.fixture
@@ -288,7 +276,7 @@ def test_trigger_job_fires_the_job_once_now(
         {"reason": "by hand"},
     )
     [claimed] = store.acquire_next_triggers(
-        "sched-a", no_later_than=at(5), max_count=10, time_window=0, misfire_threshold=60
+        "sched-a", no_later_than=at(5), max_count=10, time_window=0
     )
     [firing] = store.fire("sched-a", [claimed])
     assert (firing.task, firing.trigger_data, firing.scheduled_millis) == (
@@ -570,3 +558,63 @@ def test_a_paused_trigger_group_pauses_its_triggers_and_later_ones_until_resumed
     quartz.resume_trigger_group("reports")
     assert [quartz.get_trigger_state(TriggerKey(n, "reports")) for n in "ab"] == ["WAITING"] * 2
     assert quartz.get_paused_trigger_groups() == []
+
+
+# -- calendars -----------------------------------------------------------------------------------
+
+
+def test_a_calendar_is_stored_read_back_listed_and_deleted(quartz: Quartz) -> None:
+    holidays = HolidayCalendar([date(2026, 12, 25)], time_zone="Europe/Helsinki")
+    quartz.add_calendar("holidays", holidays)
+    stored = quartz.get_calendar("holidays")
+    assert stored is not None and stored.to_dict() == holidays.to_dict()
+    assert quartz.get_calendar_names() == ["holidays"]
+    assert quartz.delete_calendar("holidays")
+    assert quartz.get_calendar("holidays") is None
+    assert not quartz.delete_calendar("holidays")
+
+
+def test_a_calendar_is_replaced_only_when_asked(quartz: Quartz, store: MemoryStore) -> None:
+    quartz.add_calendar("days", WeeklyCalendar())
+    refused(
+        store,
+        ObjectAlreadyExistsError,
+        "calendar 'days' already exists",
+        lambda: quartz.add_calendar("days", HolidayCalendar([date(2026, 1, 1)])),
+    )
+    quartz.add_calendar("days", HolidayCalendar([date(2026, 1, 1)]), replace=True)
+    assert isinstance(quartz.get_calendar("days"), HolidayCalendar)
+
+
+def test_a_calendar_a_trigger_uses_cannot_be_deleted(quartz: Quartz, store: MemoryStore) -> None:
+    quartz.add_calendar("holidays", HolidayCalendar([date(2026, 12, 25)]))
+    quartz.schedule_job(
+        Job(key=JobKey("report"), task="tasks.report"),
+        every_minute("t1", calendar_name="holidays"),
+    )
+    refused(
+        store,
+        CalendarInUseError,
+        "calendar 'holidays' is used by trigger DEFAULT.t1",
+        lambda: quartz.delete_calendar("holidays"),
+    )
+
+
+def test_something_that_is_not_a_calendar_is_refused(quartz: Quartz, store: MemoryStore) -> None:
+    refused(
+        store,
+        ValidationError,
+        "calendar 'x': expected a celery_quartz.calendars.Calendar, not dict",
+        lambda: quartz.add_calendar("x", {"kind": "weekly"}),  # type: ignore[arg-type]
+    )
+
+
+def test_a_trigger_skips_the_days_its_calendar_excludes(quartz: Quartz) -> None:
+    quartz.add_calendar("holidays", HolidayCalendar([T0.date()]))
+    quartz.schedule_job(
+        Job(key=JobKey("report"), task="tasks.report"),
+        every_minute("t1", calendar_name="holidays", start_at=T0),
+    )
+    trigger = quartz.get_trigger(TriggerKey("t1"))
+    assert trigger is not None and trigger.next_fire_time is not None
+    assert trigger.next_fire_time.date() > T0.date()

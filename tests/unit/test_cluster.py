@@ -186,7 +186,7 @@ def claim_and_fire(store: MemoryStore, instance: str) -> str:
         ]
     )
     fired, _ = store.acquire_next_triggers(
-        instance, no_later_than=at(0), max_count=10, time_window=0, misfire_threshold=60
+        instance, no_later_than=at(0), max_count=10, time_window=0
     )
     [firing] = store.fire(instance, [fired])
     return firing.fire_instance_id

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Iterator
 
 import pytest
 from celery import Celery
@@ -14,18 +13,11 @@ from celery_quartz.config import AUTO, Settings
 from celery_quartz.errors import ConfigurationError
 
 
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("proj", set_as_current=False)
-    yield app
-    app.close()
-
-
 def test_the_defaults_are_the_documented_ones(app: Celery) -> None:
     settings = Settings.from_app(app)
     assert settings == Settings(
         store_url="sqlite:///quartz.db",
-        scheduler_name="proj",
+        scheduler_name="t",
         instance_id="AUTO",
         table_prefix="quartz_",
         clustered=True,
@@ -80,7 +72,7 @@ def test_quartz_keys_are_read_from_app_conf(app: Celery) -> None:
 
 
 def test_the_scheduler_name_defaults_to_the_app_s_main_name(app: Celery) -> None:
-    assert Settings.from_app(app).scheduler_name == "proj"
+    assert Settings.from_app(app).scheduler_name == "t"
 
 
 def test_an_app_without_a_main_name_is_the_celery_scheduler() -> None:
@@ -91,7 +83,7 @@ def test_an_app_without_a_main_name_is_the_celery_scheduler() -> None:
 def test_keys_of_other_settings_are_not_read(app: Celery) -> None:
     app.conf.beat_max_loop_interval = 1
     app.conf.quartz_unknown_key = 1
-    assert Settings.from_app(app) == Settings(scheduler_name="proj")
+    assert Settings.from_app(app) == Settings(scheduler_name="t")
 
 
 @pytest.mark.parametrize(

@@ -135,3 +135,16 @@ def test_the_postgresql_election_needs_a_postgresql_store() -> None:
         PostgresAdvisoryLockElection(
             "sqlite:///x.db", SchedulerLeadership(Scheduler()), scheduler_name="s"
         )
+
+
+def test_the_postgresql_election_needs_a_lock_timeout_of_two_retry_intervals() -> None:
+    from celery_quartz.elections.postgres import PostgresAdvisoryLockElection
+
+    with pytest.raises(ConfigurationError, match="at least twice"):
+        PostgresAdvisoryLockElection(
+            "postgresql+psycopg2://db/x",
+            SchedulerLeadership(Scheduler()),
+            scheduler_name="s",
+            retry_interval=1.0,
+            lock_timeout=1.5,
+        )

@@ -34,8 +34,6 @@ def claim(store: MemoryStore, router: Router, *, instance: str = A, max_count: i
         no_later_than=store.clock.now() + timedelta(seconds=1),
         max_count=max_count,
         time_window=0.0,
-        misfire_threshold=60.0,
-        expires_after=60.0,
         router=router,
     )
 
@@ -230,7 +228,7 @@ def test_a_held_trigger_keeps_its_fire_time_and_misfires_by_its_instruction(
         at(0),
     )
     clock.set(at(61))
-    handled, _ = store.handle_misfires(threshold=60.0, max_count=10)
+    handled, _ = store.handle_misfires(max_count=10)
     assert handled == 1
     assert store.retrieve_trigger(TriggerKey("c1")).next_fire_time == at(120)  # type: ignore[union-attr]
 
@@ -281,7 +279,7 @@ def test_an_expired_firing_sent_to_a_pinned_worker_is_published_again_to_its_gro
     [firing] = claim(store, Router()).firings
     assert firing.node == "celery@w1"
     clock.set(at(200))
-    [again] = store.resolve_expired_firings(B, grace=1.0, expires_after=60.0, max_count=10)
+    [again] = store.resolve_expired_firings(B, grace=1.0, max_count=10)
     assert (again.queue, again.node) == ("g", None)
 
 

@@ -5,9 +5,6 @@ processes would have their own engines over one database)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import pytest
 from celery import Celery
 from sqlalchemy import event
@@ -18,16 +15,8 @@ from celery_quartz.config import Settings
 from celery_quartz.errors import FencedError
 from celery_quartz.loop import SchedulingLoop
 from celery_quartz.publisher import Publisher
-from celery_quartz.store import FiringState, MemoryStore, SqlStore, fencing
+from celery_quartz.store import FiringState, MemoryStore, SqlStore
 from tests.unit.builders import acquire, add, at, fire_one, one_shot, repeating, state
-
-
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("t", broker="memory://", set_as_current=False)
-    app.conf.task_default_queue = f"unit-{uuid.uuid4().hex}"
-    yield app
-    app.close()
 
 
 def process(store: MemoryStore, clock: FakeClock) -> SqlStore:
@@ -67,7 +56,7 @@ def test_each_leadership_takes_the_next_epoch(
     first.standby()
     first.start()
     assert (first.epoch, second.epoch) == (3, 2)
-    assert fencing.current_epoch(store) == 3
+    assert store.current_epoch() == 3
 
 
 def test_the_epoch_is_copied_to_the_leader_s_check_in_row(
@@ -123,7 +112,7 @@ def test_a_deposed_leader_s_misfire_handling_is_refused(
     old.start()
     leader(process(store, clock), app, clock, "new").start()
     with pytest.raises(FencedError):
-        store.handle_misfires(threshold=60, max_count=20)
+        store.handle_misfires(max_count=20)
     with pytest.raises(FencedError):
         store.release_acquired("old")
 
@@ -363,3 +352,35 @@ def test_a_deposed_leader_leaves_the_new_leader_s_row_alone(
     assert old.status is SchedulerStatus.STANDBY
     old.shutdown()
     assert check_in_row(store)[:2] == (222, "RUNNING")
+
+
+def test_a_deposed_leader_s_due_check_in_is_refused_and_leaves_the_row_alone(
+    store: MemoryStore, app: Celery, clock: FakeClock
+) -> None:
+    """The old leader resumes (SIGCONT) after the new one took over under the same instance id,
+    with its check-in due: the check-in is fenced like every other write, so the row keeps the
+    new leader's pid and RUNNING."""
+    add(store, repeating("t1", at(0), 1))
+    old = leader(store, app, clock, "leader")
+    old.cluster.pid = 111  # another process, same instance id
+    old.start()
+    new = leader(process(store, clock), app, clock, "leader")
+    new.cluster.pid = 222
+    new.start()
+    clock.advance(30)  # old was frozen past its check-in interval
+    old.run_once()
+    assert old.status is SchedulerStatus.STANDBY
+    assert check_in_row(store)[:2] == (222, "RUNNING")
+    old.shutdown()
+    assert check_in_row(store)[:2] == (222, "RUNNING")
+
+
+def test_a_deposed_leader_s_check_in_is_refused(
+    store: MemoryStore, app: Celery, clock: FakeClock
+) -> None:
+    leader(store, app, clock, "old").start()
+    leader(process(store, clock), app, clock, "new").start()
+    with pytest.raises(FencedError):
+        store.check_in("old", interval=7.5, clustered=False)
+    with pytest.raises(FencedError):
+        store.record_status("old", "STANDBY", hostname=None, pid=None)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from celery import Celery
@@ -16,14 +15,6 @@ from celery_quartz.publisher import Publisher
 from celery_quartz.store import MemoryStore
 
 HEALTHY, DEGRADED, UNHEALTHY = HealthStatus.HEALTHY, HealthStatus.DEGRADED, HealthStatus.UNHEALTHY
-
-
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("t", broker="memory://", set_as_current=False)
-    app.conf.task_default_queue = f"unit-{uuid.uuid4().hex}"
-    yield app
-    app.close()
 
 
 def nothing(loop: SchedulingLoop, clock: FakeClock) -> None:

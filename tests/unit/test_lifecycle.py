@@ -4,8 +4,6 @@ leadership callbacks, the clustering guard, inside beat and for a loop used dire
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +18,6 @@ from celery_quartz.loop import SchedulingLoop
 from celery_quartz.publisher import Publisher
 from celery_quartz.store import MemoryStore
 from tests.unit.builders import A, add, at, one_shot, repeating, state
-
-
-@pytest.fixture
-def app() -> Iterator[Celery]:
-    app = Celery("t", broker="memory://", set_as_current=False)
-    app.conf.task_default_queue = f"unit-{uuid.uuid4().hex}"
-    yield app
-    app.close()
 
 
 def make_loop(

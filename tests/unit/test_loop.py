@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
@@ -28,24 +27,6 @@ A, B = "sched-a", "sched-b"
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def queue() -> str:
-    # kombu's memory transport keeps its queues process-wide: one queue name per test.
-    return f"unit-{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def app(queue: str) -> Iterator[Celery]:
-    app = Celery("t", broker="memory://", set_as_current=False)
-    app.conf.task_default_queue = queue
-
-    @app.task(name="tasks.report", shared=False)
-    def report() -> None: ...
-
-    yield app
-    app.close()
 
 
 def settings(**changes: object) -> Settings:
@@ -288,9 +269,7 @@ def test_claims_released_by_recovering_a_dead_peer_are_claimed_at_once(
 ) -> None:
     schedule(store, once("held", at(5)))
     store.check_in(B, interval=2.0)
-    store.acquire_next_triggers(
-        B, no_later_than=at(10), max_count=10, time_window=0, misfire_threshold=60
-    )
+    store.acquire_next_triggers(B, no_later_than=at(10), max_count=10, time_window=0)
     loop = make_loop(
         store, app, clock, idle_wait=10.0, checkin_interval=2.0, checkin_misfire_threshold=1.0
     )
@@ -407,9 +386,7 @@ def test_a_restarted_instance_publishes_what_its_previous_life_fired(
     store: MemoryStore, app: Celery, clock: FakeClock, queue: str
 ) -> None:
     schedule(store, once("now", at(0)))
-    acquired = store.acquire_next_triggers(
-        A, no_later_than=at(0), max_count=10, time_window=0, misfire_threshold=60
-    )
+    acquired = store.acquire_next_triggers(A, no_later_than=at(0), max_count=10, time_window=0)
     [fired] = store.fire(A, acquired)  # ... and the process died before publishing
     make_loop(store, app, clock, instance=A).run_once()
     [message] = published(app, queue)
@@ -424,13 +401,9 @@ def test_a_dead_peer_s_unpublished_firing_is_published_by_a_survivor(
     store.check_in(B, interval=7.5)
     fired_by_b = store.fire(
         B,
-        store.acquire_next_triggers(
-            B, no_later_than=at(0), max_count=10, time_window=0, misfire_threshold=60
-        ),
+        store.acquire_next_triggers(B, no_later_than=at(0), max_count=10, time_window=0),
     )
-    store.acquire_next_triggers(
-        B, no_later_than=at(1), max_count=10, time_window=0, misfire_threshold=60
-    )
+    store.acquire_next_triggers(B, no_later_than=at(1), max_count=10, time_window=0)
     clock.set(at(16))  # B checked in at 0 s: 7.5 s interval + 7.5 s threshold have passed
     loop = make_loop(store, app, clock, instance=A)
     loop.run_once()
@@ -502,7 +475,7 @@ def test_shutdown_publishes_what_was_fired_but_not_yet_published(
     loop = make_loop(store, app, clock)
     loop.start()
     # A stop signal between the firing's commit and its publication:
-    store.claim(A, no_later_than=at(1), max_count=10, time_window=0, misfire_threshold=60)
+    store.claim(A, no_later_than=at(1), max_count=10, time_window=0)
     assert published(app, queue) == []
     loop.shutdown()
     assert len(published(app, queue)) == 1

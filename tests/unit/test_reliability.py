@@ -4,6 +4,7 @@ job cannot run, and triggers blocked past their fire time. RAM store, fake clock
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 import pytest
 from sqlalchemy.exc import OperationalError
@@ -11,9 +12,9 @@ from sqlalchemy.exc import OperationalError
 from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.cluster import ClusterManager
 from celery_quartz.errors import SchedulerStateError
-from celery_quartz.keys import RECOVERING_JOBS_GROUP, TriggerKey
-from celery_quartz.store import FiringState, MemoryStore, TriggerState
-from celery_quartz.triggers import CronMisfireInstruction, SimpleMisfireInstruction
+from celery_quartz.keys import RECOVERING_JOBS_GROUP, JobKey, TriggerKey
+from celery_quartz.store import NONE_STATE, FiringState, MemoryStore, TriggerState
+from celery_quartz.triggers import CronMisfireInstruction, CronTrigger, SimpleMisfireInstruction
 from tests.unit.builders import A, B, acquire, add, at, cron, fire_one, one_shot, repeating, state
 
 WORKER = "celery@w1"
@@ -181,28 +182,36 @@ def test_a_worker_that_never_checked_in_is_recovered_after_a_window(
 # -- messages no worker started ----------------------------------------------------------------
 
 
-def published_firing(store: MemoryStore, name: str, *, expires_after: float = 60.0) -> str:
+def published_firing(store: MemoryStore, name: str) -> str:
     [claimed] = [
         a for a in acquire(store, until=at(3600), window=3600) if a.trigger.key.name == name
     ]
-    [firing] = store.fire(A, [claimed], expires_after=expires_after)
+    [firing] = store.fire(A, [claimed])
     store.mark_published(A, [firing.fire_instance_id])
     return firing.fire_instance_id
 
 
+def ending_cron(name: str, expression: str, *, end: datetime, misfire: int = 0) -> CronTrigger:
+    return CronTrigger(
+        key=TriggerKey(name),
+        job_key=JobKey("job"),
+        start_at=at(0),
+        end_at=end,
+        expression=expression,
+        misfire_instruction=misfire,
+    )
+
+
 def expire(store: MemoryStore, instance: str = B) -> list[str]:
     return [
-        f.fire_instance_id
-        for f in store.resolve_expired_firings(
-            instance, grace=8.5, expires_after=60.0, max_count=20
-        )
+        f.fire_instance_id for f in store.resolve_expired_firings(instance, grace=8.5, max_count=20)
     ]
 
 
 def test_a_firing_is_published_with_an_expiry_of_the_misfire_threshold(store: MemoryStore) -> None:
     add(store, cron("c1", "0 * * * * ?"))
     [claimed] = acquire(store, until=at(0))
-    [firing] = store.fire(A, [claimed], expires_after=60.0)
+    [firing] = store.fire(A, [claimed])
     assert firing.expires_millis == to_millis(at(60))
 
 
@@ -272,6 +281,49 @@ def test_an_expired_one_shot_that_is_dropped_leaves_no_trigger_or_job(
         "calendars": 0,
         "paused_trigger_groups": 0,
     }
+
+
+def test_an_ending_trigger_outlives_its_last_firing_in_flight(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    """Every 2 s until 4 s: the firing at 0 s is published to a worker that is then killed with
+    it prefetched; the firings at 2 s and 4 s (the last) run and complete. The trigger is COMPLETE
+    but stays until the firing at 0 s ends, so that firing's expiry is resolved by the trigger's
+    instruction (a cron trigger's SmartPolicy publishes it again once), not lost."""
+    add(store, ending_cron("c1", "0/2 * * * * ?", end=at(4)))
+    lost = published_firing(store, "c1")
+    for second in (2, 4):
+        clock.set(at(second))
+        fire_id = fire_one(store, "c1")
+        assert store.start_execution(fire_id, WORKER)
+        assert store.complete_execution(fire_id)
+    assert state(store, "c1") == TriggerState.COMPLETE
+    clock.set(at(70))
+    assert expire(store) == [lost]
+    assert state(store, "c1") == TriggerState.COMPLETE
+    assert store.start_execution(lost, WORKER)
+    assert store.complete_execution(lost)
+    assert state(store, "c1") == NONE_STATE
+    assert store.count_rows()["jobs"] == 0
+
+
+def test_an_ending_triggers_expired_firing_that_its_instruction_skips_is_dropped_and_it_goes(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(
+        store,
+        ending_cron("c1", "0/2 * * * * ?", end=at(2), misfire=CronMisfireInstruction.DO_NOTHING),
+    )
+    lost = published_firing(store, "c1")
+    clock.set(at(2))
+    last = fire_one(store, "c1")
+    assert store.start_execution(last, WORKER)
+    assert store.complete_execution(last)
+    assert state(store, "c1") == TriggerState.COMPLETE
+    clock.set(at(70))
+    assert expire(store) == []
+    assert lost not in store.firing_states()
+    assert state(store, "c1") == NONE_STATE
 
 
 def test_a_firing_a_worker_started_is_not_expired(store: MemoryStore, clock: FakeClock) -> None:

@@ -231,7 +231,7 @@ def _fire_due(
 ) -> tuple[AcquiredFiring, Firing]:
     """Claim and fire the one trigger due now."""
     [claimed] = store.acquire_next_triggers(
-        instance, no_later_than=clock.now(), max_count=10, time_window=0, misfire_threshold=60
+        instance, no_later_than=clock.now(), max_count=10, time_window=0
     )
     [firing] = store.fire(instance, [claimed])
     return claimed, firing

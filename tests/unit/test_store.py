@@ -523,7 +523,7 @@ def test_resuming_a_trigger_within_the_misfire_threshold_keeps_its_fire_time(
 def test_a_late_one_shot_simple_trigger_fires_now(store: MemoryStore, clock: FakeClock) -> None:
     add(store, one_shot("t1", at(0), misfire=SimpleMisfireInstruction.FIRE_NOW))
     clock.set(at(120))
-    assert store.handle_misfires(threshold=60, max_count=20) == (1, False)
+    assert store.handle_misfires(max_count=20) == (1, False)
     assert (state(store, "t1"), next_fire(store, "t1")) == (TriggerState.WAITING, at(120))
 
 
@@ -532,7 +532,7 @@ def test_a_late_cron_trigger_that_does_nothing_moves_to_its_next_time_after_now(
 ) -> None:
     add(store, cron("hourly", "0 0 * * * ?", misfire=CronMisfireInstruction.DO_NOTHING))
     clock.set(at(90))
-    assert store.handle_misfires(threshold=60, max_count=20) == (1, False)
+    assert store.handle_misfires(max_count=20) == (1, False)
     assert next_fire(store, "hourly") == at(3600)
 
 
@@ -546,7 +546,7 @@ def test_a_late_repeating_trigger_restarted_now_keeps_its_remaining_fire_count(
     clock.set(at(10))
     fire_one(store, "counted")
     clock.set(at(95))
-    store.handle_misfires(threshold=60, max_count=20)
+    store.handle_misfires(max_count=20)
     assert fire_times(store, clock, "counted") == [at(95), at(105), at(115), at(125)]
 
 
@@ -555,7 +555,7 @@ def test_the_misfire_handler_leaves_triggers_within_the_threshold_alone(
 ) -> None:
     add(store, one_shot("t1", at(0)))
     clock.set(at(60))
-    assert store.handle_misfires(threshold=60, max_count=20) == (0, False)
+    assert store.handle_misfires(max_count=20) == (0, False)
     assert next_fire(store, "t1") == at(0)
 
 
@@ -564,7 +564,7 @@ def test_the_misfire_handler_leaves_triggers_that_ignore_misfires_alone(
 ) -> None:
     add(store, one_shot("t1", at(0), misfire=IGNORE))
     clock.set(at(3600))
-    assert store.handle_misfires(threshold=60, max_count=20) == (0, False)
+    assert store.handle_misfires(max_count=20) == (0, False)
     assert next_fire(store, "t1") == at(0)
 
 
@@ -573,9 +573,9 @@ def test_the_misfire_handler_takes_at_most_max_count_earliest_first_and_reports_
 ) -> None:
     add(store, one_shot("third", at(2)), one_shot("first", at(0)), one_shot("second", at(1)))
     clock.set(at(120))
-    assert store.handle_misfires(threshold=60, max_count=2) == (2, True)
+    assert store.handle_misfires(max_count=2) == (2, True)
     assert [next_fire(store, n) for n in ("first", "second", "third")] == [at(120), at(120), at(2)]
-    assert store.handle_misfires(threshold=60, max_count=2) == (1, False)
+    assert store.handle_misfires(max_count=2) == (1, False)
     assert next_fire(store, "third") == at(120)
 
 
@@ -593,7 +593,7 @@ def test_a_misfired_trigger_with_no_fire_time_left_is_removed_with_its_job(
     )
     key = add(store, ends)
     clock.set(at(120))
-    assert store.handle_misfires(threshold=60, max_count=20) == (1, False)
+    assert store.handle_misfires(max_count=20) == (1, False)
     assert state(store, "ends") == NONE_STATE
     assert store.retrieve_job(key) is None
 
@@ -788,7 +788,7 @@ def test_a_claim_of_a_batch_already_due_fires_it_in_the_same_transaction(
     store: MemoryStore,
 ) -> None:
     add(store, one_shot("t1", at(0)), repeating("t2", at(0), 10))
-    claim = store.claim(A, no_later_than=at(1), max_count=10, time_window=0, misfire_threshold=60)
+    claim = store.claim(A, no_later_than=at(1), max_count=10, time_window=0)
     assert claim.acquired == []
     assert sorted(f.trigger_key.name for f in claim.firings) == ["t1", "t2"]
     assert sorted(store.firing_states().values()) == [FiringState.FIRED] * 2
@@ -798,7 +798,7 @@ def test_a_claim_of_a_batch_already_due_fires_it_in_the_same_transaction(
 
 def test_a_claim_of_a_batch_due_later_only_claims_it(store: MemoryStore) -> None:
     add(store, one_shot("t1", at(0.5)))
-    claim = store.claim(A, no_later_than=at(1), max_count=10, time_window=0, misfire_threshold=60)
+    claim = store.claim(A, no_later_than=at(1), max_count=10, time_window=0)
     assert (claim.firings, names(claim.acquired)) == ([], ["t1"])
     assert state(store, "t1") == TriggerState.ACQUIRED
 
@@ -807,7 +807,7 @@ def test_a_direct_claim_fires_a_disallow_concurrent_job_once_and_blocks_its_othe
     store: MemoryStore,
 ) -> None:
     add(store, one_shot("t1", at(0)), one_shot("t2", at(0)), disallow_concurrent=True)
-    claim = store.claim(A, no_later_than=at(1), max_count=10, time_window=0, misfire_threshold=60)
+    claim = store.claim(A, no_later_than=at(1), max_count=10, time_window=0)
     assert [f.trigger_key.name for f in claim.firings] == ["t1"]
     assert len(store.firing_states()) == 1
     assert state(store, "t2") == TriggerState.BLOCKED
@@ -820,7 +820,6 @@ def test_a_claimed_trigger_whose_task_is_unknown_goes_to_error(store: MemoryStor
         no_later_than=at(1),
         max_count=10,
         time_window=0,
-        misfire_threshold=60,
         task_exists=lambda name: False,
     )
     assert (claim.firings, claim.acquired) == ([], [])
@@ -830,15 +829,12 @@ def test_a_claimed_trigger_whose_task_is_unknown_goes_to_error(store: MemoryStor
 
 def test_a_claim_records_the_previous_batch_as_published(store: MemoryStore) -> None:
     add(store, one_shot("t1", at(0)))
-    [firing] = store.claim(
-        A, no_later_than=at(1), max_count=10, time_window=0, misfire_threshold=60
-    ).firings
+    [firing] = store.claim(A, no_later_than=at(1), max_count=10, time_window=0).firings
     store.claim(
         A,
         no_later_than=at(1),
         max_count=10,
         time_window=0,
-        misfire_threshold=60,
         published=[firing.fire_instance_id],
     )
     assert store.firing_states() == {firing.fire_instance_id: FiringState.PUBLISHED}

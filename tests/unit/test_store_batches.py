@@ -28,7 +28,6 @@ def test_a_batch_of_awkward_names_is_fired_and_advanced_exactly(db: SqlStore) ->
         no_later_than=at(10),
         max_count=10,
         time_window=10.0,
-        misfire_threshold=60.0,
     )
     assert sorted(f.trigger_key.name for f in claim.firings) == sorted(AWKWARD)
 
@@ -56,7 +55,7 @@ def test_a_batch_of_awkward_names_is_fired_and_advanced_exactly(db: SqlStore) ->
 
 def test_publication_is_recorded_for_the_instance_that_fired(db: SqlStore) -> None:
     add(db, repeating("t1", at(0), 60), repeating("t2", at(0), 60))
-    claim = db.claim(A, no_later_than=at(1), max_count=10, time_window=0.0, misfire_threshold=60.0)
+    claim = db.claim(A, no_later_than=at(1), max_count=10, time_window=0.0)
     ids = [firing.fire_instance_id for firing in claim.firings]
     assert len(ids) == 2
     db.mark_published(B, ids)
@@ -65,7 +64,7 @@ def test_publication_is_recorded_for_the_instance_that_fired(db: SqlStore) -> No
     assert db.firing_states() == dict.fromkeys(ids, FiringState.PUBLISHED)
     f = db.tables.fired_triggers
     with db.transaction() as conn:
-        times = {r.entry_id: r.published_time for r in conn.execute(select(f))}
+        times = {r.fire_instance_id: r.published_time for r in conn.execute(select(f))}
     assert times[ids[0]] == 1234 and times[ids[1]] == to_millis(db.clock.now())
 
 
@@ -135,7 +134,7 @@ def test_stored_triggers_start_paused_or_blocked_as_their_group_and_job_say(
         job="exclusive",
         disallow_concurrent=True,
     )
-    claim = db.claim(A, no_later_than=at(1), max_count=10, time_window=0.0, misfire_threshold=60)
+    claim = db.claim(A, no_later_than=at(1), max_count=10, time_window=0.0)
     assert len(claim.firings) == 1  # a firing of "exclusive" in flight
     db.pause_trigger_group("quiet")
     db.store_jobs_and_triggers(

@@ -90,9 +90,7 @@ def fired(
         retry_policy=retry_policy,
     )
     store.store_jobs_and_triggers([(job, [trigger])])
-    acquired = store.acquire_next_triggers(
-        "sched-a", no_later_than=T0, max_count=1, time_window=0, misfire_threshold=60
-    )
+    acquired = store.acquire_next_triggers("sched-a", no_later_than=T0, max_count=1, time_window=0)
     [firing] = store.fire("sched-a", acquired)
     return firing
 

@@ -1,0 +1,542 @@
+"""What a store must do, one interface per role that calls it. Read this module first.
+
+The store records; it does not decide. A decision that is not the single statement settling a
+race (a retry dropped because the next occurrence wins, admission against execution-group limits,
+what a misfire instruction does to a missed occurrence) is a pure function in its domain module
+(:mod:`celery_quartz.retry`, :mod:`celery_quartz.routing`, :mod:`celery_quartz.misfire`); the store
+calls it and writes the outcome.
+
+Roles, and who holds each:
+
+* :class:`JobStore` — the client (:class:`celery_quartz.Quartz`), the ``beat_schedule`` import and
+  the scheduling files: jobs, triggers, calendars, pause and resume.
+* :class:`SchedulingStore` — the scheduling loop (:mod:`celery_quartz.loop`): claim, fire, record
+  publication, release, misfires.
+* :class:`ClusterStore` — the cluster manager (:mod:`celery_quartz.cluster`) and the worker's
+  check-in: check-in, failure detection, recovery of dead schedulers and workers, fencing.
+* :class:`WorkerStore` — the worker hooks (:mod:`celery_quartz.worker`): start, complete, retry,
+  persist job data.
+* :class:`StoreReader` — operators: the CLI, health, metrics, the dashboard and HTTP API. Paged,
+  filtered listings; it never writes.
+
+Every store is scoped to one scheduler name (several clusters may share the tables) and is
+configured once, through its constructor: the misfire threshold, the clock and the bound on JSON
+data are never passed per call. Open one with :func:`celery_quartz.store.open_store`.
+
+"Race settled" paragraphs name the race between processes that a method settles in one
+transaction. Errors are those of :mod:`celery_quartz.errors`; a method that raises writes nothing.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from celery_quartz.firing import AcquiredFiring, Firing
+from celery_quartz.job import Job
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.routing import Router, Unserved
+from celery_quartz.store.records import (
+    CheckIn,
+    Claim,
+    Fence,
+    FiringOwners,
+    LeaderMoveRecovery,
+    SyncResult,
+    WorkerRecovery,
+)
+from celery_quartz.store.views import (
+    FiringFilter,
+    FiringView,
+    GroupOccupancy,
+    JobFilter,
+    NodeView,
+    Page,
+    StateSummary,
+    TriggerFilter,
+    TriggerView,
+)
+from celery_quartz.triggers.base import Trigger, TriggerDetailsUpdate
+
+
+class JobStore(abc.ABC):
+    """The client's role: what is scheduled (jobs, triggers, calendars) and whether it runs."""
+
+    @abc.abstractmethod
+    def store_jobs_and_triggers(
+        self,
+        items: Sequence[tuple[Job | None, Sequence[Trigger]]],
+        *,
+        replace: bool = False,
+        definition_hashes: dict[JobKey, str] | None = None,
+    ) -> None:
+        """Store jobs and their triggers in one transaction: all of them, or none.
+
+        A job of ``None`` means the triggers refer to jobs already stored. Each trigger gets its
+        first fire time (with its calendar) and enters WAITING, PAUSED with its group, or BLOCKED
+        while its ``disallow_concurrent`` job has a firing in flight. Raises
+        :class:`~celery_quartz.errors.ObjectAlreadyExistsError` when a key exists and ``replace``
+        is false, :class:`~celery_quartz.errors.JobNotFoundError` when a trigger names a job that
+        is not stored, :class:`~celery_quartz.errors.InvalidTriggerError` for a trigger that is
+        invalid, names a calendar not stored, or would never fire.
+        """
+
+    @abc.abstractmethod
+    def sync_job_group(
+        self, group: str, desired: Mapping[JobKey, tuple[Job, Sequence[Trigger], str]]
+    ) -> SyncResult:
+        """Make the jobs of ``group`` exactly ``desired`` (job, its triggers, a definition hash).
+
+        Idempotent: a job whose stored hash equals the desired one is left alone, so its
+        triggers keep their fire times across restarts; a changed one is replaced with its
+        triggers; one no longer desired is removed.
+
+        Race settled: several schedulers importing the same configuration at start; the second
+        importer sees the first one's rows and finds nothing to do.
+        """
+
+    @abc.abstractmethod
+    def store_calendar(self, name: str, calendar: Any, *, replace: bool = False) -> None:
+        """Store a calendar under ``name``. Raises
+        :class:`~celery_quartz.errors.ObjectAlreadyExistsError` when one is stored and
+        ``replace`` is false. Replacing a calendar does not move fire times already computed."""
+
+    @abc.abstractmethod
+    def retrieve_calendar(self, name: str) -> Any | None:
+        """The calendar stored under ``name``, or None."""
+
+    @abc.abstractmethod
+    def remove_calendar(self, name: str) -> bool:
+        """Remove the calendar ``name``; False when none is stored. Raises
+        :class:`~celery_quartz.errors.CalendarInUseError` while a trigger refers to it."""
+
+    @abc.abstractmethod
+    def retrieve_job(self, key: JobKey) -> Job | None:
+        """The job stored under ``key``, or None."""
+
+    @abc.abstractmethod
+    def retrieve_trigger(self, key: TriggerKey) -> Trigger | None:
+        """The trigger stored under ``key`` with its fire times, or None."""
+
+    @abc.abstractmethod
+    def get_trigger_state(self, key: TriggerKey) -> str:
+        """The trigger's state (:class:`~celery_quartz.store.schema.TriggerState`), or
+        :data:`~celery_quartz.store.records.NONE_STATE` when it is not stored."""
+
+    @abc.abstractmethod
+    def get_triggers_of_job(self, key: JobKey) -> list[Trigger]:
+        """The triggers of job ``key``, by group and name."""
+
+    @abc.abstractmethod
+    def job_keys(self, group: str | None = None) -> list[JobKey]:
+        """The keys of the stored jobs (of one group), by group and name."""
+
+    @abc.abstractmethod
+    def remove_trigger(self, key: TriggerKey) -> bool:
+        """Remove a trigger; a non-durable job left with no trigger goes with it. False when it
+        was not stored. A firing of it in flight runs to its end."""
+
+    @abc.abstractmethod
+    def remove_job(self, key: JobKey) -> bool:
+        """Remove a job and every trigger of it; False when it was not stored."""
+
+    @abc.abstractmethod
+    def update_trigger_details(self, key: TriggerKey, details: TriggerDetailsUpdate) -> None:
+        """Write the changed details (description, preferred node) of the stored trigger in
+        place; its fire times, state and counts are left alone. Raises
+        :class:`~celery_quartz.errors.TriggerNotFoundError` naming ``key``.
+
+        Race settled: a re-pin against a worker claiming the automatic pin at a start; whichever
+        change comes first wins (the claim is a compare-and-swap)."""
+
+    @abc.abstractmethod
+    def replace_trigger(self, key: TriggerKey, new_trigger: Trigger) -> bool:
+        """Replace a stored trigger by ``new_trigger`` (same job unless it names another), in
+        one transaction. False when ``key`` is not stored."""
+
+    @abc.abstractmethod
+    def pause_trigger(self, key: TriggerKey) -> None:
+        """Pause a trigger (PAUSED, or PAUSED_BLOCKED while its job's firing runs). A claim on
+        it is dropped when its scheduler fires: the state is no longer ACQUIRED."""
+
+    @abc.abstractmethod
+    def resume_trigger(self, key: TriggerKey) -> None:
+        """Resume a paused trigger. One the pause made later than the misfire threshold gets
+        its misfire instruction first (Quartz does the same)."""
+
+    @abc.abstractmethod
+    def pause_job(self, key: JobKey) -> None:
+        """Pause every trigger of job ``key``."""
+
+    @abc.abstractmethod
+    def resume_job(self, key: JobKey) -> None:
+        """Resume every trigger of job ``key`` (misfire instructions as in
+        :meth:`resume_trigger`)."""
+
+    @abc.abstractmethod
+    def pause_trigger_group(self, group: str) -> None:
+        """Pause every trigger of ``group``, and the triggers stored in it later."""
+
+    @abc.abstractmethod
+    def resume_trigger_group(self, group: str) -> None:
+        """Resume every trigger of ``group`` (misfire instructions as in
+        :meth:`resume_trigger`)."""
+
+    @abc.abstractmethod
+    def paused_trigger_groups(self) -> list[str]:
+        """The paused trigger groups, sorted."""
+
+    @abc.abstractmethod
+    def reset_trigger_from_error_state(self, keys: Sequence[TriggerKey]) -> int:
+        """Return triggers in ERROR to their schedule (WAITING, or PAUSED when their group is
+        paused, or BLOCKED while their ``disallow_concurrent`` job runs). The number reset."""
+
+
+class SchedulingStore(abc.ABC):
+    """The scheduling loop's role: claim due triggers, fire them, record their publication,
+    give claims back, and resolve what is late.
+
+    Firings carry a message expiry of the store's misfire threshold: a firing no worker starts
+    by then is resolved by :meth:`resolve_expired_firings`.
+    """
+
+    @abc.abstractmethod
+    def claim(
+        self,
+        instance_name: str,
+        *,
+        no_later_than: datetime,
+        max_count: int,
+        time_window: float,
+        fire_due: bool = True,
+        published: Sequence[str | tuple[str, int]] = (),
+        task_exists: Callable[[str], bool] | None = None,
+        router: Router | None = None,
+    ) -> Claim:
+        """Claim the next batch of due triggers (Quartz's batch rule), in one transaction.
+
+        When the batch's first trigger is already due and ``fire_due`` is set, the batch is
+        fired in the same transaction (:attr:`Claim.firings`): one commit per batch. Otherwise
+        it is claimed (:attr:`Claim.acquired`), to be fired by :meth:`fire` once due.
+        ``published`` fire instance ids (or (id, instant in ms) pairs) are recorded as
+        PUBLISHED in the same transaction. A trigger whose task ``task_exists`` does not know is
+        put in ERROR instead (Quartz: the job cannot be run). Triggers later than the misfire
+        threshold are left to the misfire handler unless they ignore misfires.
+
+        With a ``router``, each trigger is routed and admitted only within its execution
+        group's capacity and its pinned worker's (:mod:`celery_quartz.routing` decides); the
+        others stay WAITING and their unserved groups are reported in :attr:`Claim.unserved`.
+
+        Race settled: two schedulers selecting the same due triggers claim disjoint batches,
+        and a claim is written only while the trigger is still WAITING. With bounded execution
+        limits, two schedulers counting a group's firings in flight at once: the count and the
+        claim are one transaction under the ``EXECUTION_LIMITS`` lock row.
+        """
+
+    @abc.abstractmethod
+    def acquire_next_triggers(
+        self,
+        instance_name: str,
+        *,
+        no_later_than: datetime,
+        max_count: int,
+        time_window: float,
+    ) -> list[AcquiredFiring]:
+        """Claim up to ``max_count`` due triggers for ``instance_name`` without firing them
+        (Quartz's ``AcquireNextTriggers``): :meth:`claim` with ``fire_due`` off."""
+
+    @abc.abstractmethod
+    def fire(self, instance_name: str, acquired: Sequence[AcquiredFiring]) -> list[Firing]:
+        """Fire claimed triggers: advance each, and turn its fired row into a message to
+        publish. Claims that lost their trigger (paused, changed, removed meanwhile) are
+        dropped.
+
+        Race settled: a scheduler that was declared dead, and whose claims a survivor took,
+        must not fire them; ownership (the fired row of this instance, still ACQUIRED, and the
+        trigger still ACQUIRED) is checked under row locks.
+        """
+
+    @abc.abstractmethod
+    def mark_published(
+        self, instance_name: str, published: Sequence[str | tuple[str, int]]
+    ) -> None:
+        """Record that the broker accepted these firings of ``instance_name`` (FIRED →
+        PUBLISHED). A firing handed to another instance meanwhile is left to that instance;
+        one a worker already started is left as it is."""
+
+    @abc.abstractmethod
+    def release_acquired(
+        self,
+        instance_name: str,
+        acquired: Sequence[AcquiredFiring] | None = None,
+        *,
+        keep: Sequence[str] = (),
+    ) -> int:
+        """Give claimed-but-unfired triggers back (ACQUIRED → WAITING), as at shutdown; the
+        number released. ``None`` releases every claim of the instance except the fire
+        instance ids in ``keep``."""
+
+    @abc.abstractmethod
+    def unpublished_firings(self, instance_name: str) -> list[Firing]:
+        """Firings this instance fired (or took over) whose publication is not recorded, to
+        publish again with the same fire instance id. One whose job was deleted meanwhile is
+        removed instead, and what waited on it is released."""
+
+    @abc.abstractmethod
+    def in_flight(self, instance_name: str | None = None) -> int:
+        """Firings fired and not yet finished (of one scheduler instance, or of all)."""
+
+    @abc.abstractmethod
+    def handle_misfires(self, *, max_count: int) -> tuple[int, bool]:
+        """Apply the misfire instruction of up to ``max_count`` triggers later than the misfire
+        threshold, earliest first. Returns (handled, more remain).
+
+        Race settled: two schedulers' misfire handlers picking the same trigger; each trigger is
+        handled once, and only while it is still WAITING at the fire time that was late.
+        """
+
+    @abc.abstractmethod
+    def resolve_expired_firings(
+        self,
+        instance_name: str,
+        *,
+        grace: float,
+        max_count: int,
+        router: Router | None = None,
+    ) -> list[Firing]:
+        """Resolve firings whose message expired before any worker started it, by the misfire
+        instruction of their trigger (:func:`celery_quartz.misfire.expired_firing_outcome`);
+        returns those to publish again, now owned by ``instance_name`` with a fresh expiry.
+
+        ``grace`` (seconds past the expiry) lets a worker that took the message just in time
+        mark it EXECUTING first. Race settled: two schedulers resolving the same firing, or a
+        worker starting it meanwhile; exactly one outcome holds.
+        """
+
+    @abc.abstractmethod
+    def set_trigger_error(self, acquired: AcquiredFiring, reason: str) -> None:
+        """Put a claimed trigger in ERROR (Quartz: its job cannot be run) and drop the claim."""
+
+
+class ClusterStore(abc.ABC):
+    """The cluster manager's role: check-in, failure detection, recovery, and the fencing
+    epoch of a non-clustered leader."""
+
+    #: The fence this store's writes check (a non-clustered leader's epoch); None: unfenced.
+    fence: Fence | None
+
+    @abc.abstractmethod
+    def check_in(
+        self,
+        instance_name: str,
+        *,
+        interval: float,
+        kind: str = "scheduler",
+        clustered: bool = True,
+        hostname: str | None = None,
+        pid: int | None = None,
+        queues: Sequence[str] | None = None,
+        concurrency: int | None = None,
+    ) -> bool:
+        """Write this process's check-in. False when the row had gone (another instance
+        recovered this one, thinking it dead); the row is then written anew.
+
+        With a fence, the write is refused (:class:`~celery_quartz.errors.FencedError`) once
+        another leader has been elected: a deposed leader never overwrites the row."""
+
+    @abc.abstractmethod
+    def remove_check_in(self, instance_name: str) -> None:
+        """Remove the check-in row of ``instance_name`` (a clean shutdown)."""
+
+    @abc.abstractmethod
+    def remove_check_in_of_process(
+        self, instance_name: str, *, hostname: str | None, pid: int | None
+    ) -> None:
+        """Remove the check-in row of ``instance_name`` only if this process (host, pid) wrote
+        it last: replicas may share a leader's instance id."""
+
+    @abc.abstractmethod
+    def check_ins(self, kind: str | None = None) -> list[CheckIn]:
+        """The check-in rows (of schedulers or of workers), by instance name."""
+
+    @abc.abstractmethod
+    def firing_owners(self) -> FiringOwners:
+        """Who holds fired rows in flight: scheduler instances with claims or unpublished
+        firings, and workers executing firings. One read for a check-in's recovery pass."""
+
+    @abc.abstractmethod
+    def recover_scheduler(
+        self, dead: str, *, seen_checkin_millis: int | None, recovered_by: str
+    ) -> tuple[int, int] | None:
+        """Take over a dead scheduler's work: its claims go back to WAITING, its unpublished
+        firings move to ``recovered_by``. Returns (released, to republish), or None when
+        another survivor did it or the peer checked in again.
+
+        Race settled: several survivors see the same dead peer; only the one whose delete of
+        the check-in row still matches the check-in time it judged stale recovers.
+        """
+
+    @abc.abstractmethod
+    def recover_worker(
+        self,
+        worker_name: str,
+        *,
+        seen_checkin_millis: int | None,
+        defer_nonconcurrent_millis: int = 0,
+    ) -> WorkerRecovery | None:
+        """Resolve the executions of a dead worker: a job with ``requests_recovery`` gets a
+        recovery firing, any other occurrence is closed as interrupted, a
+        ``disallow_concurrent`` one is first deferred by ``defer_nonconcurrent_millis``. None
+        when another scheduler got there first or the worker checked in again.
+
+        Race settled: several schedulers see the same dead worker; the check-in row must still
+        carry the time judged stale, and each execution is resolved by exactly one of them.
+        """
+
+    @abc.abstractmethod
+    def advance_epoch(self, instance_name: str) -> tuple[int, int]:
+        """Take the next fencing epoch for a new leadership of ``instance_name``: (previous,
+        new). Race settled: two processes elected at once get different epochs, and the
+        earlier one's writes are refused."""
+
+    @abc.abstractmethod
+    def current_epoch(self) -> int:
+        """The scheduler name's current fencing epoch (0 before any election)."""
+
+    @abc.abstractmethod
+    def recover_leader_move(self, instance_name: str, fence: Fence | None) -> LeaderMoveRecovery:
+        """The recovery pass a new non-clustered leader runs, in one fenced transaction: claims
+        released, jobs with nothing in flight unblocked, unpublished firings of other instance
+        ids dropped, lingering COMPLETE triggers with nothing in flight removed."""
+
+    @abc.abstractmethod
+    def record_status(
+        self, instance_name: str, status: str, *, hostname: str | None, pid: int | None
+    ) -> None:
+        """Write a scheduler's lifecycle status into its check-in row, if this process (host,
+        pid) wrote the row last. Fenced like :meth:`check_in`."""
+
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise unless the store's database answers a query."""
+
+
+class WorkerStore(abc.ABC):
+    """The worker hooks' role: one start per firing, its completion, retries and job data."""
+
+    @abc.abstractmethod
+    def start_execution(
+        self, fire_instance_id: str, worker_name: str, *, restart_from: str | None = None
+    ) -> bool:
+        """Mark a firing EXECUTING on ``worker_name``; False when it must not run here.
+
+        Race settled: the same firing delivered twice (a broker redelivery, a republish after a
+        scheduler died between publishing and recording, a republish of an expired message):
+        only the first start matches. ``restart_from`` names a worker whose own start of this
+        firing may or may not have been recorded (its store connection broke); it did not run
+        the task, so a row EXECUTING on that worker may be taken over. The start of an
+        auto-pinned trigger's firing claims the pin for ``worker_name`` in the same transaction.
+        """
+
+    @abc.abstractmethod
+    def return_to_published(self, fire_instance_id: str, *, refire: bool = False) -> bool:
+        """Put an executing firing back in flight for its next delivery (a Celery retry, or
+        with ``refire`` a refire-immediately request, which counts ``refire_count`` up)."""
+
+    @abc.abstractmethod
+    def complete_execution(
+        self,
+        fire_instance_id: str,
+        *,
+        job_data: dict[str, Any] | None = None,
+        failed: bool = False,
+    ) -> bool:
+        """Finish a firing (Quartz's ``triggeredJobComplete``): remove its row and release what
+        waited on it; write ``job_data`` back to a job that persists its data; for a ``failed``
+        firing, schedule the retry its trigger's policy grants
+        (:func:`celery_quartz.retry.decide_retry`). False if the firing was not executing.
+
+        Race settled: completion against recovery of the same firing; exactly one of them acts,
+        and a crash leaves either the firing in flight or its retry scheduled, never both.
+        """
+
+
+class StoreReader(abc.ABC):
+    """The operators' read side: what the CLI, health, metrics, the dashboard and the HTTP API
+    show. Listings are keyset-paged (stable while triggers fire), filtered in SQL, and never
+    write."""
+
+    @abc.abstractmethod
+    def list_jobs(
+        self, filters: JobFilter | None = None, *, after: JobKey | None = None, limit: int = 100
+    ) -> Page[Job, JobKey]:
+        """Jobs by (group, name), from after ``after``, at most ``limit``."""
+
+    @abc.abstractmethod
+    def list_triggers(
+        self,
+        filters: TriggerFilter | None = None,
+        *,
+        after: TriggerKey | None = None,
+        limit: int = 100,
+    ) -> Page[TriggerView, TriggerKey]:
+        """Triggers with their state and task by (group, name), from after ``after``, at most
+        ``limit``."""
+
+    @abc.abstractmethod
+    def list_firings(
+        self, filters: FiringFilter | None = None, *, after: str | None = None, limit: int = 100
+    ) -> Page[FiringView, str]:
+        """Fired instances in flight, cluster-wide (Quartz's ``QueryFireInstances``), by fire
+        instance id."""
+
+    @abc.abstractmethod
+    def list_nodes(self) -> list[NodeView]:
+        """Every scheduler and worker check-in with its liveness, judged by the same rule as
+        failure detection (:mod:`celery_quartz.liveness`)."""
+
+    @abc.abstractmethod
+    def group_occupancy(self) -> list[GroupOccupancy]:
+        """Per execution group (None: ungrouped): firings in flight and triggers due but held
+        back; one grouped read."""
+
+    @abc.abstractmethod
+    def calendars(self) -> dict[str, Any]:
+        """Every stored calendar by name."""
+
+    @abc.abstractmethod
+    def trigger_summary(self) -> dict[str, StateSummary]:
+        """Per trigger state: how many, the earliest next fire time, and how many are overdue
+        by more than the misfire threshold; one grouped read (metrics, health)."""
+
+    @abc.abstractmethod
+    def unserved(self, router: Router) -> list[Unserved]:
+        """The execution groups of the schedulable triggers that no live worker serves, and the
+        live pinned workers that do not consume their triggers' queues (or their own)."""
+
+    @abc.abstractmethod
+    def count_rows(self) -> dict[str, int]:
+        """Rows per table for this scheduler name (diagnostics)."""
+
+    @abc.abstractmethod
+    def firing_states(self) -> dict[str, str]:
+        """Every fired row: fire instance id → state (diagnostics and tests)."""
+
+
+class SchedulerStore(SchedulingStore, ClusterStore, StoreReader):
+    """What a scheduler process holds: the loop's and the cluster manager's roles, and the
+    read side its health check uses."""
+
+    scheduler_name: str
+
+    @abc.abstractmethod
+    def dispose(self) -> None:
+        """Close the store's connections."""
+
+
+class Store(JobStore, SchedulerStore, WorkerStore):
+    """Every role: what :func:`celery_quartz.store.open_store` returns."""
+
+    misfire_threshold_ms: int

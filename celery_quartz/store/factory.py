@@ -1,0 +1,44 @@
+"""One way to open a store: from the ``quartz_*`` settings, for every kind of process."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from celery_quartz.clock import Clock
+from celery_quartz.store import migrate
+from celery_quartz.store.sql import SqlStore
+
+if TYPE_CHECKING:
+    from celery_quartz.config import Settings
+
+
+def open_store(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    scheduler_name: str | None = None,
+    pre_ping: bool = True,
+    upgrade_schema: bool = False,
+) -> SqlStore:
+    """The store of ``settings`` (URL, table prefix, scheduler name, misfire thresholds, bound
+    on JSON data), as beat, the worker, the client, the CLI and the dashboard open it.
+
+    ``scheduler_name`` overrides the configured one (a worker runs firings of whichever
+    scheduler name a message carries). ``pre_ping`` tests a pooled connection before each
+    transaction; the scheduling loop turns it off and retries a failed step itself.
+    ``upgrade_schema`` creates or upgrades the tables first when ``quartz_schema_auto_upgrade``
+    is on (schedulers and clients do; workers and operators' tools do not).
+    """
+    store = SqlStore(
+        settings.store_url,
+        scheduler_name=scheduler_name or settings.scheduler_name,
+        table_prefix=settings.table_prefix,
+        clock=clock,
+        max_data_bytes=settings.max_job_data_bytes,
+        pre_ping=pre_ping,
+        misfire_threshold=settings.misfire_threshold,
+        checkin_misfire_threshold=settings.checkin_misfire_threshold,
+    )
+    if upgrade_schema and settings.schema_auto_upgrade:
+        migrate.upgrade(store.engine, settings.table_prefix)
+    return store

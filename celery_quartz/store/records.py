@@ -1,0 +1,94 @@
+"""What the store hands back: small value objects of its roles
+(see :mod:`celery_quartz.store.abc`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from celery_quartz.firing import AcquiredFiring, Firing
+from celery_quartz.keys import JobKey
+from celery_quartz.routing import Unserved
+
+#: ``get_trigger_state`` of a key that is not stored (Quartz's ``TriggerState.None``).
+NONE_STATE = "NONE"
+
+
+@dataclass
+class Claim:
+    """What one :meth:`~celery_quartz.store.abc.SchedulingStore.claim` took: firings to publish
+    now, or claims to fire later."""
+
+    firings: list[Firing] = field(default_factory=list)
+    acquired: list[AcquiredFiring] = field(default_factory=list)
+    #: Groups (or pinned workers) whose due triggers were held back because no live worker
+    #: serves them (see :mod:`celery_quartz.routing`).
+    unserved: list[Unserved] = field(default_factory=list)
+
+
+@dataclass
+class SyncResult:
+    """What :meth:`~celery_quartz.store.abc.JobStore.sync_job_group` did, by job key."""
+
+    added: list[JobKey] = field(default_factory=list)
+    updated: list[JobKey] = field(default_factory=list)
+    removed: list[JobKey] = field(default_factory=list)
+    unchanged: list[JobKey] = field(default_factory=list)
+
+
+@dataclass
+class FiringOwners:
+    """What :meth:`~celery_quartz.store.abc.ClusterStore.firing_owners` read from the fired rows
+    in flight."""
+
+    #: Scheduler instances holding claims (ACQUIRED) or firings not yet published (FIRED).
+    schedulers: set[str] = field(default_factory=set)
+    #: Of those, the instances holding firings not yet published.
+    unpublished: set[str] = field(default_factory=set)
+    #: Worker node name → the earliest start time (ms) of the firings it is executing.
+    executing_since: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CheckIn:
+    """A row of ``scheduler_state``: a scheduler or worker process and its last check-in."""
+
+    instance_name: str
+    kind: str
+    last_checkin_millis: int
+    checkin_interval_millis: int
+    clustered: bool
+    hostname: str | None
+    pid: int | None
+
+
+@dataclass
+class WorkerRecovery:
+    """What :meth:`~celery_quartz.store.abc.ClusterStore.recover_worker` did with a dead
+    worker's executions."""
+
+    worker_name: str
+    recovered: int = 0
+    interrupted: int = 0
+    deferred: int = 0
+    #: Automatic pins it had claimed, reset to unclaimed (only once it is confirmed dead).
+    pins_reset: int = 0
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The epoch a non-clustered scheduler was elected with; its writes require it unchanged."""
+
+    epoch: int
+    instance_name: str
+
+
+@dataclass(frozen=True)
+class LeaderMoveRecovery:
+    """What :meth:`~celery_quartz.store.abc.ClusterStore.recover_leader_move` did."""
+
+    released: int
+    unblocked: int
+    republish: int
+    dropped: int
+    dropped_recovery: int
+    completed_removed: int

@@ -1,0 +1,407 @@
+"""The SQL store's plumbing: engine, tables, transactions, lock rows, the fence, and the
+conversions between rows and the domain's objects. Every role of the store builds on it."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Row,
+    and_,
+    insert,
+    select,
+    tuple_,
+)
+from sqlalchemy.exc import IntegrityError
+
+from celery_quartz.affinity import PreferredNode
+from celery_quartz.clock import Clock, SystemClock, from_millis, to_millis
+from celery_quartz.errors import (
+    FencedError,
+    InvalidTriggerError,
+)
+from celery_quartz.firing import JobRecord
+from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json, encode_json_object
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.liveness import DEFAULT_CHECKIN_MISFIRE_THRESHOLD
+from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
+from celery_quartz.retry import RetryPolicy
+from celery_quartz.routing import (
+    LiveWorker,
+    Router,
+)
+from celery_quartz.store.engine import create_store_engine
+from celery_quartz.store.records import (
+    Fence,
+)
+from celery_quartz.store.schema import (
+    DEFAULT_TABLE_PREFIX,
+    FiringState,
+    Tables,
+    build_tables,
+)
+from celery_quartz.store.sql._rows import (
+    datetime_or_none,
+    json_value,
+    millis_or_none,
+    pin_columns,
+)
+from celery_quartz.triggers.base import (
+    TRIGGER_KINDS,
+    Trigger,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Name of the ``locks`` row that carries the leadership epoch.
+LEADER_LOCK = "LEADER"
+
+
+class SqlBase:
+    """Jobs, triggers and firings of one scheduler name, in SQL tables under one prefix."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        scheduler_name: str,
+        table_prefix: str = DEFAULT_TABLE_PREFIX,
+        clock: Clock | None = None,
+        max_data_bytes: int = DEFAULT_MAX_DATA_BYTES,
+        engine: Engine | None = None,
+        pre_ping: bool = True,
+        misfire_threshold: float = DEFAULT_MISFIRE_THRESHOLD,
+        checkin_misfire_threshold: float = DEFAULT_CHECKIN_MISFIRE_THRESHOLD,
+    ) -> None:
+        """Open the store of ``scheduler_name`` on ``url`` (or on an existing ``engine``).
+
+        Applications open it with :func:`celery_quartz.store.open_store`, which reads every
+        argument from the ``quartz_*`` settings. ``misfire_threshold`` (seconds) is how late a
+        trigger is before its misfire instruction applies, and how long a firing's message lives
+        unstarted; every role judges lateness by it. ``checkin_misfire_threshold`` (seconds of
+        silence beyond a process's check-in interval) is when the read side reports a node as
+        dead, by the rule failure detection uses. ``pre_ping`` tests a pooled connection
+        before each transaction, so a database restart is invisible to callers. The scheduling
+        loop turns it off: it costs a round trip per transaction, and the loop retries a failed
+        step itself."""
+        if engine is None:
+            if url is None:
+                raise ValueError("SqlStore needs a url or an engine")
+            engine = create_store_engine(url, pool_pre_ping=pre_ping)
+        self.engine = engine
+        self.scheduler_name = scheduler_name
+        self.tables: Tables = build_tables(table_prefix)
+        self.clock = clock or SystemClock()
+        self.max_data_bytes = max_data_bytes
+        #: The misfire threshold in milliseconds (see ``misfire_threshold`` above).
+        self.misfire_threshold_ms = int(misfire_threshold * 1000)
+        self.checkin_misfire_threshold_ms = int(checkin_misfire_threshold * 1000)
+        #: A non-clustered leader's fencing epoch: its writes check it
+        #: (:mod:`celery_quartz.store.sql.cluster`).
+        self.fence: Fence | None = None
+        # Trigger kinds register themselves on import.
+        import celery_quartz.triggers  # noqa: F401
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        with self.engine.begin() as conn:
+            yield conn
+
+    def create_tables(self) -> None:
+        """Create the tables directly (tests, the RAM store); production uses the migrations."""
+        self.tables.metadata.create_all(self.engine)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def _now(self) -> int:
+        return to_millis(self.clock.now())
+
+    def _scoped(self, table: Any) -> Any:
+        """The rows of ``table`` that belong to this scheduler name (every query's first
+        condition: several clusters may share the tables)."""
+        return table.c.sched_name == self.scheduler_name
+
+    def _leader_key(self) -> Any:
+        locks = self.tables.locks
+        return and_(self._scoped(locks), locks.c.lock_name == LEADER_LOCK)
+
+    def _check_fence(self, conn: Connection, fence: Fence | None = None) -> None:
+        """Refuse this transaction (raise :class:`FencedError`) when the fence (this store's,
+        unless given) is stale, that is another leader has been elected since; nothing at all
+        without a fence.
+
+        One statement: the epoch row read ``FOR SHARE`` (no lock on SQLite, whose transactions
+        are already serial). Race settled: the new leader's increment of the epoch waits for
+        every transaction holding the row ``FOR SHARE``; once it commits, every later
+        transaction of the old leader sees the new epoch and is refused.
+        """
+        fence = fence or self.fence
+        if fence is None:
+            return
+        locks = self.tables.locks
+        query = select(locks.c.epoch).where(self._leader_key())
+        if self.dialect != "sqlite":
+            query = query.with_for_update(read=True)
+        current = conn.execute(query).scalar()
+        if current != fence.epoch:
+            raise FencedError(
+                f"scheduler {self.scheduler_name!r}: instance {fence.instance_name} was elected "
+                f"with epoch {fence.epoch}, but the epoch is now {current}: another leader has "
+                "been elected since; this write is refused"
+            )
+
+    def _lock(self, conn: Connection, name: str) -> None:
+        """Hold the named lock row until the transaction ends (SQLite: the write lock is)."""
+        if self.dialect == "sqlite":
+            return
+        locks = self.tables.locks
+        key = and_(self._scoped(locks), locks.c.lock_name == name)
+        if conn.execute(select(locks.c.lock_name).where(key).with_for_update()).first() is None:
+            try:
+                with conn.begin_nested():
+                    conn.execute(
+                        insert(locks).values(sched_name=self.scheduler_name, lock_name=name)
+                    )
+            except IntegrityError:
+                pass  # another process created it first; the select below waits for its lock
+            conn.execute(select(locks.c.lock_name).where(key).with_for_update())
+
+    def _trigger_key_clause(self, key: TriggerKey) -> Any:
+        t = self.tables.triggers
+        return and_(
+            self._scoped(t),
+            t.c.trigger_name == key.name,
+            t.c.trigger_group == key.group,
+        )
+
+    def _job_key_clause(self, key: JobKey) -> Any:
+        j = self.tables.jobs
+        return and_(
+            self._scoped(j),
+            j.c.job_name == key.name,
+            j.c.job_group == key.group,
+        )
+
+    def _triggers_of_job_clause(self, key: JobKey) -> Any:
+        t = self.tables.triggers
+        return and_(
+            self._scoped(t),
+            t.c.job_name == key.name,
+            t.c.job_group == key.group,
+        )
+
+    def _job_values(self, job: Job) -> dict[str, Any]:
+        owner = f"job {job.key}"
+        limit = self.max_data_bytes
+        return {
+            "sched_name": self.scheduler_name,
+            "job_name": job.key.name,
+            "job_group": job.key.group,
+            "description": job.description,
+            "task_name": job.task,
+            "job_data": encode_json_object(owner, "data", job.data, limit),
+            "args": encode_json(owner, "args", list(job.args), limit),
+            "kwargs": encode_json_object(owner, "kwargs", job.kwargs, limit),
+            "options": encode_json_object(owner, "options", job.options, limit),
+            "is_durable": bool(job.durable),
+            "is_nonconcurrent": bool(job.disallow_concurrent),
+            "is_update_data": bool(job.persist_job_data),
+            "requests_recovery": bool(job.requests_recovery),
+        }
+
+    @staticmethod
+    def _job_from_row(row: Row[Any]) -> Job:
+        return Job(
+            key=JobKey(row.job_name, row.job_group),
+            task=row.task_name,
+            args=tuple(json.loads(row.args)),
+            kwargs=json.loads(row.kwargs),
+            data=json.loads(row.job_data),
+            options=json.loads(row.options),
+            description=row.description,
+            durable=row.is_durable,
+            requests_recovery=row.requests_recovery,
+            disallow_concurrent=row.is_nonconcurrent,
+            persist_job_data=row.is_update_data,
+        )
+
+    @staticmethod
+    def _job_record_from_row(row: Row[Any]) -> JobRecord:
+        return JobRecord(
+            key=JobKey.stored(row.job_name, row.job_group),
+            task=row.task_name,
+            args=json_value(row.args),
+            kwargs=json_value(row.kwargs),
+            data=json_value(row.jobs_job_data),
+            options=json_value(row.options),
+            durable=row.is_durable,
+            requests_recovery=row.requests_recovery,
+            disallow_concurrent=row.is_nonconcurrent,
+            persist_job_data=row.is_update_data,
+        )
+
+    def _trigger_values(self, trigger: Trigger, state: str) -> dict[str, Any]:
+        assert trigger.job_key is not None and trigger.start_at is not None
+        owner = f"trigger {trigger.key}"
+        return {
+            "sched_name": self.scheduler_name,
+            "trigger_name": trigger.key.name,
+            "trigger_group": trigger.key.group,
+            "job_name": trigger.job_key.name,
+            "job_group": trigger.job_key.group,
+            "description": trigger.description,
+            "next_fire_time": millis_or_none(trigger.next_fire_time),
+            "prev_fire_time": millis_or_none(trigger.previous_fire_time),
+            "priority": trigger.priority,
+            "trigger_state": state,
+            "trigger_type": trigger.kind,
+            "start_time": to_millis(trigger.start_at),
+            "end_time": millis_or_none(trigger.end_at),
+            "calendar_name": trigger.calendar_name,
+            "misfire_instr": int(trigger.misfire_instruction),
+            "job_data": encode_json_object(owner, "data", trigger.data, self.max_data_bytes),
+            "detail": encode_json_object(owner, "detail", trigger.detail(), self.max_data_bytes),
+            "times_triggered": trigger.times_triggered,
+            "execution_group": trigger.execution_group,
+            **pin_columns(trigger.preferred_node),
+            "retry_policy": trigger.retry_policy.to_string() if trigger.retry_policy else None,
+        }
+
+    @staticmethod
+    def _trigger_from_row(row: Row[Any], data_column: str = "job_data") -> Trigger:
+        cls = TRIGGER_KINDS.get(row.trigger_type)
+        if cls is None:
+            raise InvalidTriggerError(
+                f"trigger {row.trigger_group}.{row.trigger_name}: unknown kind {row.trigger_type!r}"
+            )
+        return cls.from_detail(
+            json.loads(row.detail),
+            key=TriggerKey.stored(row.trigger_name, row.trigger_group),
+            job_key=JobKey.stored(row.job_name, row.job_group),
+            description=row.description,
+            priority=row.priority,
+            start_at=from_millis(row.start_time),
+            end_at=datetime_or_none(row.end_time),
+            misfire_instruction=row.misfire_instr,
+            data=json_value(getattr(row, data_column)),
+            calendar_name=row.calendar_name,
+            next_fire_time=datetime_or_none(row.next_fire_time),
+            previous_fire_time=datetime_or_none(row.prev_fire_time),
+            times_triggered=row.times_triggered,
+            execution_group=row.execution_group,
+            preferred_node=PreferredNode.from_columns(row.preferred_node, row.preferred_node_auto),
+            retry_policy=RetryPolicy.parse(row.retry_policy),
+        )
+
+    #: Keys per statement when reading rows by key (SQLite allows 32,766 parameters).
+    _KEYS_PER_SELECT = 500
+
+    def _rows_by_key(
+        self,
+        conn: Connection,
+        query: Any,
+        name: Any,
+        group: Any,
+        keys: Sequence[JobKey | TriggerKey],
+        *where: Any,
+    ) -> Iterator[Any]:
+        """The rows of ``query`` whose (``name``, ``group``) is one of ``keys``, a few hundred
+        keys per statement."""
+        table = name.table
+        for i in range(0, len(keys), self._KEYS_PER_SELECT):
+            chunk = keys[i : i + self._KEYS_PER_SELECT]
+            yield from conn.execute(
+                query.where(
+                    self._scoped(table),
+                    tuple_(name, group).in_([(k.name, k.group) for k in chunk]),
+                    *where,
+                )
+            )
+
+    def _stored_keys(
+        self,
+        conn: Connection,
+        name: Any,
+        group: Any,
+        keys: Sequence[JobKey | TriggerKey],
+        *where: Any,
+    ) -> set[tuple[str, str]]:
+        """Which of ``keys`` have a row (matching ``where``), as (name, group) pairs."""
+        query = select(name, group).distinct()
+        return {(r[0], r[1]) for r in self._rows_by_key(conn, query, name, group, keys, *where)}
+
+    def _paused_groups(self, conn: Connection) -> set[str]:
+        p = self.tables.paused_trigger_groups
+        return set(conn.execute(select(p.c.trigger_group).where(self._scoped(p))).scalars())
+
+    def _jobs_in_flight(self, conn: Connection, keys: Sequence[JobKey]) -> set[JobKey]:
+        """Which of the jobs ``keys`` have a firing fired and not finished (a disallow_concurrent
+        job's new triggers start BLOCKED while it does)."""
+        f = self.tables.fired_triggers
+        in_flight = self._stored_keys(
+            conn, f.c.job_name, f.c.job_group, keys, f.c.state != FiringState.ACQUIRED
+        )
+        return {key for key in keys if (key.name, key.group) in in_flight}
+
+    def _calendar(self, conn: Connection, name: str | None, owner: TriggerKey) -> Any:
+        if name is None:
+            return None
+        from celery_quartz.calendars import calendar_from_dict
+
+        c = self.tables.calendars
+        row = conn.execute(
+            select(c.c.calendar).where(self._scoped(c), c.c.calendar_name == name)
+        ).first()
+        if row is None:
+            raise InvalidTriggerError(f"trigger {owner}: calendar {name!r} is not stored")
+        return calendar_from_dict(json.loads(row.calendar))
+
+    def _calendars(self, names: set[str | None]) -> dict[str, Any]:
+        """The named calendars, read in one short transaction (none when no trigger has one)."""
+        if not any(names):
+            return {}
+        with self.transaction() as conn:
+            return self._calendars_in(conn, names)
+
+    def _calendars_in(self, conn: Connection, names: set[str | None]) -> dict[str, Any]:
+        wanted = {n for n in names if n}
+        if not wanted:
+            return {}
+        from celery_quartz.calendars import calendar_from_dict
+
+        c = self.tables.calendars
+        rows = conn.execute(
+            select(c.c.calendar_name, c.c.calendar).where(
+                self._scoped(c), c.c.calendar_name.in_(wanted)
+            )
+        ).all()
+        return {r.calendar_name: calendar_from_dict(json.loads(r.calendar)) for r in rows}
+
+    def _trigger_row(self, conn: Connection, key: TriggerKey) -> Row[Any] | None:
+        return conn.execute(
+            select(self.tables.triggers).where(self._trigger_key_clause(key))
+        ).first()
+
+    def _live_workers(self, conn: Connection, router: Router, now: int) -> dict[str, LiveWorker]:
+        s = self.tables.scheduler_state
+        rows = conn.execute(
+            select(
+                s.c.instance_name,
+                s.c.last_checkin_time.label("last_checkin_millis"),
+                s.c.checkin_interval.label("checkin_interval_millis"),
+                s.c.queues,
+                s.c.concurrency,
+            ).where(self._scoped(s), s.c.kind == "worker")
+        ).all()
+        return router.live_workers(list(rows), now)

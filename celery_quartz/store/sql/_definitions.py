@@ -1,0 +1,246 @@
+"""Writes of jobs and triggers that several roles share: storing by batch, removing, and
+applying a late trigger's misfire instruction."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Row,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+
+from celery_quartz.clock import from_millis, to_millis
+from celery_quartz.errors import (
+    InvalidTriggerError,
+    JobNotFoundError,
+    ObjectAlreadyExistsError,
+)
+from celery_quartz.job import Job, encode_json_object
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.store.schema import TriggerState
+from celery_quartz.store.sql._base import SqlBase
+from celery_quartz.store.sql._rows import (
+    initial_state,
+)
+from celery_quartz.triggers.base import (
+    Trigger,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class DefinitionsSql(SqlBase):
+    """Storing and removing job and trigger rows; a late trigger's misfire outcome."""
+
+    def _delete_job(self, conn: Connection, key: JobKey) -> bool:
+        t, j = self.tables.triggers, self.tables.jobs
+        conn.execute(delete(t).where(self._triggers_of_job_clause(key)))
+        return conn.execute(delete(j).where(self._job_key_clause(key))).rowcount > 0
+
+    def _store_trigger(
+        self, conn: Connection, trigger: Trigger, replace: bool, now: datetime
+    ) -> None:
+        self._store_many(conn, [], [trigger], replace, now)
+
+    def _store_many(
+        self,
+        conn: Connection,
+        jobs: Sequence[tuple[Job, str | None]],
+        triggers: Sequence[Trigger],
+        replace: bool,
+        now: datetime,
+    ) -> None:
+        """Store jobs (each with its definition hash) and triggers, reading and writing by batch:
+        a few statements whatever their number (a ``beat_schedule`` of 10,000 entries is
+        imported in one transaction).
+
+        Raises :class:`ObjectAlreadyExistsError` when a key is stored (or given twice) and
+        ``replace`` is false, :class:`JobNotFoundError` when a trigger names a job that is
+        neither stored nor given, :class:`InvalidTriggerError` for a trigger that is invalid or
+        would never fire; the caller's transaction then writes nothing.
+        """
+        if not jobs and not triggers:
+            return
+        j, t = self.tables.jobs, self.tables.triggers
+        job_values: dict[JobKey, dict[str, Any]] = {}
+        for job, definition_hash in jobs:
+            if job.key in job_values and not replace:
+                raise ObjectAlreadyExistsError(f"job {job.key} already exists")
+            job_values[job.key] = {**self._job_values(job), "definition_hash": definition_hash}
+        stored_jobs = self._stored_keys(conn, j.c.job_name, j.c.job_group, list(job_values))
+        if stored_jobs and not replace:
+            key = next(k for k in job_values if (k.name, k.group) in stored_jobs)
+            raise ObjectAlreadyExistsError(f"job {key} already exists")
+
+        # What a trigger's initial state depends on: its job's flag, the paused groups, and
+        # whether a disallow_concurrent job has a firing in flight.
+        nonconcurrent = {key: v["is_nonconcurrent"] for key, v in job_values.items()}
+        wanted = {trigger.job_key for trigger in triggers if trigger.job_key is not None}
+        for row in self._rows_by_key(
+            conn,
+            select(j.c.job_name, j.c.job_group, j.c.is_nonconcurrent),
+            j.c.job_name,
+            j.c.job_group,
+            [key for key in wanted if key not in nonconcurrent],
+        ):
+            nonconcurrent[JobKey.stored(row.job_name, row.job_group)] = bool(row.is_nonconcurrent)
+        paused_groups = self._paused_groups(conn)
+        in_flight = self._jobs_in_flight(conn, [key for key in wanted if nonconcurrent.get(key)])
+        calendars: dict[str, Any] = {}
+        trigger_values: dict[TriggerKey, dict[str, Any]] = {}
+        for trigger in triggers:
+            if trigger.job_key is None:
+                raise InvalidTriggerError(f"trigger {trigger.key} names no job")
+            if trigger.job_key not in nonconcurrent:
+                raise JobNotFoundError(
+                    f"trigger {trigger.key}: job {trigger.job_key} is not stored"
+                )
+            if trigger.key in trigger_values and not replace:
+                raise ObjectAlreadyExistsError(f"trigger {trigger.key} already exists")
+            if trigger.start_at is None:
+                trigger.start_at = now
+            trigger.validate()
+            name = trigger.calendar_name
+            if name is not None and name not in calendars:
+                calendars[name] = self._calendar(conn, name, trigger.key)
+            if trigger.compute_first_fire_time(calendars.get(name or "")) is None:
+                raise InvalidTriggerError(
+                    f"trigger {trigger.key}: based on its schedule it will never fire"
+                )
+            state = initial_state(trigger.key, paused_groups, blocked=trigger.job_key in in_flight)
+            trigger_values[trigger.key] = self._trigger_values(trigger, state)
+        stored_triggers = self._stored_keys(
+            conn, t.c.trigger_name, t.c.trigger_group, list(trigger_values)
+        )
+        if stored_triggers and not replace:
+            stored = next(k for k in trigger_values if (k.name, k.group) in stored_triggers)
+            raise ObjectAlreadyExistsError(f"trigger {stored} already exists")
+
+        self._write_many(conn, j, job_values, stored_jobs, self._job_key_clause)
+        self._write_many(conn, t, trigger_values, stored_triggers, self._trigger_key_clause)
+
+    def _write_many(
+        self,
+        conn: Connection,
+        table: Any,
+        values: dict[Any, dict[str, Any]],
+        stored: set[tuple[str, str]],
+        key_clause: Callable[[Any], Any],
+    ) -> None:
+        """Update the stored rows one by one (a replace), insert the others in one executemany."""
+        new = []
+        for key, row in values.items():
+            if (key.name, key.group) in stored:
+                conn.execute(update(table).where(key_clause(key)).values(row))
+            else:
+                new.append(row)
+        if new:
+            conn.execute(insert(table), new)
+
+    def _remove_trigger(self, conn: Connection, key: TriggerKey) -> bool:
+        t = self.tables.triggers
+        row = conn.execute(
+            delete(t).where(self._trigger_key_clause(key)).returning(t.c.job_name, t.c.job_group)
+        ).first()
+        if row is None:
+            return False
+        self._delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
+        return True
+
+    def _delete_job_if_orphaned(self, conn: Connection, key: JobKey) -> None:
+        t, j = self.tables.triggers, self.tables.jobs
+        remaining = conn.execute(
+            select(func.count())
+            .select_from(t)
+            .where(
+                self._scoped(t),
+                t.c.job_name == key.name,
+                t.c.job_group == key.group,
+            )
+        ).scalar_one()
+        if remaining == 0:
+            conn.execute(delete(j).where(self._job_key_clause(key), j.c.is_durable.is_(False)))
+
+    def _apply_misfire(
+        self, conn: Connection, row: Row[Any], now: int, why: str, *conditions: Any
+    ) -> bool:
+        """Apply a late trigger's misfire instruction (one decision, logged): write its new fire
+        times, or finish it when it will not fire again (:meth:`_finish_trigger`). ``conditions``
+        guard the update (the trigger is still as it was read). True when the trigger fires
+        again."""
+        t = self.tables.triggers
+        trigger = self._trigger_from_row(row)
+        trigger.update_after_misfire(
+            from_millis(now), self._calendar(conn, trigger.calendar_name, trigger.key)
+        )
+        if trigger.next_fire_time is None:
+            if self._finish_trigger(conn, trigger.key, *conditions):
+                outcome = "will not fire again; removed"
+            else:
+                outcome = "will not fire again; kept COMPLETE until its firings in flight end"
+        else:
+            conn.execute(
+                update(t)
+                .where(self._trigger_key_clause(trigger.key), *conditions)
+                .values(
+                    next_fire_time=to_millis(trigger.next_fire_time),
+                    times_triggered=trigger.times_triggered,
+                    misfire_orig_fire_time=row.next_fire_time,
+                    **self._rescheduled_definition(trigger),
+                )
+            )
+            outcome = f"next fire time {trigger.next_fire_time.isoformat()}"
+        logger.info(
+            "misfire: trigger %s%s was %.1fs late (instruction %s); %s",
+            trigger.key,
+            why,
+            (now - row.next_fire_time) / 1000,
+            trigger.misfire_instruction,
+            outcome,
+        )
+        return trigger.next_fire_time is not None
+
+    def _finish_trigger(self, conn: Connection, key: TriggerKey, *conditions: Any) -> bool:
+        """A trigger that will not fire again is removed (and a non-durable job left with no
+        trigger with it), unless a firing of it is still in flight: then it stays, COMPLETE,
+        until its last firing ends, so that firing is still resolved by the trigger's misfire
+        instruction if its message expires. True when removed."""
+        t, f = self.tables.triggers, self.tables.fired_triggers
+        in_flight = conn.execute(
+            select(f.c.fire_instance_id)
+            .where(self._scoped(f), f.c.trigger_name == key.name, f.c.trigger_group == key.group)
+            .limit(1)
+        ).first()
+        if in_flight is None:
+            return self._remove_trigger(conn, key)
+        conn.execute(
+            update(t)
+            .where(self._trigger_key_clause(key), *conditions)
+            .values(trigger_state=TriggerState.COMPLETE, next_fire_time=None)
+        )
+        return False
+
+    def _rescheduled_definition(self, trigger: Trigger) -> dict[str, Any]:
+        """The definition columns a misfire instruction may rewrite.
+
+        Beside next_fire_time and times_triggered, a simple trigger's "reschedule now"
+        instructions move ``start_at`` to now and rewrite ``repeat_count`` (in ``detail``), as
+        Quartz's SimpleTrigger does; without them the trigger read back from the store would
+        compute its later fire times from the old start and count.
+        """
+        assert trigger.start_at is not None
+        return {
+            "start_time": to_millis(trigger.start_at),
+            "detail": encode_json_object(
+                f"trigger {trigger.key}", "detail", trigger.detail(), self.max_data_bytes
+            ),
+        }

@@ -1,0 +1,377 @@
+"""The end of a firing, shared by the worker's completion, the recovery of dead workers and the
+misfire handler: what it releases, and the recovery and retry firings it may leave behind."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Row,
+    and_,
+    delete,
+    select,
+    tuple_,
+    update,
+)
+
+from celery_quartz.clock import from_millis
+from celery_quartz.firing import Firing
+from celery_quartz.keys import RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, JobKey, TriggerKey
+from celery_quartz.retry import RetryPolicy, decide_retry
+from celery_quartz.store.schema import (
+    FiringState,
+    TriggerState,
+)
+from celery_quartz.store.sql._definitions import DefinitionsSql
+from celery_quartz.store.sql._rows import (
+    datetime_or_none,
+    origin_key,
+    routed_node,
+    same_job,
+)
+from celery_quartz.triggers.base import (
+    MisfireInstruction,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """The occurrence a recovery or retry firing stands for: its trigger and fire times (ms)."""
+
+    name: str
+    group: str
+    fire_time: int
+    sched_time: int
+
+
+class FiringsSql(DefinitionsSql):
+    """What a firing's end releases, and the one-shot firings that run an occurrence again."""
+
+    def _release(
+        self,
+        conn: Connection,
+        instance_name: str,
+        fire_ids: Sequence[str] | None,
+        *,
+        keep: Sequence[str] = (),
+    ) -> int:
+        t, f = self.tables.triggers, self.tables.fired_triggers
+        where = [
+            self._scoped(f),
+            f.c.instance_name == instance_name,
+            f.c.state == FiringState.ACQUIRED,
+        ]
+        if fire_ids is not None:
+            where.append(f.c.fire_instance_id.in_(list(fire_ids)))
+        if keep:
+            where.append(f.c.fire_instance_id.not_in(list(keep)))
+        rows = conn.execute(
+            delete(f).where(*where).returning(f.c.trigger_name, f.c.trigger_group)
+        ).all()
+        if rows:
+            conn.execute(
+                update(t)
+                .where(
+                    self._scoped(t),
+                    tuple_(t.c.trigger_name, t.c.trigger_group).in_(
+                        [(r.trigger_name, r.trigger_group) for r in rows]
+                    ),
+                    t.c.trigger_state == TriggerState.ACQUIRED,
+                )
+                .values(trigger_state=TriggerState.WAITING)
+            )
+        return len(rows)
+
+    def _drop_firing(self, conn: Connection, row: Row[Any], why: str) -> bool:
+        """Remove a fired row (if still there) and release what waited on it."""
+        f = self.tables.fired_triggers
+        gone = conn.execute(
+            delete(f).where(self._scoped(f), f.c.fire_instance_id == row.fire_instance_id)
+        ).rowcount
+        if gone:
+            self._release_after_firing(conn, row)
+            logger.info(
+                "firing %s of trigger %s.%s (scheduled %s) dropped: %s",
+                row.fire_instance_id,
+                row.trigger_group,
+                row.trigger_name,
+                from_millis(row.sched_time).isoformat(),
+                why,
+            )
+        return bool(gone)
+
+    def _release_after_firing(self, conn: Connection, row: Row[Any]) -> None:
+        """What a firing's end releases: its job's blocked triggers, and a finished (COMPLETE)
+        trigger once its last firing in flight has ended."""
+        t = self.tables.triggers
+        if row.is_nonconcurrent and row.job_name is not None:
+            self._unblock_triggers(conn, JobKey(row.job_name, row.job_group))
+        trigger_key = TriggerKey(row.trigger_name, row.trigger_group)
+        state = conn.execute(
+            select(t.c.trigger_state).where(self._trigger_key_clause(trigger_key))
+        ).scalar_one_or_none()
+        if state == TriggerState.COMPLETE:
+            self._finish_trigger(conn, trigger_key)
+
+    def _unblock_triggers(self, conn: Connection, job: JobKey) -> None:
+        """A disallow_concurrent job's firing ended: its other triggers may fire again. One made
+        late by the block gets its misfire instruction on the spot (Quartz 4.x)."""
+        t = self.tables.triggers
+        of_job = self._triggers_of_job_clause(job)
+        now = self._now()
+        late = conn.execute(
+            select(t).where(
+                of_job,
+                t.c.trigger_state == TriggerState.BLOCKED,
+                t.c.misfire_instr != MisfireInstruction.IGNORE_MISFIRE_POLICY,
+                t.c.next_fire_time < now - self.misfire_threshold_ms,
+            )
+        ).all()
+        for row in late:
+            self._apply_misfire(conn, row, now, ", blocked by its job's running firing,")
+        conn.execute(
+            update(t)
+            .where(of_job, t.c.trigger_state == TriggerState.BLOCKED)
+            .values(trigger_state=TriggerState.WAITING)
+        )
+        conn.execute(
+            update(t)
+            .where(of_job, t.c.trigger_state == TriggerState.PAUSED_BLOCKED)
+            .values(trigger_state=TriggerState.PAUSED)
+        )
+
+    def _firings_to_publish(self, conn: Connection, where: Any, instance_name: str) -> list[Firing]:
+        f, j, t = self.tables.fired_triggers, self.tables.jobs, self.tables.triggers
+        rows = conn.execute(
+            select(
+                f,
+                j.c.task_name,
+                j.c.args,
+                j.c.kwargs,
+                j.c.options,
+                j.c.job_data,
+                j.c.is_update_data,
+                t.c.job_data.label("trigger_data"),
+                t.c.origin_trigger_name,
+                t.c.origin_trigger_group,
+                t.c.origin_sched_time,
+            )
+            .outerjoin(j, same_job(j, f))
+            .outerjoin(
+                t,
+                and_(
+                    t.c.sched_name == f.c.sched_name,
+                    t.c.trigger_name == f.c.trigger_name,
+                    t.c.trigger_group == f.c.trigger_group,
+                ),
+            )
+            .where(self._scoped(f), where)
+        ).all()
+        firings = []
+        for r in rows:
+            if r.task_name is None:
+                self._drop_firing(conn, r, "its job no longer exists")
+                continue
+            firings.append(
+                Firing(
+                    fire_instance_id=r.fire_instance_id,
+                    scheduler_name=self.scheduler_name,
+                    task=r.task_name,
+                    args=json.loads(r.args),
+                    kwargs=json.loads(r.kwargs),
+                    options=json.loads(r.options),
+                    job_key=JobKey(r.job_name, r.job_group),
+                    trigger_key=TriggerKey(r.trigger_name, r.trigger_group),
+                    scheduled_millis=(
+                        r.origin_sched_time if r.origin_sched_time is not None else r.sched_time
+                    ),
+                    fired_millis=r.fired_time,
+                    fired_by=instance_name,
+                    job_data=json.loads(r.job_data),
+                    trigger_data=json.loads(r.trigger_data or "{}"),
+                    expires_millis=r.expires_time,
+                    recovering=r.recovering,
+                    retry_attempt=r.retry_attempt,
+                    refire_count=r.refire_count,
+                    origin_trigger_key=origin_key(r),
+                    persist_job_data=r.is_update_data,
+                    queue=r.queue,
+                    node=routed_node(r),
+                )
+            )
+        return firings
+
+    def _schedule_recovery_firing(self, conn: Connection, row: Row[Any], now: int) -> bool:
+        """A one-shot trigger that runs the interrupted occurrence again, as soon as possible."""
+        source, origin = self._firing_source(conn, row)
+        key = TriggerKey(f"recover_{row.fire_instance_id}", RECOVERING_JOBS_GROUP)
+        # A recovered retry firing is still that retry: it keeps its attempt number.
+        if not self._store_one_shot_firing(
+            conn, row, source, origin, key, start=now, recovering=True
+        ):
+            return False
+        logger.info(
+            "worker %s died running firing %s of trigger %s.%s (scheduled %s); recovery firing "
+            "%s scheduled",
+            row.worker_name,
+            row.fire_instance_id,
+            origin.group,
+            origin.name,
+            from_millis(origin.sched_time).isoformat(),
+            key,
+        )
+        return True
+
+    def _schedule_retry_firing(self, conn: Connection, row: Row[Any], now: int) -> None:
+        """Apply the retry policy to the failed firing ``row``: a one-shot trigger that runs the
+        same occurrence again after the policy's delay, or nothing (one decision, logged).
+
+        The policy and the rules are the original trigger's: no retry at, or within a second of,
+        its next occurrence (the occurrence wins), nor after its end. An original that has gone
+        since (a one-shot that completed) is stood for by the failed retry firing's own trigger,
+        which carries a copy of its policy and end.
+        """
+        source, origin = self._firing_source(conn, row)
+        if source is None:
+            return  # the trigger was removed while its firing ran: nothing to retry for
+        original = source
+        if (origin.name, origin.group) != (source.trigger_name, source.trigger_group):
+            original = self._trigger_row(conn, TriggerKey(origin.name, origin.group)) or source
+        policy = RetryPolicy.parse(original.retry_policy)
+        if not policy:
+            return
+        attempt = row.retry_attempt + 1
+        occurrence = (
+            f"occurrence {origin.group}.{origin.name} "
+            f"(scheduled {from_millis(origin.sched_time).isoformat()})"
+        )
+        decision = decide_retry(
+            policy,
+            attempt,
+            failed_at_millis=now,
+            next_fire_millis=original.next_fire_time,
+            end_millis=original.end_time,
+        )
+        if decision.at_millis is None:
+            logger.info(
+                "retry: %s failed after %d retr%s, all its policy allows; the trigger keeps "
+                "its schedule",
+                occurrence,
+                row.retry_attempt,
+                "y" if row.retry_attempt == 1 else "ies",
+            )
+            return
+        if not decision.granted:
+            logger.info(
+                "retry: %s failed; retry %d at %s dropped: %s",
+                occurrence,
+                attempt,
+                from_millis(decision.at_millis).isoformat(),
+                decision.dropped_because,
+            )
+            return
+        key = TriggerKey(f"retry_{row.fire_instance_id}", RETRYING_JOBS_GROUP)
+        if self._store_one_shot_firing(
+            conn,
+            row,
+            source,
+            origin,
+            key,
+            start=decision.at_millis,
+            retry_attempt=attempt,
+            retry_policy=original.retry_policy,
+            end=original.end_time,
+        ):
+            logger.info(
+                "retry: %s failed; retry %d of %d scheduled at %s (%s)",
+                occurrence,
+                attempt,
+                policy.max_attempts,
+                from_millis(decision.at_millis).isoformat(),
+                key,
+            )
+
+    def _firing_source(self, conn: Connection, row: Row[Any]) -> tuple[Row[Any] | None, _Origin]:
+        """The trigger row of the fired ``row`` (None if removed), and the occurrence the firing
+        stands for: for a recovery or retry firing, the first occurrence, however many recoveries
+        and retries ago."""
+        source = self._trigger_row(conn, TriggerKey(row.trigger_name, row.trigger_group))
+        if source is not None and source.origin_trigger_name is not None:
+            return source, _Origin(
+                source.origin_trigger_name,
+                source.origin_trigger_group,
+                source.origin_fire_time,
+                source.origin_sched_time,
+            )
+        return source, _Origin(row.trigger_name, row.trigger_group, row.fired_time, row.sched_time)
+
+    def _store_one_shot_firing(
+        self,
+        conn: Connection,
+        row: Row[Any],
+        source: Row[Any] | None,
+        origin: _Origin,
+        key: TriggerKey,
+        *,
+        start: int,
+        recovering: bool = False,
+        retry_attempt: int | None = None,
+        retry_policy: str | None = None,
+        end: int | None = None,
+    ) -> bool:
+        """Store the one-shot trigger ``key`` that runs ``origin`` again at ``start`` (a recovery
+        or retry firing of the fired ``row``): the same job, priority, execution group and
+        trigger data, the source's retry policy unless given, and the fired row's retry attempt
+        unless given. It ignores misfires: however late its schedulers come back, it runs.
+        False when the job is gone."""
+        from celery_quartz.triggers.simple import SimpleTrigger
+
+        job_key = JobKey(row.job_name, row.job_group)
+        if (
+            conn.execute(
+                select(self.tables.jobs.c.job_name).where(self._job_key_clause(job_key))
+            ).first()
+            is None
+        ):
+            what = "recovery" if recovering else "retry"
+            logger.info(
+                "firing %s gets no %s firing: job %s is gone", row.fire_instance_id, what, job_key
+            )
+            return False
+        if retry_policy is None and source is not None:
+            retry_policy = source.retry_policy
+        trigger = SimpleTrigger(
+            key=key,
+            job_key=job_key,
+            start_at=from_millis(start),
+            end_at=datetime_or_none(end),
+            repeat_count=0,
+            repeat_interval=timedelta(0),
+            priority=row.priority,
+            misfire_instruction=MisfireInstruction.IGNORE_MISFIRE_POLICY,
+            data=json.loads(source.job_data) if source is not None else {},
+            retry_policy=RetryPolicy.parse(retry_policy),
+        )
+        self._store_trigger(conn, trigger, True, from_millis(start))
+        conn.execute(
+            update(self.tables.triggers)
+            .where(self._trigger_key_clause(key))
+            .values(
+                origin_trigger_name=origin.name,
+                origin_trigger_group=origin.group,
+                origin_fire_time=origin.fire_time,
+                origin_sched_time=origin.sched_time,
+                recovering=recovering,
+                retry_attempt=row.retry_attempt if retry_attempt is None else retry_attempt,
+                execution_group=row.execution_group,
+            )
+        )
+        return True

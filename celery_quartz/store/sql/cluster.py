@@ -1,0 +1,497 @@
+"""The cluster manager's role: check-in, failure detection, recovery and fencing
+(:class:`~celery_quartz.store.abc.ClusterStore`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    and_,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from celery_quartz.clock import from_millis
+from celery_quartz.keys import TriggerKey
+from celery_quartz.store.abc import ClusterStore
+from celery_quartz.store.records import (
+    CheckIn,
+    Fence,
+    FiringOwners,
+    LeaderMoveRecovery,
+    WorkerRecovery,
+)
+from celery_quartz.store.schema import (
+    FiringState,
+    TriggerState,
+)
+from celery_quartz.store.sql._base import LEADER_LOCK
+from celery_quartz.store.sql._firings import FiringsSql
+
+logger = logging.getLogger(__name__)
+
+
+class ClusterSql(FiringsSql, ClusterStore):
+    def check_in(
+        self,
+        instance_name: str,
+        *,
+        interval: float,
+        kind: str = "scheduler",
+        clustered: bool = True,
+        hostname: str | None = None,
+        pid: int | None = None,
+        queues: Sequence[str] | None = None,
+        concurrency: int | None = None,
+    ) -> bool:
+        """Write this process's check-in. Returns False when the row had gone: another instance
+        recovered this one (it thought us dead); the row is written anew."""
+        s = self.tables.scheduler_state
+        now = self._now()
+        values: dict[str, Any] = {
+            "last_checkin_time": now,
+            "checkin_interval": int(interval * 1000),
+            "kind": kind,
+            "clustered": clustered,
+            "hostname": hostname,
+            "pid": pid,
+            "queues": None if queues is None else json.dumps(list(queues)),
+            "concurrency": concurrency,
+        }
+        clause = and_(self._scoped(s), s.c.instance_name == instance_name)
+        with self.transaction() as conn:
+            # A deposed leader (its fence stale) must not overwrite the new leader's row.
+            self._check_fence(conn)
+            if conn.execute(update(s).where(clause).values(values)).rowcount:
+                return True
+            conn.execute(
+                insert(s).values(
+                    sched_name=self.scheduler_name,
+                    instance_name=instance_name,
+                    started_time=now,
+                    **values,
+                )
+            )
+            return False
+
+    def remove_check_in(self, instance_name: str) -> None:
+        s = self.tables.scheduler_state
+        with self.transaction() as conn:
+            conn.execute(delete(s).where(self._scoped(s), s.c.instance_name == instance_name))
+
+    def check_ins(self, kind: str | None = None) -> list[CheckIn]:
+        s = self.tables.scheduler_state
+        q = select(s).where(self._scoped(s))
+        if kind is not None:
+            q = q.where(s.c.kind == kind)
+        with self.transaction() as conn:
+            rows = conn.execute(q.order_by(s.c.instance_name)).all()
+        return [
+            CheckIn(
+                instance_name=r.instance_name,
+                kind=r.kind,
+                last_checkin_millis=r.last_checkin_time,
+                checkin_interval_millis=r.checkin_interval,
+                clustered=r.clustered,
+                hostname=r.hostname,
+                pid=r.pid,
+            )
+            for r in rows
+        ]
+
+    def firing_owners(self) -> FiringOwners:
+        """Who holds fired rows in flight: the scheduler instances owning claims or unpublished
+        firings, and the workers executing firings. One read for a check-in's recovery pass."""
+        f = self.tables.fired_triggers
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(
+                    f.c.state,
+                    f.c.instance_name,
+                    f.c.worker_name,
+                    func.min(f.c.started_time).label("since"),
+                )
+                .where(
+                    self._scoped(f),
+                    f.c.state.in_([FiringState.ACQUIRED, FiringState.FIRED, FiringState.EXECUTING]),
+                )
+                .group_by(f.c.state, f.c.instance_name, f.c.worker_name)
+            ).all()
+        owners = FiringOwners()
+        for r in rows:
+            if r.state == FiringState.EXECUTING:
+                if r.worker_name is not None:
+                    known = owners.executing_since.get(r.worker_name, r.since)
+                    owners.executing_since[r.worker_name] = min(known, r.since)
+                continue
+            owners.schedulers.add(r.instance_name)
+            if r.state == FiringState.FIRED:
+                owners.unpublished.add(r.instance_name)
+        return owners
+
+    def recover_scheduler(
+        self, dead: str, *, seen_checkin_millis: int | None, recovered_by: str
+    ) -> tuple[int, int] | None:
+        """Take over a dead scheduler's work; (released, to republish) or None if another did it.
+
+        Race settled: several survivors see the same dead peer. Each deletes its check-in row on
+        the condition that it still carries the check-in time it judged stale; only one delete
+        matches, and that survivor does the whole recovery in the same transaction. A peer that
+        came back to life and checked in meanwhile no longer matches, and is left alone.
+
+        Claims the dead scheduler never fired go back to WAITING. Firings it fired but may not have
+        published (FIRED) move to ``recovered_by``, which publishes them again with the same fire
+        instance id: if the first message did go out, the worker's start guard lets only one run.
+        """
+        s, f = self.tables.scheduler_state, self.tables.fired_triggers
+        with self.transaction() as conn:
+            if seen_checkin_millis is not None:
+                gone = conn.execute(
+                    delete(s).where(
+                        self._scoped(s),
+                        s.c.instance_name == dead,
+                        s.c.last_checkin_time == seen_checkin_millis,
+                    )
+                ).rowcount
+                if not gone:
+                    return None
+            released = self._release(conn, dead, None)
+            moved = conn.execute(
+                update(f)
+                .where(
+                    self._scoped(f),
+                    f.c.instance_name == dead,
+                    f.c.state == FiringState.FIRED,
+                )
+                .values(instance_name=recovered_by)
+            ).rowcount
+        logger.info(
+            "recovered scheduler instance %s: %d claimed trigger(s) released, %d firing(s) to "
+            "publish again (by %s)",
+            dead,
+            released,
+            moved,
+            recovered_by,
+        )
+        return released, moved
+
+    def recover_worker(
+        self,
+        worker_name: str,
+        *,
+        seen_checkin_millis: int | None,
+        defer_nonconcurrent_millis: int = 0,
+    ) -> WorkerRecovery | None:
+        """Resolve the executions of a dead worker; None if another scheduler got there first or
+        the worker checked in again.
+
+        * a job with ``requests_recovery`` gets a recovery firing: a one-shot trigger in the
+          RECOVERING_JOBS group, due now, carrying the original trigger, occurrence and data;
+          the task sees ``context.recovering``;
+        * any other job's occurrence is closed as interrupted (its row removed; it is not run
+          again);
+        * a ``disallow_concurrent`` execution is first deferred by ``defer_nonconcurrent_millis``
+          (4.x: it may still be running on a worker that is only slow), then resolved as above.
+
+        Race settled: several schedulers see the same dead worker. Its check-in row is locked and
+        must still carry the check-in time judged stale; each fired row is removed by a delete
+        conditional on EXECUTING, and only the remover acts on it.
+        """
+        s, f = self.tables.scheduler_state, self.tables.fired_triggers
+        now = self._now()
+        result = WorkerRecovery(worker_name)
+        state_clause = and_(self._scoped(s), s.c.instance_name == worker_name)
+        with self.transaction() as conn:
+            self._check_fence(conn)
+            if seen_checkin_millis is not None:
+                seen = conn.execute(
+                    select(s.c.last_checkin_time).where(state_clause).with_for_update()
+                ).scalar_one_or_none()
+                if seen != seen_checkin_millis:
+                    return None
+            rows = conn.execute(
+                select(f)
+                .where(
+                    self._scoped(f),
+                    f.c.worker_name == worker_name,
+                    f.c.state == FiringState.EXECUTING,
+                )
+                .with_for_update(skip_locked=True)
+            ).all()
+            for row in rows:
+                if row.is_nonconcurrent and defer_nonconcurrent_millis:
+                    if row.recovery_after is None:
+                        conn.execute(
+                            update(f)
+                            .where(self._scoped(f))
+                            .where(f.c.fire_instance_id == row.fire_instance_id)
+                            .values(recovery_after=now + defer_nonconcurrent_millis)
+                        )
+                        logger.info(
+                            "worker %s is dead; recovery of firing %s of disallow_concurrent "
+                            "job %s.%s deferred %.1fs",
+                            worker_name,
+                            row.fire_instance_id,
+                            row.job_group,
+                            row.job_name,
+                            defer_nonconcurrent_millis / 1000,
+                        )
+                        result.deferred += 1
+                        continue
+                    if now < row.recovery_after:
+                        result.deferred += 1
+                        continue
+                gone = conn.execute(
+                    delete(f).where(
+                        self._scoped(f),
+                        f.c.fire_instance_id == row.fire_instance_id,
+                        f.c.state == FiringState.EXECUTING,
+                    )
+                ).rowcount
+                if not gone:
+                    continue
+                if row.requests_recovery and self._schedule_recovery_firing(conn, row, now):
+                    result.recovered += 1
+                else:
+                    result.interrupted += 1
+                    logger.info(
+                        "worker %s died running firing %s of trigger %s.%s (scheduled %s); "
+                        "closed as interrupted",
+                        worker_name,
+                        row.fire_instance_id,
+                        row.trigger_group,
+                        row.trigger_name,
+                        from_millis(row.sched_time).isoformat(),
+                    )
+                self._release_after_firing(conn, row)
+            if seen_checkin_millis is not None and not result.deferred:
+                conn.execute(delete(s).where(state_clause))
+                result.pins_reset = self._reset_auto_pins(conn, worker_name)
+        return result
+
+    def _reset_auto_pins(self, conn: Connection, worker_name: str) -> int:
+        """A dead worker's auto-claimed pins become unclaimed automatic pins, for any eligible
+        worker to claim at its next start (named pins are never moved). The number reset."""
+        t = self.tables.triggers
+        reset = conn.execute(
+            update(t)
+            .where(
+                self._scoped(t),
+                t.c.preferred_node_auto.is_(True),
+                t.c.preferred_node == worker_name,
+            )
+            .values(preferred_node=None)
+        ).rowcount
+        if reset:
+            logger.info(
+                "worker %s is dead: %d automatic pin(s) it had claimed reset to unclaimed",
+                worker_name,
+                reset,
+            )
+        return reset
+
+    # -- fencing of a non-clustered leader ------------------------------------------------------
+
+    def advance_epoch(self, instance_name: str) -> tuple[int, int]:
+        """Take the next epoch for a new leadership of ``instance_name``: (previous, new).
+
+        Race settled: two processes elected at once (the election's own window); each increment is
+        a row update, so they get different epochs and the earlier one's writes are refused.
+        """
+        locks, s = self.tables.locks, self.tables.scheduler_state
+        with self.transaction() as conn:
+            row = conn.execute(
+                update(locks)
+                .where(self._leader_key())
+                .values(epoch=locks.c.epoch + 1)
+                .returning(locks.c.epoch)
+            ).first()
+            if row is None:
+                try:
+                    with conn.begin_nested():
+                        conn.execute(
+                            insert(locks).values(
+                                sched_name=self.scheduler_name, lock_name=LEADER_LOCK, epoch=1
+                            )
+                        )
+                    epoch = 1
+                except IntegrityError:  # another process created it first
+                    epoch = conn.execute(
+                        update(locks)
+                        .where(self._leader_key())
+                        .values(epoch=locks.c.epoch + 1)
+                        .returning(locks.c.epoch)
+                    ).scalar_one()
+            else:
+                epoch = row.epoch
+            conn.execute(
+                update(s)
+                .where(self._scoped(s), s.c.instance_name == instance_name)
+                .values(epoch=epoch)
+            )
+        return epoch - 1, epoch
+
+    def current_epoch(self) -> int:
+        locks = self.tables.locks
+        with self.transaction() as conn:
+            return conn.execute(select(locks.c.epoch).where(self._leader_key())).scalar() or 0
+
+    def recover_leader_move(self, instance_name: str, fence: Fence | None) -> LeaderMoveRecovery:
+        """The recovery pass a new non-clustered leader runs (seed 000, steps 1, 3 and 4; step 2,
+        every misfire with no limit, is the caller's), in one fenced transaction.
+
+        Scoped by scheduler name, so it frees what the previous leader left whatever its
+        instance id.
+        Adapted to Celery, where the firings a scheduler published run on workers that outlive it:
+
+        1. Claims (ACQUIRED fired rows, any instance) are deleted and their triggers go back to
+           WAITING; BLOCKED goes to WAITING and PAUSED_BLOCKED to PAUSED for every job that has no
+           firing left in flight.
+        3. Firings fired but not recorded as published (FIRED) under *this* instance id survive: the
+           loop publishes them again with the same fire instance id (the worker's start guard runs
+           it once). Under another id they are deleted, ``requests_recovery`` or not: the instance
+           id decides whether they survive a leader move.
+        4. Lingering COMPLETE triggers with nothing in flight are deleted. Published and executing
+           firings are left to the workers (and to the misfire handler once their message expires).
+        """
+        t, f = self.tables.triggers, self.tables.fired_triggers
+        with self.transaction() as conn:
+            self._check_fence(conn, fence)
+            claims = conn.execute(
+                delete(f)
+                .where(self._scoped(f), f.c.state == FiringState.ACQUIRED)
+                .returning(f.c.trigger_name)
+            ).all()
+            released = conn.execute(
+                update(t)
+                .where(self._scoped(t), t.c.trigger_state == TriggerState.ACQUIRED)
+                .values(trigger_state=TriggerState.WAITING)
+            ).rowcount
+            others = conn.execute(
+                delete(f)
+                .where(
+                    self._scoped(f),
+                    f.c.state == FiringState.FIRED,
+                    f.c.instance_name != instance_name,
+                )
+                .returning(f.c.requests_recovery)
+            ).all()
+            republish = conn.execute(
+                select(f.c.fire_instance_id).where(
+                    self._scoped(f),
+                    f.c.state == FiringState.FIRED,
+                    f.c.instance_name == instance_name,
+                )
+            ).all()
+            in_flight = exists().where(
+                f.c.sched_name == t.c.sched_name,
+                f.c.job_name == t.c.job_name,
+                f.c.job_group == t.c.job_group,
+            )
+            unblocked = conn.execute(
+                update(t)
+                .where(
+                    self._scoped(t),
+                    t.c.trigger_state == TriggerState.BLOCKED,
+                    ~in_flight,
+                )
+                .values(trigger_state=TriggerState.WAITING)
+            ).rowcount
+            unblocked += conn.execute(
+                update(t)
+                .where(
+                    self._scoped(t),
+                    t.c.trigger_state == TriggerState.PAUSED_BLOCKED,
+                    ~in_flight,
+                )
+                .values(trigger_state=TriggerState.PAUSED)
+            ).rowcount
+            trigger_in_flight = exists().where(
+                f.c.sched_name == t.c.sched_name,
+                f.c.trigger_name == t.c.trigger_name,
+                f.c.trigger_group == t.c.trigger_group,
+            )
+            complete = [
+                (r.trigger_name, r.trigger_group)
+                for r in conn.execute(
+                    select(t.c.trigger_name, t.c.trigger_group).where(
+                        self._scoped(t),
+                        t.c.trigger_state == TriggerState.COMPLETE,
+                        ~trigger_in_flight,
+                    )
+                )
+            ]
+            for name, group in complete:
+                self._remove_trigger(conn, TriggerKey(name, group))
+        result = LeaderMoveRecovery(
+            released=max(released, len(claims)),
+            unblocked=unblocked,
+            republish=len(republish),
+            dropped=len(others),
+            dropped_recovery=sum(1 for r in others if r.requests_recovery),
+            completed_removed=len(complete),
+        )
+        logger.info(
+            "leader %s of %s: recovery pass released %d claim(s), unblocked %d trigger(s), "
+            "will publish %d firing(s) of this instance id again, dropped %d unpublished firing(s) "
+            "of other instance ids (%d of jobs requesting recovery), "
+            "removed %d complete trigger(s)",
+            instance_name,
+            self.scheduler_name,
+            result.released,
+            result.unblocked,
+            result.republish,
+            result.dropped,
+            result.dropped_recovery,
+            result.completed_removed,
+        )
+        return result
+
+    def record_status(
+        self, instance_name: str, status: str, *, hostname: str | None, pid: int | None
+    ) -> None:
+        """Write a scheduler's lifecycle status to its check-in row (operators, health, tests), if
+        this process (host, pid) wrote the row last: replicas may share the leader's instance id."""
+        s = self.tables.scheduler_state
+        with self.transaction() as conn:
+            self._check_fence(conn)
+            conn.execute(
+                update(s)
+                .where(
+                    self._scoped(s),
+                    s.c.instance_name == instance_name,
+                    s.c.hostname == hostname,
+                    s.c.pid == pid,
+                )
+                .values(status=status)
+            )
+
+    def remove_check_in_of_process(
+        self, instance_name: str, *, hostname: str | None, pid: int | None
+    ) -> None:
+        """Remove the check-in row of ``instance_name`` only if this process (host, pid) wrote
+        it."""
+        s = self.tables.scheduler_state
+        with self.transaction() as conn:
+            conn.execute(
+                delete(s).where(
+                    self._scoped(s),
+                    s.c.instance_name == instance_name,
+                    s.c.hostname == hostname,
+                    s.c.pid == pid,
+                )
+            )
+
+    def ping(self) -> None:
+        """Raise unless the store's database answers a query."""
+        with self.engine.connect() as conn:
+            conn.execute(select(1)).scalar()

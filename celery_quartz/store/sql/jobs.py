@@ -1,0 +1,370 @@
+"""The client's role: jobs, triggers, calendars, pause and resume
+(:class:`~celery_quartz.store.abc.JobStore`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    and_,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
+
+from celery_quartz.errors import (
+    CalendarInUseError,
+    ObjectAlreadyExistsError,
+    TriggerNotFoundError,
+)
+from celery_quartz.job import Job, encode_json_object
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.store.abc import JobStore
+from celery_quartz.store.records import (
+    NONE_STATE,
+    SyncResult,
+)
+from celery_quartz.store.schema import (
+    TriggerState,
+)
+from celery_quartz.store.sql._firings import FiringsSql
+from celery_quartz.store.sql._rows import (
+    initial_state,
+    pin_columns,
+    same_job,
+)
+from celery_quartz.triggers.base import (
+    UNCHANGED,
+    Trigger,
+    TriggerDetailsUpdate,
+)
+
+logger = logging.getLogger(__name__)
+
+#: An import that adds at least this many jobs refreshes PostgreSQL's planner statistics.
+_ANALYZE_AFTER_ROWS = 1000
+
+
+class JobsSql(FiringsSql, JobStore):
+    def store_jobs_and_triggers(
+        self,
+        items: Sequence[tuple[Job | None, Sequence[Trigger]]],
+        *,
+        replace: bool = False,
+        definition_hashes: dict[JobKey, str] | None = None,
+    ) -> None:
+        """Store jobs and their triggers in one transaction: all of them, or none.
+
+        A job of ``None`` means the triggers refer to jobs already stored. Raises
+        :class:`ObjectAlreadyExistsError` when a key exists and ``replace`` is false,
+        :class:`JobNotFoundError` when a trigger names a job that is not stored.
+        """
+        hashes = definition_hashes or {}
+        jobs = [(job, hashes.get(job.key)) for job, _ in items if job is not None]
+        triggers = [trigger for _, item_triggers in items for trigger in item_triggers]
+        with self.transaction() as conn:
+            self._store_many(conn, jobs, triggers, replace, self.clock.now())
+
+    def sync_job_group(
+        self, group: str, desired: Mapping[JobKey, tuple[Job, Sequence[Trigger], str]]
+    ) -> SyncResult:
+        """Make the jobs of ``group`` exactly ``desired`` (job, its triggers, a definition hash).
+
+        Used to import configuration (``beat_schedule``) idempotently. A job whose stored hash
+        equals the desired one is left alone, so its triggers keep their fire times across
+        restarts; a changed one is replaced with its triggers; one no longer desired is removed.
+
+        Race settled: several schedulers importing the same configuration at start. The whole
+        comparison and write is one transaction under the TRIGGER_ACCESS lock row, so the second
+        importer sees the first one's rows and finds nothing to do.
+        """
+        now = self.clock.now()
+        result = SyncResult()
+        j = self.tables.jobs
+        with self.transaction() as conn:
+            self._lock(conn, "TRIGGER_ACCESS")
+            stored = {
+                JobKey(r.job_name, r.job_group): r.definition_hash
+                for r in conn.execute(
+                    select(j.c.job_name, j.c.job_group, j.c.definition_hash).where(
+                        self._scoped(j), j.c.job_group == group
+                    )
+                )
+            }
+            jobs: list[tuple[Job, str | None]] = []
+            new_triggers: list[Trigger] = []
+            for key, (job, triggers, definition_hash) in desired.items():
+                if key in stored and stored[key] == definition_hash:
+                    result.unchanged.append(key)
+                    continue
+                if key in stored:
+                    self._delete_job(conn, key)
+                    result.updated.append(key)
+                else:
+                    result.added.append(key)
+                jobs.append((job, definition_hash))
+                new_triggers.extend(triggers)
+            self._store_many(conn, jobs, new_triggers, False, now)
+            for key in stored.keys() - desired.keys():
+                self._delete_job(conn, key)
+                result.removed.append(key)
+        if self.dialect == "postgresql" and len(result.added) >= _ANALYZE_AFTER_ROWS:
+            # Fresh statistics: a planner that has never seen the new rows scans a whole trigger
+            # group where one key lookup would do, until autovacuum gets round to it.
+            with self.engine.connect() as conn:
+                conn.execute(text(f"ANALYZE {self.tables.jobs.name}"))
+                conn.execute(text(f"ANALYZE {self.tables.triggers.name}"))
+                conn.commit()
+        return result
+
+    def store_calendar(self, name: str, calendar: Any, *, replace: bool = False) -> None:
+        c = self.tables.calendars
+        encoded = encode_json_object(
+            f"calendar {name!r}", "definition", calendar.to_dict(), self.max_data_bytes
+        )
+        clause = and_(self._scoped(c), c.c.calendar_name == name)
+        with self.transaction() as conn:
+            if conn.execute(select(c.c.calendar_name).where(clause)).first() is not None:
+                if not replace:
+                    raise ObjectAlreadyExistsError(f"calendar {name!r} already exists")
+                conn.execute(update(c).where(clause).values(calendar=encoded))
+            else:
+                conn.execute(
+                    insert(c).values(
+                        sched_name=self.scheduler_name, calendar_name=name, calendar=encoded
+                    )
+                )
+
+    def retrieve_calendar(self, name: str) -> Any | None:
+        from celery_quartz.calendars import calendar_from_dict
+
+        c = self.tables.calendars
+        with self.transaction() as conn:
+            row = conn.execute(
+                select(c.c.calendar).where(self._scoped(c), c.c.calendar_name == name)
+            ).first()
+        return None if row is None else calendar_from_dict(json.loads(row.calendar))
+
+    def remove_calendar(self, name: str) -> bool:
+        c, t = self.tables.calendars, self.tables.triggers
+        with self.transaction() as conn:
+            user = conn.execute(
+                select(t.c.trigger_name, t.c.trigger_group)
+                .where(self._scoped(t), t.c.calendar_name == name)
+                .limit(1)
+            ).first()
+            if user is not None:
+                raise CalendarInUseError(
+                    f"calendar {name!r} is used by trigger {user.trigger_group}.{user.trigger_name}"
+                )
+            return bool(
+                conn.execute(delete(c).where(self._scoped(c), c.c.calendar_name == name)).rowcount
+            )
+
+    def retrieve_job(self, key: JobKey) -> Job | None:
+        j = self.tables.jobs
+        with self.transaction() as conn:
+            row = conn.execute(select(j).where(self._job_key_clause(key))).first()
+        return None if row is None else self._job_from_row(row)
+
+    def retrieve_trigger(self, key: TriggerKey) -> Trigger | None:
+        t = self.tables.triggers
+        with self.transaction() as conn:
+            row = conn.execute(select(t).where(self._trigger_key_clause(key))).first()
+        return None if row is None else self._trigger_from_row(row)
+
+    def get_trigger_state(self, key: TriggerKey) -> str:
+        t = self.tables.triggers
+        with self.transaction() as conn:
+            row = conn.execute(
+                select(t.c.trigger_state).where(self._trigger_key_clause(key))
+            ).first()
+        if row is None:
+            return NONE_STATE
+        # Quartz reports ACQUIRED as NORMAL to users; we keep the store's own word.
+        return str(row.trigger_state)
+
+    def get_triggers_of_job(self, key: JobKey) -> list[Trigger]:
+        t = self.tables.triggers
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(t)
+                .where(
+                    self._scoped(t),
+                    t.c.job_name == key.name,
+                    t.c.job_group == key.group,
+                )
+                .order_by(t.c.trigger_group, t.c.trigger_name)
+            ).all()
+        return [self._trigger_from_row(r) for r in rows]
+
+    def job_keys(self, group: str | None = None) -> list[JobKey]:
+        j = self.tables.jobs
+        q = select(j.c.job_name, j.c.job_group).where(self._scoped(j))
+        if group is not None:
+            q = q.where(j.c.job_group == group)
+        with self.transaction() as conn:
+            rows = conn.execute(q.order_by(j.c.job_group, j.c.job_name)).all()
+        return [JobKey(r.job_name, r.job_group) for r in rows]
+
+    def remove_trigger(self, key: TriggerKey) -> bool:
+        """Remove a trigger; a non-durable job left with no trigger goes with it."""
+        with self.transaction() as conn:
+            return self._remove_trigger(conn, key)
+
+    def remove_job(self, key: JobKey) -> bool:
+        """Remove a job and every trigger of it."""
+        with self.transaction() as conn:
+            return self._delete_job(conn, key)
+
+    def update_trigger_details(self, key: TriggerKey, details: TriggerDetailsUpdate) -> None:
+        """Write the changed details of the stored trigger ``key`` in place; its fire times,
+        state and counts are left alone. Raises :class:`TriggerNotFoundError` naming ``key``.
+
+        A firing already acquired keeps the pin it recorded; when the pin changed, that firing's
+        auto-claim finds nothing to swap (:meth:`_claim_auto_pin`), so the change wins.
+        """
+        t = self.tables.triggers
+        values: dict[str, Any] = {}
+        if details.description is not UNCHANGED:
+            values["description"] = details.description
+        if details.preferred_node is not UNCHANGED:
+            values.update(pin_columns(details.preferred_node))
+        with self.transaction() as conn:
+            if values:
+                found = conn.execute(
+                    update(t).where(self._trigger_key_clause(key)).values(values)
+                ).rowcount
+            else:
+                found = conn.execute(
+                    select(func.count()).select_from(t).where(self._trigger_key_clause(key))
+                ).scalar_one()
+            if not found:
+                raise TriggerNotFoundError(f"trigger {key} is not stored")
+
+    def replace_trigger(self, key: TriggerKey, new_trigger: Trigger) -> bool:
+        """Replace a stored trigger by ``new_trigger`` (same job unless it names another)."""
+        t = self.tables.triggers
+        now = self.clock.now()
+        with self.transaction() as conn:
+            row = conn.execute(
+                select(t.c.job_name, t.c.job_group).where(self._trigger_key_clause(key))
+            ).first()
+            if row is None:
+                return False
+            if new_trigger.job_key is None:
+                new_trigger.job_key = JobKey(row.job_name, row.job_group)
+            conn.execute(delete(t).where(self._trigger_key_clause(key)))
+            self._store_trigger(conn, new_trigger, replace=False, now=now)
+            if new_trigger.job_key != JobKey(row.job_name, row.job_group):
+                self._delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
+        return True
+
+    def pause_trigger(self, key: TriggerKey) -> None:
+        with self.transaction() as conn:
+            self._pause_triggers(conn, self._trigger_key_clause(key))
+
+    def resume_trigger(self, key: TriggerKey) -> None:
+        with self.transaction() as conn:
+            self._resume_triggers(conn, self._trigger_key_clause(key))
+
+    def pause_job(self, key: JobKey) -> None:
+        with self.transaction() as conn:
+            self._pause_triggers(conn, self._triggers_of_job_clause(key))
+
+    def resume_job(self, key: JobKey) -> None:
+        with self.transaction() as conn:
+            self._resume_triggers(conn, self._triggers_of_job_clause(key))
+
+    def pause_trigger_group(self, group: str) -> None:
+        """Pause every trigger of ``group``, and the triggers stored in it later."""
+        p, t = self.tables.paused_trigger_groups, self.tables.triggers
+        with self.transaction() as conn:
+            clause = and_(self._scoped(p), p.c.trigger_group == group)
+            if conn.execute(select(p.c.trigger_group).where(clause)).first() is None:
+                conn.execute(insert(p).values(sched_name=self.scheduler_name, trigger_group=group))
+            self._pause_triggers(conn, and_(self._scoped(t), t.c.trigger_group == group))
+
+    def resume_trigger_group(self, group: str) -> None:
+        """Resume every trigger of ``group``; a trigger the pause made late follows its misfire
+        instruction."""
+        p, t = self.tables.paused_trigger_groups, self.tables.triggers
+        with self.transaction() as conn:
+            conn.execute(delete(p).where(self._scoped(p), p.c.trigger_group == group))
+            self._resume_triggers(conn, and_(self._scoped(t), t.c.trigger_group == group))
+
+    def paused_trigger_groups(self) -> list[str]:
+        with self.transaction() as conn:
+            return sorted(self._paused_groups(conn))
+
+    def _pause_triggers(self, conn: Connection, where: Any) -> None:
+        t = self.tables.triggers
+        # An ACQUIRED trigger becomes PAUSED too: the scheduler holding it sees the change when it
+        # fires and drops the firing (the state is no longer ACQUIRED).
+        conn.execute(
+            update(t)
+            .where(where, t.c.trigger_state.in_([TriggerState.WAITING, TriggerState.ACQUIRED]))
+            .values(trigger_state=TriggerState.PAUSED)
+        )
+        conn.execute(
+            update(t)
+            .where(where, t.c.trigger_state == TriggerState.BLOCKED)
+            .values(trigger_state=TriggerState.PAUSED_BLOCKED)
+        )
+
+    def _resume_triggers(self, conn: Connection, where: Any) -> None:
+        t = self.tables.triggers
+        now = self._now()
+        rows = conn.execute(
+            select(t).where(
+                where, t.c.trigger_state.in_([TriggerState.PAUSED, TriggerState.PAUSED_BLOCKED])
+            )
+        ).all()
+        for row in rows:
+            # Quartz applies the misfire instruction on resume when the pause made it late.
+            if (
+                row.next_fire_time is not None
+                and row.next_fire_time < now - self.misfire_threshold_ms
+                and not self._apply_misfire(conn, row, now, ", paused,")
+            ):
+                continue
+            blocked = row.trigger_state == TriggerState.PAUSED_BLOCKED
+            conn.execute(
+                update(t)
+                .where(self._trigger_key_clause(TriggerKey(row.trigger_name, row.trigger_group)))
+                .values(trigger_state=TriggerState.BLOCKED if blocked else TriggerState.WAITING)
+            )
+
+    def reset_trigger_from_error_state(self, keys: Sequence[TriggerKey]) -> int:
+        """Return triggers in ERROR to their schedule (WAITING, or PAUSED when their group is
+        paused, or BLOCKED while their disallow_concurrent job runs). The number reset."""
+        t, j = self.tables.triggers, self.tables.jobs
+        reset = 0
+        with self.transaction() as conn:
+            for key in keys:
+                row = conn.execute(
+                    select(t.c.trigger_state, j.c.is_nonconcurrent, t.c.job_name, t.c.job_group)
+                    .join(j, same_job(j, t))
+                    .where(self._trigger_key_clause(key))
+                ).first()
+                if row is None or row.trigger_state != TriggerState.ERROR:
+                    continue
+                job_key = JobKey.stored(row.job_name, row.job_group)
+                state = initial_state(
+                    key,
+                    self._paused_groups(conn),
+                    blocked=bool(row.is_nonconcurrent and self._jobs_in_flight(conn, [job_key])),
+                )
+                reset += conn.execute(
+                    update(t)
+                    .where(self._trigger_key_clause(key), t.c.trigger_state == TriggerState.ERROR)
+                    .values(trigger_state=state)
+                ).rowcount
+        return reset

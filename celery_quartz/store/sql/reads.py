@@ -1,0 +1,319 @@
+"""The operators' read side: paged, filtered listings for the CLI, the dashboard, the HTTP API
+and metrics (:class:`~celery_quartz.store.abc.StoreReader`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    and_,
+    case,
+    func,
+    select,
+    tuple_,
+)
+
+from celery_quartz.clock import from_millis
+from celery_quartz.job import Job
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.liveness import failed_after
+from celery_quartz.routing import (
+    Router,
+    Unserved,
+)
+from celery_quartz.store.abc import StoreReader
+from celery_quartz.store.schema import (
+    FiringState,
+    TriggerState,
+)
+from celery_quartz.store.sql._base import SqlBase
+from celery_quartz.store.sql._rows import (
+    datetime_or_none,
+    same_job,
+)
+from celery_quartz.store.views import (
+    MAX_PAGE,
+    FiringFilter,
+    FiringView,
+    GroupOccupancy,
+    JobFilter,
+    NodeView,
+    Page,
+    StateSummary,
+    TriggerFilter,
+    TriggerView,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class ReadsSql(SqlBase, StoreReader):
+    """The read side over the SQL tables."""
+
+    def list_jobs(
+        self, filters: JobFilter | None = None, *, after: JobKey | None = None, limit: int = 100
+    ) -> Page[Job, JobKey]:
+        j = self.tables.jobs
+        filters = filters or JobFilter()
+        query = select(j).where(self._scoped(j))
+        if filters.group is not None:
+            query = query.where(j.c.job_group == filters.group)
+        if filters.task is not None:
+            query = query.where(j.c.task_name == filters.task)
+        if after is not None:
+            query = query.where(tuple_(j.c.job_group, j.c.job_name) > (after.group, after.name))
+        limit = _page_size(limit)
+        with self.transaction() as conn:
+            rows = conn.execute(query.order_by(j.c.job_group, j.c.job_name).limit(limit + 1)).all()
+        jobs = [self._job_from_row(r) for r in rows[:limit]]
+        return Page(jobs, jobs[-1].key if len(rows) > limit else None)
+
+    def list_triggers(
+        self,
+        filters: TriggerFilter | None = None,
+        *,
+        after: TriggerKey | None = None,
+        limit: int = 100,
+    ) -> Page[TriggerView, TriggerKey]:
+        t, j = self.tables.triggers, self.tables.jobs
+        filters = filters or TriggerFilter()
+        query = select(t, j.c.task_name).join(j, same_job(j, t)).where(self._scoped(t))
+        if filters.group is not None:
+            query = query.where(t.c.trigger_group == filters.group)
+        if filters.state is not None:
+            query = query.where(t.c.trigger_state == filters.state)
+        if filters.execution_group is not None:
+            query = query.where(t.c.execution_group == filters.execution_group)
+        if filters.preferred_node is not None:
+            query = query.where(t.c.preferred_node == filters.preferred_node)
+        if filters.task is not None:
+            query = query.where(j.c.task_name == filters.task)
+        if filters.job is not None:
+            query = query.where(
+                t.c.job_name == filters.job.name, t.c.job_group == filters.job.group
+            )
+        if filters.paused is not None:
+            paused = t.c.trigger_state.in_([TriggerState.PAUSED, TriggerState.PAUSED_BLOCKED])
+            query = query.where(paused if filters.paused else ~paused)
+        if after is not None:
+            query = query.where(
+                tuple_(t.c.trigger_group, t.c.trigger_name) > (after.group, after.name)
+            )
+        limit = _page_size(limit)
+        with self.transaction() as conn:
+            rows = conn.execute(
+                query.order_by(t.c.trigger_group, t.c.trigger_name).limit(limit + 1)
+            ).all()
+        views = [
+            TriggerView(self._trigger_from_row(r), r.trigger_state, r.task_name)
+            for r in rows[:limit]
+        ]
+        return Page(views, views[-1].key if len(rows) > limit else None)
+
+    def list_firings(
+        self, filters: FiringFilter | None = None, *, after: str | None = None, limit: int = 100
+    ) -> Page[FiringView, str]:
+        f = self.tables.fired_triggers
+        filters = filters or FiringFilter()
+        query = select(f).where(self._scoped(f))
+        for value, column_ in (
+            (filters.state, f.c.state),
+            (filters.instance_name, f.c.instance_name),
+            (filters.worker_name, f.c.worker_name),
+            (filters.execution_group, f.c.execution_group),
+        ):
+            if value is not None:
+                query = query.where(column_ == value)
+        if filters.trigger is not None:
+            query = query.where(
+                f.c.trigger_name == filters.trigger.name,
+                f.c.trigger_group == filters.trigger.group,
+            )
+        if filters.job is not None:
+            query = query.where(
+                f.c.job_name == filters.job.name, f.c.job_group == filters.job.group
+            )
+        if after is not None:
+            query = query.where(f.c.fire_instance_id > after)
+        limit = _page_size(limit)
+        with self.transaction() as conn:
+            rows = conn.execute(query.order_by(f.c.fire_instance_id).limit(limit + 1)).all()
+        views = [_firing_view(r) for r in rows[:limit]]
+        return Page(views, views[-1].fire_instance_id if len(rows) > limit else None)
+
+    def list_nodes(self) -> list[NodeView]:
+        s = self.tables.scheduler_state
+        now = self._now()
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(s).where(self._scoped(s)).order_by(s.c.kind, s.c.instance_name)
+            ).all()
+        return [
+            NodeView(
+                instance_name=r.instance_name,
+                kind=r.kind,
+                alive=now
+                <= failed_after(
+                    _CheckInTimes(r.last_checkin_time, r.checkin_interval),
+                    now_millis=now,
+                    my_last_checkin_millis=None,
+                    threshold_millis=self.checkin_misfire_threshold_ms,
+                ),
+                last_checkin_time=from_millis(r.last_checkin_time),
+                checkin_interval=r.checkin_interval / 1000,
+                started_time=datetime_or_none(r.started_time),
+                clustered=r.clustered,
+                hostname=r.hostname,
+                pid=r.pid,
+                status=r.status,
+                epoch=r.epoch,
+                queues=None if r.queues is None else json.loads(r.queues),
+                concurrency=r.concurrency,
+            )
+            for r in rows
+        ]
+
+    def group_occupancy(self) -> list[GroupOccupancy]:
+        t, f = self.tables.triggers, self.tables.fired_triggers
+        now = self._now()
+        with self.transaction() as conn:
+            in_flight: dict[str | None, int] = dict(
+                conn.execute(
+                    select(f.c.execution_group, func.count())
+                    .where(self._scoped(f), f.c.state != FiringState.ACQUIRED)
+                    .group_by(f.c.execution_group)
+                ).all()
+            )
+            waiting: dict[str | None, int] = dict(
+                conn.execute(
+                    select(t.c.execution_group, func.count())
+                    .where(
+                        self._scoped(t),
+                        t.c.trigger_state == TriggerState.WAITING,
+                        t.c.next_fire_time <= now,
+                    )
+                    .group_by(t.c.execution_group)
+                ).all()
+            )
+        groups = sorted(in_flight.keys() | waiting.keys(), key=lambda g: (g is not None, g or ""))
+        return [GroupOccupancy(g, in_flight.get(g, 0), waiting.get(g, 0)) for g in groups]
+
+    def calendars(self) -> dict[str, Any]:
+        from celery_quartz.calendars import calendar_from_dict
+
+        c = self.tables.calendars
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(c.c.calendar_name, c.c.calendar)
+                .where(self._scoped(c))
+                .order_by(c.c.calendar_name)
+            ).all()
+        return {r.calendar_name: calendar_from_dict(json.loads(r.calendar)) for r in rows}
+
+    def trigger_summary(self) -> dict[str, StateSummary]:
+        t = self.tables.triggers
+        overdue_before = self._now() - self.misfire_threshold_ms
+        overdue = func.sum(case((t.c.next_fire_time < overdue_before, 1), else_=0))
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(
+                    t.c.trigger_state,
+                    func.count().label("n"),
+                    func.min(t.c.next_fire_time).label("earliest"),
+                    overdue.label("overdue"),
+                )
+                .where(self._scoped(t))
+                .group_by(t.c.trigger_state)
+            ).all()
+        return {
+            r.trigger_state: StateSummary(r.n, datetime_or_none(r.earliest), int(r.overdue or 0))
+            for r in rows
+        }
+
+    def count_rows(self) -> dict[str, int]:
+        """Rows per table for this scheduler name (diagnostics, and tests of "store unchanged")."""
+        counts = {}
+        with self.transaction() as conn:
+            for name in (
+                "jobs",
+                "triggers",
+                "fired_triggers",
+                "calendars",
+                "paused_trigger_groups",
+            ):
+                table = getattr(self.tables, name)
+                counts[name] = conn.execute(
+                    select(func.count()).select_from(table).where(self._scoped(table))
+                ).scalar_one()
+        return counts
+
+    def firing_states(self) -> dict[str, str]:
+        """Every fired row of this scheduler: fire instance id → state (diagnostics and tests)."""
+        f = self.tables.fired_triggers
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(f.c.fire_instance_id, f.c.state).where(self._scoped(f))
+            ).all()
+        return {r.fire_instance_id: r.state for r in rows}
+
+    def unserved(self, router: Router) -> list[Unserved]:
+        """The execution groups of the schedulable triggers that no live worker serves, and the
+        live pinned workers that do not consume their triggers' queues (or their own)."""
+        t = self.tables.triggers
+        schedulable = and_(
+            self._scoped(t),
+            t.c.trigger_state.in_(
+                [TriggerState.WAITING, TriggerState.ACQUIRED, TriggerState.BLOCKED]
+            ),
+        )
+        with self.transaction() as conn:
+            workers = self._live_workers(conn, router, self._now())
+            groups = set(
+                conn.execute(select(t.c.execution_group).where(schedulable).distinct()).scalars()
+            )
+            pins = {
+                (r.preferred_node, r.execution_group)
+                for r in conn.execute(
+                    select(t.c.preferred_node, t.c.execution_group)
+                    .where(schedulable, t.c.preferred_node.is_not(None))
+                    .distinct()
+                )
+            }
+        return router.unserved(groups, pins, workers)
+
+
+@dataclass(frozen=True)
+class _CheckInTimes:
+    last_checkin_millis: int
+    checkin_interval_millis: int
+
+
+def _page_size(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"a page holds 1 to {MAX_PAGE} rows, not {limit!r}")
+    return min(limit, MAX_PAGE)
+
+
+def _firing_view(r: Any) -> FiringView:
+    return FiringView(
+        fire_instance_id=r.fire_instance_id,
+        trigger_key=TriggerKey.stored(r.trigger_name, r.trigger_group),
+        job_key=None if r.job_name is None else JobKey.stored(r.job_name, r.job_group),
+        state=r.state,
+        instance_name=r.instance_name,
+        worker_name=r.worker_name,
+        scheduled_time=from_millis(r.sched_time),
+        fired_time=from_millis(r.fired_time),
+        published_time=datetime_or_none(r.published_time),
+        started_time=datetime_or_none(r.started_time),
+        expires_time=datetime_or_none(r.expires_time),
+        priority=r.priority,
+        execution_group=r.execution_group,
+        queue=r.queue,
+        recovering=r.recovering,
+        retry_attempt=r.retry_attempt,
+        refire_count=r.refire_count,
+    )

@@ -119,16 +119,15 @@ def _fail(ctx: click.Context, error: BaseException) -> None:
 @click.pass_context
 def load(ctx: click.Context, files: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
     """Load scheduling files (quartz_jobs.xml, .json, .yaml) into the store, all or nothing."""
-    from celery_quartz.client import Quartz
     from celery_quartz.scheduling_files import load_scheduling_files
 
     app = ctx.obj.app
     try:
-        client = Quartz(app)
+        store = open_store(_settings(ctx), upgrade_schema=True)
         try:
-            plan = load_scheduling_files(app, client.store, list(files), dry_run=dry_run)
+            plan = load_scheduling_files(app, store, list(files), dry_run=dry_run)
         finally:
-            client.store.dispose()
+            store.dispose()
     except Exception as error:  # one line, never a traceback
         _fail(ctx, error)
         return
@@ -153,7 +152,6 @@ def load(ctx: click.Context, files: tuple[str, ...], dry_run: bool, as_json: boo
 @click.pass_context
 def export(ctx: click.Context, format_: str | None, output: str | None) -> None:
     """Write the store's jobs and triggers as a scheduling file."""
-    from celery_quartz.client import Quartz
     from celery_quartz.scheduling_files import export_scheduling_data
 
     if format_ is None:
@@ -161,13 +159,12 @@ def export(ctx: click.Context, format_: str | None, output: str | None) -> None:
         format_ = {".xml": "xml", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}.get(extension)
         if format_ is None:
             raise click.UsageError("give --format xml, json or yaml")
-    app = ctx.obj.app
     try:
-        client = Quartz(app)
+        store = open_store(_settings(ctx), upgrade_schema=True)
         try:
-            text = export_scheduling_data(client.store, format_)
+            text = export_scheduling_data(store, format_)
         finally:
-            client.store.dispose()
+            store.dispose()
         if output is None:
             click.echo(text, nl=False)
         else:

@@ -1,10 +1,12 @@
 """The store's side of scheduling files: read what a load touches, write what it changes, in one
 transaction; and read every job and trigger for an export.
 
-Kept out of :mod:`celery_quartz.store.sql` while that module is split by role; it uses these
-internals of :class:`SqlStore`, to move beside them later: ``transaction``, ``_lock``,
-``tables``, ``scheduler_name``, ``_rows_by_key``, ``_job_from_row``, ``_trigger_from_row``,
-``_trigger_key_clause``, ``_delete_job``, ``_store_many`` and ``_calendar``.
+Written beside the SQL store rather than inside it while the store was being split by role; it
+belongs to the ``JobStore`` role (``store/abc.py``, ``store/sql/jobs.py``) and uses these
+internals of :class:`SqlStore`: ``transaction``, ``_lock``, ``_scoped``, ``tables``,
+``_rows_by_key``, ``_job_from_row``, ``_trigger_from_row``, ``_trigger_key_clause`` and
+``_calendar`` (``store/sql/_base.py``), ``_delete_job`` and ``_store_many``
+(``store/sql/_definitions.py``).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def read_snapshot(store: SqlStore, conn: Connection, wanted: Needs) -> Snapshot:
             job = store._job_from_row(row)
             jobs[job.key] = job
 
-    everyone = t.c.sched_name == store.scheduler_name
+    everyone = store._scoped(t)
     if ALL_GROUPS in wanted.trigger_groups:
         add_triggers(conn.execute(select(t).where(everyone)))
     elif wanted.trigger_groups:
@@ -89,14 +91,11 @@ def read_snapshot(store: SqlStore, conn: Connection, wanted: Needs) -> Snapshot:
     )
     job_keys = set(wanted.job_keys) | {tr.job_key for tr in triggers.values() if tr.job_key}
     if ALL_GROUPS in wanted.job_groups:
-        add_jobs(conn.execute(select(j).where(j.c.sched_name == store.scheduler_name)))
+        add_jobs(conn.execute(select(j).where(store._scoped(j))))
     elif wanted.job_groups:
         add_jobs(
             conn.execute(
-                select(j).where(
-                    j.c.sched_name == store.scheduler_name,
-                    j.c.job_group.in_(wanted.job_groups),
-                )
+                select(j).where(store._scoped(j), j.c.job_group.in_(wanted.job_groups))
             )
         )
     add_jobs(
@@ -122,13 +121,11 @@ def read_all(store: SqlStore) -> tuple[list[Job], list[Trigger]]:
     j, t = store.tables.jobs, store.tables.triggers
     with store.transaction() as conn:
         job_rows = conn.execute(
-            select(j).where(
-                j.c.sched_name == store.scheduler_name, j.c.job_group.not_in(PROTECTED_GROUPS)
-            )
+            select(j).where(store._scoped(j), j.c.job_group.not_in(PROTECTED_GROUPS))
         ).all()
         trigger_rows = conn.execute(
             select(t).where(
-                t.c.sched_name == store.scheduler_name,
+                store._scoped(t),
                 t.c.trigger_group.not_in(PROTECTED_GROUPS),
                 t.c.job_group.not_in(PROTECTED_GROUPS),
             )

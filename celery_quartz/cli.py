@@ -6,6 +6,9 @@ Installed through the ``celery.commands`` entry point, so it reads the same app 
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 from typing import Any
 
 import click
@@ -14,6 +17,8 @@ from celery_quartz.clock import from_millis
 from celery_quartz.config import Settings
 from celery_quartz.store import migrate, open_store
 from celery_quartz.store.engine import create_store_engine
+
+logger = logging.getLogger(__name__)
 
 
 def _settings(ctx: click.Context) -> Settings:
@@ -92,3 +97,78 @@ def status(ctx: click.Context) -> None:
         )
     finally:
         store.dispose()
+
+
+# -- scheduling files -------------------------------------------------------------------------
+
+
+def _fail(ctx: click.Context, error: BaseException) -> None:
+    """One line naming the problem, exit code 1; the traceback only in the debug log."""
+    logger.debug("quartz command failed", exc_info=error)
+    from celery_quartz.errors import QuartzError
+
+    message = str(error) if isinstance(error, QuartzError) else f"{type(error).__name__}: {error}"
+    click.echo(f"error: {' '.join(message.split())}", err=True)
+    ctx.exit(1)
+
+
+@quartz.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print what changed as JSON.")
+@click.pass_context
+def load(ctx: click.Context, files: tuple[str, ...], dry_run: bool, as_json: bool) -> None:
+    """Load scheduling files (quartz_jobs.xml, .json, .yaml) into the store, all or nothing."""
+    from celery_quartz.scheduling_files import load_scheduling_files
+
+    app = ctx.obj.app
+    try:
+        store = open_store(_settings(ctx), upgrade_schema=True)
+        try:
+            plan = load_scheduling_files(app, store, list(files), dry_run=dry_run)
+        finally:
+            store.dispose()
+    except Exception as error:  # one line, never a traceback
+        _fail(ctx, error)
+        return
+    if as_json:
+        click.echo(json.dumps({"dry_run": dry_run, **plan.as_dict()}, indent=2))
+        return
+    if dry_run or plan.changed:
+        for line in plan.lines():
+            if dry_run or not line.startswith("="):
+                click.echo(line)
+    click.echo(("would change " if dry_run else "") + plan.summary())
+
+
+@quartz.command()
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(["xml", "json", "yaml"]),
+    help="The file's format (default: from the -o file's extension).",
+)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write here, not stdout.")
+@click.pass_context
+def export(ctx: click.Context, format_: str | None, output: str | None) -> None:
+    """Write the store's jobs and triggers as a scheduling file."""
+    from celery_quartz.scheduling_files import export_scheduling_data
+
+    if format_ is None:
+        extension = os.path.splitext(output or "")[1].lower()
+        format_ = {".xml": "xml", ".json": "json", ".yaml": "yaml", ".yml": "yaml"}.get(extension)
+        if format_ is None:
+            raise click.UsageError("give --format xml, json or yaml")
+    try:
+        store = open_store(_settings(ctx), upgrade_schema=True)
+        try:
+            text = export_scheduling_data(store, format_)
+        finally:
+            store.dispose()
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            with open(output, "w", encoding="utf-8") as handle:
+                handle.write(text)
+    except Exception as error:  # one line, never a traceback
+        _fail(ctx, error)

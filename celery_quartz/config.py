@@ -79,6 +79,12 @@ class Settings:
     #: Execution limits (see :mod:`celery_quartz.limits`): an ``ExecutionLimits`` or a mapping
     #: of group to limit; none by default (nothing is capped).
     execution_limits: Any = field(default=None, compare=False)
+    #: Scheduling files (``quartz_jobs.xml``, ``.json``, ``.yaml``) loaded into the store when a
+    #: scheduler starts: a path or a list of paths; none by default.
+    scheduling_files: Any = field(default=(), compare=False)
+    #: Seconds between checks that a scheduling file changed (then all are loaded again);
+    #: 0: at start only (Quartz's plugin ``scanInterval``).
+    scheduling_files_scan_interval: float = 0.0
     #: The ``quartz_*`` keys the application set itself (for the clustering guard).
     explicitly_set: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
@@ -116,7 +122,12 @@ class Settings:
             positive(name)
         for name in ("election_lock_timeout", "election_retry_interval"):
             positive(name)
-        for name in ("fire_ahead_window", "checkin_misfire_threshold", "shutdown_timeout"):
+        for name in (
+            "fire_ahead_window",
+            "checkin_misfire_threshold",
+            "shutdown_timeout",
+            "scheduling_files_scan_interval",
+        ):
             positive(name, allow_zero=True)
         # A count of 2.5 would reach SQL LIMIT, and a string such as "false" (say, from an
         # environment variable) would silently mean True.
@@ -144,10 +155,25 @@ class Settings:
                 f"got {self.election!r}"
             )
         ExecutionLimits.coerce(self.execution_limits)
+        self.scheduling_file_paths  # noqa: B018  (raises on a bad value)
         if not self.instance_id or len(self.instance_id) > 200:
             raise ConfigurationError(
                 f"quartz_instance_id {self.instance_id!r}: 1 to 200 characters"
             )
+
+    @property
+    def scheduling_file_paths(self) -> list[str]:
+        """``scheduling_files`` as a list of paths (validated by :meth:`validate`)."""
+        value = self.scheduling_files
+        if isinstance(value, (str, os.PathLike)):
+            value = [value]
+        if not isinstance(value, (list, tuple)) or not all(
+            isinstance(p, (str, os.PathLike)) and os.fspath(p) for p in value
+        ):
+            raise ConfigurationError(
+                f"quartz_scheduling_files must be a path or a list of paths, got {value!r}"
+            )
+        return [os.fspath(p) for p in value]
 
     @property
     def limits(self) -> ExecutionLimits:

@@ -39,6 +39,23 @@ class UnknownTaskError(ValidationError):
     """A job names a Celery task that the application has not registered."""
 
 
+class SchedulingFileError(ValidationError):
+    """A scheduling file (``quartz_jobs.xml``, ``.json``, ``.yaml``) cannot be read or loaded.
+
+    The message starts with the place at fault: ``file:line`` for XML and YAML, ``file at
+    $.Path[2]`` for JSON, followed by the job or trigger it defines. ``file``, ``line`` and
+    ``path`` hold the same parts for programs.
+    """
+
+    def __init__(
+        self, message: str, *, file: str = "", line: int | None = None, path: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.file = file
+        self.line = line
+        self.path = path
+
+
 class ObjectAlreadyExistsError(QuartzError):
     """A job or trigger with this key is already stored."""
 

@@ -137,3 +137,25 @@ def test_auto_instance_ids_are_unique() -> None:
     settings = Settings(instance_id=AUTO)
     ids = [settings.resolve_instance_id() for _ in range(1000)]
     assert len(set(ids)) == 1000
+
+
+def test_scheduling_files_are_a_path_or_a_list_of_paths(app: Celery) -> None:
+    assert Settings.from_app(app).scheduling_file_paths == []
+    app.conf.quartz_scheduling_files = "quartz_jobs.xml"
+    assert Settings.from_app(app).scheduling_file_paths == ["quartz_jobs.xml"]
+    app.conf.quartz_scheduling_files = ["a.xml", "b.yaml"]
+    app.conf.quartz_scheduling_files_scan_interval = 30
+    settings = Settings.from_app(app)
+    assert settings.scheduling_file_paths == ["a.xml", "b.yaml"]
+    assert settings.scheduling_files_scan_interval == 30
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("scheduling_files", 5), ("scheduling_files", ["", "a.xml"]),
+     ("scheduling_files_scan_interval", -1)],
+)  # fmt: skip
+def test_bad_scheduling_file_settings_are_refused(app: Celery, key: str, value: object) -> None:
+    app.conf[f"quartz_{key}"] = value
+    with pytest.raises(ConfigurationError, match=f"quartz_{key}"):
+        Settings.from_app(app)

@@ -1,0 +1,475 @@
+"""``quartz_jobs.xml``: Quartz's ``job_scheduling_data_2_0`` XML, read safely and written back.
+
+Read with the standard library's expat parser and no DTD at all: a document type declaration
+(and so any entity, internal or external) is refused, so neither entity expansion nor external
+resolution can happen. Elements keep their line, so errors name it. Element order follows the
+schema's sequences; an element out of order, repeated or unknown is an error naming its line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from xml.parsers import expat
+
+from celery_quartz.errors import SchedulingFileError
+from celery_quartz.scheduling_files.model import Node, Where
+
+#: The namespaces of ``job_scheduling_data_2_0``: Quartz.NET's (written on export) and Quartz's.
+NAMESPACE = "http://quartznet.sourceforge.net/JobSchedulingData"
+JAVA_NAMESPACE = "http://www.quartz-scheduler.org/xml/JobSchedulingData"
+_NAMESPACES = {"", NAMESPACE, JAVA_NAMESPACE}
+_SEP = "\x1f"  # expat's namespace separator: a character no URI or name contains
+
+#: A field of a sequence: (element, key in the tree, how its value is read).
+#: Kinds: "text", "texts" (repeated, a list), "data" (job-data-map), "json" (JSON text),
+#: "keys" (repeated delete-job/delete-trigger), "retry" (retry-policy).
+_Field = tuple[str, str, str]
+
+_JOB: Sequence[_Field] = (
+    ("name", "Name", "text"),
+    ("group", "Group", "text"),
+    ("description", "Description", "text"),
+    ("job-type", "JobType", "text"),
+    ("durable", "Durable", "text"),
+    ("recover", "Recover", "text"),
+    ("job-data-map", "JobDataMap", "data"),
+    ("disallow-concurrent-execution", "DisallowConcurrentExecution", "text"),
+    ("persist-job-data-after-execution", "PersistJobDataAfterExecution", "text"),
+    ("args", "Args", "json"),
+    ("kwargs", "Kwargs", "json"),
+    ("options", "Options", "json"),
+)
+_TRIGGER_COMMON: Sequence[_Field] = (
+    ("name", "Name", "text"),
+    ("group", "Group", "text"),
+    ("description", "Description", "text"),
+    ("job-name", "JobName", "text"),
+    ("job-group", "JobGroup", "text"),
+    ("priority", "Priority", "text"),
+    ("calendar-name", "CalendarName", "text"),
+    ("retry-policy", "RetryPolicy", "retry"),
+    ("preferred-node", "PreferredNode", "text"),
+    ("execution-group", "ExecutionGroup", "text"),
+    ("job-data-map", "JobDataMap", "data"),
+    ("start-time", "StartTime", "text"),
+    ("start-time-seconds-in-future", "StartTimeSecondsInFuture", "text"),
+    ("end-time", "EndTime", "text"),
+)
+_KINDS: dict[str, tuple[str, Sequence[_Field]]] = {
+    "simple": (
+        "Simple",
+        (
+            ("misfire-instruction", "MisfireInstruction", "text"),
+            ("repeat-count", "RepeatCount", "text"),
+            ("repeat-interval", "RepeatInterval", "text"),
+        ),
+    ),
+    "cron": (
+        "Cron",
+        (
+            ("misfire-instruction", "MisfireInstruction", "text"),
+            ("cron-expression", "Expression", "text"),
+            ("time-zone", "TimeZone", "text"),
+        ),
+    ),
+    "calendar-interval": (
+        "CalendarInterval",
+        (
+            ("misfire-instruction", "MisfireInstruction", "text"),
+            ("repeat-interval", "RepeatInterval", "text"),
+            ("repeat-interval-unit", "RepeatIntervalUnit", "text"),
+            ("time-zone", "TimeZone", "text"),
+            (
+                "preserve-hour-of-day-across-daylight-savings",
+                "PreserveHourOfDayAcrossDaylightSavings",
+                "text",
+            ),
+            ("skip-day-if-hour-does-not-exist", "SkipDayIfHourDoesNotExist", "text"),
+        ),
+    ),
+}
+_RETRY: dict[str, tuple[str, Sequence[_Field]]] = {
+    "fixed": ("Fixed", (("max-attempts", "MaxAttempts", "text"), ("delay", "Delay", "text"))),
+    "exponential": (
+        "Exponential",
+        (
+            ("max-attempts", "MaxAttempts", "text"),
+            ("initial-delay", "InitialDelay", "text"),
+            ("factor", "Factor", "text"),
+            ("max-delay", "MaxDelay", "text"),
+        ),
+    ),
+    "explicit": (
+        "Explicit",
+        (("max-attempts", "MaxAttempts", "text"), ("delay", "Delays", "texts")),
+    ),
+}
+_COMMANDS: Sequence[_Field] = (
+    ("delete-jobs-in-group", "DeleteJobsInGroup", "texts"),
+    ("delete-triggers-in-group", "DeleteTriggersInGroup", "texts"),
+    ("delete-job", "DeleteJob", "keys"),
+    ("delete-trigger", "DeleteTrigger", "keys"),
+)
+_DIRECTIVES: Sequence[_Field] = (
+    ("overwrite-existing-data", "OverwriteExistingData", "text"),
+    ("ignore-duplicates", "IgnoreDuplicates", "text"),
+)
+_KEY: Sequence[_Field] = (("name", "Name", "text"), ("group", "Group", "text"))
+_SECTIONS = {
+    "pre-processing-commands": ("PreProcessingCommands", _COMMANDS),
+    "processing-directives": ("ProcessingDirectives", _DIRECTIVES),
+}
+
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+
+
+@dataclass
+class _Element:
+    name: str
+    line: int
+    children: list[_Element] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+
+
+def read_xml(content: str | bytes, file: str) -> Node:
+    """The document tree of a ``job_scheduling_data_2_0`` file."""
+    root = _parse(content, file)
+    if root.name != "job-scheduling-data":
+        raise Where(file, root.line).error(
+            f"the root element is <{root.name}>, expected <job-scheduling-data>"
+        )
+    _no_text(root, file)
+    tree = Node({}, Where(file, root.line))
+    jobs: list[Node] = []
+    triggers: list[Node] = []
+    for child in root.children:
+        where = Where(file, child.line)
+        if child.name in _SECTIONS:
+            key, spec = _SECTIONS[child.name]
+            if key in tree:
+                raise where.error(f"<{child.name}> is given twice")
+            tree[key] = _sequence(child, spec, file)
+            tree.key_wheres[key] = where
+        elif child.name == "schedule":
+            _no_text(child, file)
+            for item in child.children:
+                if item.name == "job":
+                    jobs.append(_sequence(item, _JOB, file, _owner(item, "job")))
+                elif item.name == "trigger":
+                    triggers.append(_trigger(item, file))
+                else:
+                    raise Where(file, item.line).error(
+                        f"unknown element <{item.name}> in <schedule> (known: job, trigger)"
+                    )
+        else:
+            raise where.error(
+                f"unknown element <{child.name}> in <job-scheduling-data> (known: "
+                "pre-processing-commands, processing-directives, schedule)"
+            )
+    if jobs:
+        tree["Jobs"] = jobs
+    if triggers:
+        tree["Triggers"] = triggers
+    return tree
+
+
+def _trigger(element: _Element, file: str) -> Node:
+    _no_text(element, file)
+    if len(element.children) != 1 or element.children[0].name not in _KINDS:
+        raise Where(file, element.line).error(
+            "a <trigger> holds exactly one of <simple>, <cron>, <calendar-interval>"
+        )
+    inner = element.children[0]
+    kind, kind_fields = _KINDS[inner.name]
+    both = _sequence(inner, (*_TRIGGER_COMMON, *kind_fields), file, _owner(inner, "trigger"))
+    common_keys = {key for _, key, _ in _TRIGGER_COMMON}
+    tree = Node({}, both.where)
+    schedule = Node({}, both.where)
+    for key, value in both.items():
+        target = tree if key in common_keys else schedule
+        target[key] = value
+        target.key_wheres[key] = both.at(key)
+    tree[kind] = schedule
+    tree.key_wheres[kind] = both.where
+    return tree
+
+
+def _owner(element: _Element, what: str) -> str:
+    """``job group.name`` or ``trigger group.name`` from the element's own children, for errors
+    found before the model names it."""
+    texts = {
+        child.name: "".join(child.text).strip()
+        for child in element.children
+        if child.name in ("name", "group") and not child.children
+    }
+    name = texts.get("name") or "(no name)"
+    return f"{what} {texts.get('group') or 'DEFAULT'}.{name}: "
+
+
+def _sequence(
+    element: _Element, spec: Sequence[_Field], file: str, owner: str = ""
+) -> Node:
+    """The children of ``element`` read by ``spec``, in the schema's order; ``owner`` prefixes
+    the errors (the job or trigger being read)."""
+    try:
+        return _read_sequence(element, spec, file, owner)
+    except SchedulingFileError as error:
+        if not owner or owner in str(error):
+            raise
+        where = Where(error.file, error.line)
+        raise where.error(owner + str(error).split(": ", 1)[-1]) from None
+
+
+def _read_sequence(element: _Element, spec: Sequence[_Field], file: str, owner: str) -> Node:
+    _no_text(element, file)
+    node = Node({}, Where(file, element.line))
+    positions = {name: i for i, (name, _, _) in enumerate(spec)}
+    last = -1
+    for child in element.children:
+        where = Where(file, child.line)
+        if child.name not in positions:
+            known = ", ".join(name for name, _, _ in spec)
+            raise where.error(
+                f"unknown element <{child.name}> in <{element.name}> (known: {known})"
+            )
+        position = positions[child.name]
+        _, key, kind = spec[position]
+        repeats = kind in ("texts", "keys")
+        if position < last or (position == last and not repeats):
+            raise where.error(
+                f"<{child.name}> is out of place in <{element.name}>: the order is "
+                + ", ".join(name for name, _, _ in spec)
+            )
+        last = position
+        if kind == "text":
+            _leaf(child, file)
+            node[key] = "".join(child.text)
+        elif kind == "texts":
+            _leaf(child, file)
+            node.setdefault(key, []).append("".join(child.text))
+        elif kind == "keys":
+            node.setdefault(key, []).append(_sequence(child, _KEY, file))
+        elif kind == "data":
+            node[key] = _data_map(child, file)
+        elif kind == "json":
+            _leaf(child, file)
+            node[key] = _json(child, file)
+        else:  # retry
+            node[key] = _retry(child, file)
+        node.key_wheres.setdefault(key, where)
+    return node
+
+
+def _retry(element: _Element, file: str) -> Node:
+    _no_text(element, file)
+    if len(element.children) != 1 or element.children[0].name not in _RETRY:
+        raise Where(file, element.line).error(
+            "a <retry-policy> holds exactly one of <fixed>, <exponential>, <explicit>"
+        )
+    inner = element.children[0]
+    key, spec = _RETRY[inner.name]
+    return Node({key: _sequence(inner, spec, file)}, Where(file, element.line), {
+        key: Where(file, inner.line)
+    })
+
+
+def _data_map(element: _Element, file: str) -> Node:
+    _no_text(element, file)
+    node = Node({}, Where(file, element.line))
+    for entry in element.children:
+        where = Where(file, entry.line)
+        if entry.name != "entry":
+            raise where.error(f"unknown element <{entry.name}> in <job-data-map> (known: entry)")
+        pair = _sequence(entry, (("key", "key", "text"), ("value", "value", "text")), file)
+        if "key" not in pair or "value" not in pair:
+            raise where.error("an <entry> needs a <key> and a <value>")
+        key = pair["key"].strip()
+        if not key:
+            raise where.error("an <entry>'s <key> is empty")
+        if key in node:
+            raise where.error(f"job-data-map key {key!r} is given twice")
+        node[key] = pair["value"]
+        node.key_wheres[key] = where
+    return node
+
+
+def _json(element: _Element, file: str) -> Any:
+    text = "".join(element.text)
+
+    def no_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        return json.loads(text, parse_constant=no_constant) if text.strip() else None
+    except (ValueError, RecursionError) as exc:
+        raise Where(file, element.line).error(
+            f"<{element.name}> must hold JSON: {exc}"
+        ) from None
+
+
+def _leaf(element: _Element, file: str) -> None:
+    if element.children:
+        raise Where(file, element.children[0].line).error(
+            f"<{element.name}> holds text only, not <{element.children[0].name}>"
+        )
+
+
+def _no_text(element: _Element, file: str) -> None:
+    if "".join(element.text).strip():
+        raise Where(file, element.line).error(f"<{element.name}> holds elements, not text")
+
+
+#: Deepest nesting read: the schema's documents are six levels deep.
+_MAX_DEPTH = 32
+
+
+def _parse(content: str | bytes, file: str) -> _Element:
+    parser = expat.ParserCreate(namespace_separator=_SEP)
+    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+    stack: list[_Element] = []
+    roots: list[_Element] = []
+
+    def refuse(*_: Any) -> None:
+        raise Where(file, parser.CurrentLineNumber).error(
+            "a document type declaration (DTD) is not allowed in a scheduling file"
+        )
+
+    def start(name: str, _attributes: Any) -> None:
+        uri, _, local = name.rpartition(_SEP)
+        if uri not in _NAMESPACES:
+            raise Where(file, parser.CurrentLineNumber).error(
+                f"element <{local}> is in namespace {uri!r}, not job_scheduling_data's"
+            )
+        if len(stack) >= _MAX_DEPTH:
+            raise Where(file, parser.CurrentLineNumber).error("elements nest too deep")
+        element = _Element(local, parser.CurrentLineNumber)
+        if stack:
+            stack[-1].children.append(element)
+        else:
+            roots.append(element)
+        stack.append(element)
+
+    def end(_name: str) -> None:
+        stack.pop()
+
+    def text(data: str) -> None:
+        if stack:
+            stack[-1].text.append(data)
+
+    parser.StartDoctypeDeclHandler = refuse
+    parser.EntityDeclHandler = refuse
+    parser.UnparsedEntityDeclHandler = refuse
+    parser.ExternalEntityRefHandler = refuse  # type: ignore[assignment]
+    parser.StartElementHandler = start
+    parser.EndElementHandler = end
+    parser.CharacterDataHandler = text
+    try:
+        parser.Parse(content, True)
+    except expat.ExpatError as exc:
+        message = expat.errors.messages.get(exc.code, str(exc)) if exc.code else str(exc)
+        raise Where(file, exc.lineno).error(f"not well-formed XML: {message}") from None
+    except RecursionError:
+        raise Where(file).error("elements nest too deep") from None
+    if not roots:
+        raise Where(file).error("no root element")
+    return roots[0]
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+def write_xml(tree: dict[str, Any]) -> str:
+    """The export document as ``job_scheduling_data_2_0`` XML (Quartz.NET's namespace)."""
+    out = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<job-scheduling-data xmlns="{NAMESPACE}" version="2.0">',
+    ]
+    jobs, triggers = tree.get("Jobs", []), tree.get("Triggers", [])
+    if jobs or triggers:
+        out.append("  <schedule>")
+        for job in jobs:
+            out.append("    <job>")
+            _write_fields(out, job, _JOB, 6, f"job {job['Group']}.{job['Name']}")
+            out.append("    </job>")
+        for trigger in triggers:
+            kind = next(k for k in ("Simple", "Cron", "CalendarInterval") if k in trigger)
+            element, kind_fields = next(
+                (name, spec) for name, (key, spec) in _KINDS.items() if key == kind
+            )
+            owner = f"trigger {trigger['Group']}.{trigger['Name']}"
+            out.append("    <trigger>")
+            out.append(f"      <{element}>")
+            _write_fields(out, trigger, _TRIGGER_COMMON, 8, owner)
+            _write_fields(out, trigger[kind], kind_fields, 8, owner)
+            out.append(f"      </{element}>")
+            out.append("    </trigger>")
+        out.append("  </schedule>")
+    out.append("</job-scheduling-data>")
+    return "\n".join(out) + "\n"
+
+
+def _write_fields(
+    out: list[str], tree: dict[str, Any], spec: Sequence[_Field], indent: int, owner: str
+) -> None:
+    pad = " " * indent
+    for element, key, kind in spec:
+        if key not in tree:
+            continue
+        value = tree[key]
+        if kind == "data":
+            out.append(f"{pad}<{element}>")
+            for name, item in value.items():
+                if not isinstance(item, str):
+                    raise SchedulingFileError(
+                        f"{owner}: job data {name!r} is a {type(item).__name__}; XML holds "
+                        "strings only (export as json or yaml)"
+                    )
+                out.append(
+                    f"{pad}  <entry><key>{_escape(name)}</key>"
+                    f"<value>{_escape(item)}</value></entry>"
+                )
+            out.append(f"{pad}</{element}>")
+        elif kind == "json":
+            encoded = json.dumps(value, sort_keys=True, ensure_ascii=False)
+            out.append(f"{pad}<{element}>{_escape(encoded)}</{element}>")
+        elif kind == "retry":
+            (policy, spec_values), = value.items()
+            name, fields = next(
+                (n, f) for n, (k, f) in _RETRY.items() if k == policy
+            )
+            out.append(f"{pad}<{element}>")
+            out.append(f"{pad}  <{name}>")
+            for child, child_key, child_kind in fields:
+                if child_key not in spec_values:
+                    continue
+                items = spec_values[child_key] if child_kind == "texts" else [
+                    spec_values[child_key]
+                ]
+                for item in items:
+                    out.append(f"{pad}    <{child}>{_scalar(item)}</{child}>")
+            out.append(f"{pad}  </{name}>")
+            out.append(f"{pad}</{element}>")
+        else:
+            out.append(f"{pad}<{element}>{_scalar(value)}</{element}>")
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _escape(str(value))
+
+
+def _escape(text: str) -> str:
+    if _NOT_XML.search(text):
+        raise SchedulingFileError(
+            f"{text[:40]!r} holds a control character that XML 1.0 cannot carry "
+            "(export as json or yaml)"
+        )
+    return (
+        text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\r", "&#13;")
+    )

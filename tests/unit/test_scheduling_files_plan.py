@@ -1,0 +1,67 @@
+"""The plan of a load, decided without a database: what a file changes against a snapshot of the
+stored jobs and triggers."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from celery_quartz import JobKey, PreferredNode, TriggerKey
+from celery_quartz.errors import SchedulingFileError
+from celery_quartz.job import Job
+from celery_quartz.scheduling_files import parse_scheduling_data
+from celery_quartz.scheduling_files.plan import Snapshot, plan
+from celery_quartz.triggers import CronTrigger
+from tests.unit.conftest import T0
+
+FILE = """\
+PreProcessingCommands:
+  DeleteJobsInGroup: ['*']
+Jobs:
+  - {Name: report, JobType: tasks.report}
+Triggers:
+  - {Name: nightly, JobName: report, PreferredNode: '*', Cron: {Expression: 0 0 2 * * ?}}
+"""
+
+
+def stored_as_loaded(**changes: object) -> Snapshot:
+    job = Job(key=JobKey("report"), task="tasks.report")
+    trigger = CronTrigger(
+        key=TriggerKey("nightly"), job_key=job.key, expression="0 0 2 * * ?",
+        start_at=T0 - timedelta(days=3), preferred_node=PreferredNode.AUTO.claimed_by("w1"),
+    )  # fmt: skip
+    for name, value in changes.items():
+        setattr(trigger, name, value)
+    return Snapshot(jobs={job.key: job}, triggers={trigger.key: trigger})
+
+
+def test_deleting_everything_and_defining_it_again_identically_is_no_change() -> None:
+    result = plan(stored_as_loaded(), [parse_scheduling_data(FILE, "q.yaml")], T0)
+    assert not result.changed
+    assert result.jobs_unchanged == [JobKey("report")]
+    assert result.triggers_unchanged == [TriggerKey("nightly")]
+
+
+def test_a_stored_trigger_that_differs_is_replaced_with_a_start_from_now() -> None:
+    result = plan(
+        stored_as_loaded(execution_group="reindex"), [parse_scheduling_data(FILE, "q.yaml")], T0
+    )
+    assert result.triggers_replaced == [TriggerKey("nightly")]
+    (written,) = result.triggers_to_write
+    assert written.start_at == T0 and written.execution_group is None
+    assert written.preferred_node is PreferredNode.AUTO
+
+
+def test_a_stored_job_not_in_the_file_goes_with_the_star_delete() -> None:
+    snapshot = stored_as_loaded()
+    other = Job(key=JobKey("other", "elsewhere"), task="tasks.other", durable=True)
+    snapshot.jobs[other.key] = other
+    result = plan(snapshot, [parse_scheduling_data(FILE, "q.yaml")], T0)
+    assert result.jobs_deleted == [JobKey("other", "elsewhere")]
+
+
+def test_a_trigger_for_an_unknown_job_names_its_line() -> None:
+    text = "Triggers:\n  - {Name: t, JobName: ghost, Cron: {Expression: 0 0 2 * * ?}}\n"
+    with pytest.raises(SchedulingFileError, match=r"^q\.yaml:2: trigger DEFAULT\.t: job"):
+        plan(Snapshot(), [parse_scheduling_data(text, "q.yaml")], T0)

@@ -31,7 +31,7 @@ from celery_quartz.scheduling_files.yaml_format import read_yaml, write_yaml
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_quartz.store.sql import SqlStore
+    from celery_quartz.store.abc import JobStore
 
 __all__ = [
     "FORMATS",
@@ -126,7 +126,7 @@ def check_tasks(app: Celery, data: SchedulingData) -> None:
 
 def load_scheduling_files(
     app: Celery,
-    store: SqlStore,
+    store: JobStore,
     paths: Sequence[str | os.PathLike[str]],
     *,
     dry_run: bool = False,
@@ -141,14 +141,12 @@ def load_scheduling_files(
     load twice changes nothing the second time. Any error (a file that cannot be read, a task
     not registered with ``app``, a conflict with the store) raises before anything is written.
     """
-    from celery_quartz.store.scheduling_data import apply_scheduling_data
-
     limit = store.max_data_bytes if max_data_bytes is None else max_data_bytes
     files = [read_scheduling_file(path, max_data_bytes=limit) for path in paths]
     for data in files:
         check_tasks(app, data)
     now = (clock or store.clock or SystemClock()).now()
-    result = apply_scheduling_data(store, files, now, dry_run=dry_run)
+    result = store.apply_scheduling_data(files, now, dry_run=dry_run)
     logger.info(
         "scheduling files %s%s: %s",
         ", ".join(os.fspath(p) for p in paths),
@@ -158,7 +156,7 @@ def load_scheduling_files(
     return result
 
 
-def export_scheduling_data(store: SqlStore, format: str) -> str:
+def export_scheduling_data(store: JobStore, format: str) -> str:
     """The store's jobs and triggers as a scheduling file in ``format`` (xml, json or yaml).
 
     Leaves out the groups celery-quartz keeps itself (recovery and retry one-offs,
@@ -167,11 +165,9 @@ def export_scheduling_data(store: SqlStore, format: str) -> str:
     (daily-time-interval, recurrence), and for XML, naming the key, for job data that is not a
     string.
     """
-    from celery_quartz.store.scheduling_data import read_all
-
     if format not in FORMATS:
         raise SchedulingFileError(f"unknown format {format!r}; one of {', '.join(FORMATS)}")
-    jobs, triggers = read_all(store)
+    jobs, triggers = store.scheduled_definitions()
     tree = document_tree(jobs, triggers)
     if format == "xml":
         return write_xml(tree)
@@ -194,7 +190,7 @@ class SchedulingFilesWatcher:
     def __init__(
         self,
         app: Celery,
-        store: SqlStore,
+        store: JobStore,
         paths: Sequence[str],
         *,
         scan_interval: float = 0.0,

@@ -257,9 +257,7 @@ def build(root: Node, *, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> Schedu
         for name in _list(commands, "DeleteJobsInGroup"):
             data.delete_job_groups.append(_group_name(name, commands, "DeleteJobsInGroup"))
         for name in _list(commands, "DeleteTriggersInGroup"):
-            data.delete_trigger_groups.append(
-                _group_name(name, commands, "DeleteTriggersInGroup")
-            )
+            data.delete_trigger_groups.append(_group_name(name, commands, "DeleteTriggersInGroup"))
         for item in _items(commands, "DeleteJob"):
             name, group = _key(item, commands.at("DeleteJob"), "DeleteJob")
             data.delete_jobs.append(_make_key(JobKey, name, group, item))
@@ -354,9 +352,7 @@ def build_trigger(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> Tr
     job_key = _make_key(JobKey, job_name, job_group, node, owner=owner)
     for what, value in (("Group", group), ("JobGroup", job_group)):
         if value in PROTECTED_GROUPS:
-            raise node.at(what).error(
-                f"{owner}: group {value!r} is kept by celery-quartz itself"
-            )
+            raise node.at(what).error(f"{owner}: group {value!r} is kept by celery-quartz itself")
     kinds = [kind for kind in KINDS if kind in node]
     if len(kinds) != 1:
         raise node.where.error(
@@ -442,9 +438,7 @@ def _schedule(kind: str, schedule: Node, owner: str, common: dict[str, Any]) -> 
         preserve_hour_of_day_across_daylight_savings=bool(
             _bool(schedule, "PreserveHourOfDayAcrossDaylightSavings", owner)
         ),
-        skip_day_if_hour_does_not_exist=bool(
-            _bool(schedule, "SkipDayIfHourDoesNotExist", owner)
-        ),
+        skip_day_if_hour_does_not_exist=bool(_bool(schedule, "SkipDayIfHourDoesNotExist", owner)),
         **common,
     )
 
@@ -628,9 +622,7 @@ _TIMESPAN = re.compile(r"(?:(\d{1,6})\.)?(\d{1,2}):(\d{2}):(\d{2})(?:\.(\d{1,7})
 _MAX_DURATION = timedelta(days=366_000)
 
 
-def _duration(
-    node: Node, key: str, owner: str, *, required: bool = False
-) -> timedelta | None:
+def _duration(node: Node, key: str, owner: str, *, required: bool = False) -> timedelta | None:
     value = node.get(key)
     if value is None:
         if required:
@@ -699,9 +691,7 @@ def _datetime(node: Node, key: str, owner: str, zone: tzinfo) -> datetime | None
         except ValueError:
             when = None
     if when is None:
-        raise node.at(key).error(
-            f"{owner}: {key} must be an ISO 8601 date and time, got {value!r}"
-        )
+        raise node.at(key).error(f"{owner}: {key} must be an ISO 8601 date and time, got {value!r}")
     if when.tzinfo is None or when.utcoffset() is None:
         when = when.replace(tzinfo=zone)
     try:

@@ -71,7 +71,9 @@ def needs(files: Sequence[SchedulingData]) -> Needs:
             assert definition.trigger.job_key is not None
             job_keys.add(definition.trigger.job_key)
     return Needs(
-        frozenset(job_groups), frozenset(trigger_groups), frozenset(job_keys),
+        frozenset(job_groups),
+        frozenset(trigger_groups),
+        frozenset(job_keys),
         frozenset(trigger_keys),
     )
 
@@ -95,8 +97,12 @@ class Plan:
     @property
     def changed(self) -> bool:
         return bool(
-            self.jobs_added or self.jobs_replaced or self.jobs_deleted
-            or self.triggers_added or self.triggers_replaced or self.triggers_deleted
+            self.jobs_added
+            or self.jobs_replaced
+            or self.jobs_deleted
+            or self.triggers_added
+            or self.triggers_replaced
+            or self.triggers_deleted
         )
 
     def as_dict(self) -> dict[str, dict[str, list[str]]]:

@@ -211,9 +211,7 @@ def _owner(element: _Element, what: str) -> str:
     return f"{what} {texts.get('group') or 'DEFAULT'}.{name}: "
 
 
-def _sequence(
-    element: _Element, spec: Sequence[_Field], file: str, owner: str = ""
-) -> Node:
+def _sequence(element: _Element, spec: Sequence[_Field], file: str, owner: str = "") -> Node:
     """The children of ``element`` read by ``spec``, in the schema's order; ``owner`` prefixes
     the errors (the job or trigger being read)."""
     try:
@@ -273,9 +271,11 @@ def _retry(element: _Element, file: str) -> Node:
         )
     inner = element.children[0]
     key, spec = _RETRY[inner.name]
-    return Node({key: _sequence(inner, spec, file)}, Where(file, element.line), {
-        key: Where(file, inner.line)
-    })
+    return Node(
+        {key: _sequence(inner, spec, file)},
+        Where(file, element.line),
+        {key: Where(file, inner.line)},
+    )
 
 
 def _data_map(element: _Element, file: str) -> Node:
@@ -307,9 +307,7 @@ def _json(element: _Element, file: str) -> Any:
     try:
         return json.loads(text, parse_constant=no_constant) if text.strip() else None
     except (ValueError, RecursionError) as exc:
-        raise Where(file, element.line).error(
-            f"<{element.name}> must hold JSON: {exc}"
-        ) from None
+        raise Where(file, element.line).error(f"<{element.name}> must hold JSON: {exc}") from None
 
 
 def _leaf(element: _Element, file: str) -> None:
@@ -438,18 +436,16 @@ def _write_fields(
             encoded = json.dumps(value, sort_keys=True, ensure_ascii=False)
             out.append(f"{pad}<{element}>{_escape(encoded)}</{element}>")
         elif kind == "retry":
-            (policy, spec_values), = value.items()
-            name, fields = next(
-                (n, f) for n, (k, f) in _RETRY.items() if k == policy
-            )
+            ((policy, spec_values),) = value.items()
+            name, fields = next((n, f) for n, (k, f) in _RETRY.items() if k == policy)
             out.append(f"{pad}<{element}>")
             out.append(f"{pad}  <{name}>")
             for child, child_key, child_kind in fields:
                 if child_key not in spec_values:
                     continue
-                items = spec_values[child_key] if child_kind == "texts" else [
-                    spec_values[child_key]
-                ]
+                items = (
+                    spec_values[child_key] if child_kind == "texts" else [spec_values[child_key]]
+                )
                 for item in items:
                     out.append(f"{pad}    <{child}>{_scalar(item)}</{child}>")
             out.append(f"{pad}  </{name}>")

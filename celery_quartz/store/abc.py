@@ -34,10 +34,13 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from celery_quartz.clock import Clock
 from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.routing import Router, Unserved
+from celery_quartz.scheduling_files.model import SchedulingData
+from celery_quartz.scheduling_files.plan import Plan
 from celery_quartz.store.records import (
     CheckIn,
     Claim,
@@ -63,6 +66,11 @@ from celery_quartz.triggers.base import Trigger, TriggerDetailsUpdate
 
 class JobStore(abc.ABC):
     """The client's role: what is scheduled (jobs, triggers, calendars) and whether it runs."""
+
+    #: The clock the store reads (stored triggers start now unless told otherwise).
+    clock: Clock
+    #: The bound on each JSON field of a job, a trigger or a calendar.
+    max_data_bytes: int
 
     @abc.abstractmethod
     def store_jobs_and_triggers(
@@ -187,6 +195,25 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def paused_trigger_groups(self) -> list[str]:
         """The paused trigger groups, sorted."""
+
+    @abc.abstractmethod
+    def apply_scheduling_data(
+        self, files: Sequence[SchedulingData], now: datetime, *, dry_run: bool = False
+    ) -> Plan:
+        """Load scheduling files' definitions: all of their changes or none, and what changed
+        (with ``dry_run``, what would change; nothing is written). What changes is decided by
+        :func:`celery_quartz.scheduling_files.plan.plan` over the stored jobs and triggers the
+        files touch; a job or trigger that ends as it is stored is left alone.
+
+        Race settled: several schedulers loading the same files as they start together; the
+        read, the decision and the write are one transaction under the TRIGGER_ACCESS lock row,
+        so the second loader finds every job and trigger unchanged and writes nothing.
+        """
+
+    @abc.abstractmethod
+    def scheduled_definitions(self) -> tuple[list[Job], list[Trigger]]:
+        """Every job and trigger outside the groups celery-quartz keeps itself (recovery, retry,
+        ``beat_schedule``), read in one transaction: what an export writes."""
 
     @abc.abstractmethod
     def reset_trigger_from_error_state(self, keys: Sequence[TriggerKey]) -> int:

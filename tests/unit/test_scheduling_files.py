@@ -47,8 +47,7 @@ def describe(data: SchedulingData) -> dict[str, Any]:
         "directives": (data.overwrite_existing_data, data.ignore_duplicates),
         "jobs": [job_tree(d.job) for d in data.jobs],
         "triggers": [
-            (trigger_tree(d.build(T0)), d.explicit_start, d.start_in_seconds)
-            for d in data.triggers
+            (trigger_tree(d.build(T0)), d.explicit_start, d.start_in_seconds) for d in data.triggers
         ],
     }
 
@@ -239,27 +238,72 @@ def xml_trigger(*inner: str, kind: str = "cron") -> str:
     ("inner", "line", "fragment"),
     [
         (["<bogus>1</bogus>"], 7, "unknown element <bogus>"),
-        (["<cron-expression>0 0 2 * * ?</cron-expression>", "<priority>3</priority>"], 8,
-         "out of place"),
+        (
+            ["<cron-expression>0 0 2 * * ?</cron-expression>", "<priority>3</priority>"],
+            8,
+            "out of place",
+        ),
         (["<cron-expression>0 0 25 * * ?</cron-expression>"], 7, "hour"),
-        (["<preferred-node>_</preferred-node>", "<cron-expression>* * * * * ?</cron-expression>"],
-         7, "reserved"),
-        (["<misfire-instruction>FireNow</misfire-instruction>",
-          "<cron-expression>* * * * * ?</cron-expression>"], 7, "FireNow"),
-        (["<start-time>2026-03-02T10:00:00Z</start-time>",
-          "<start-time-seconds-in-future>5</start-time-seconds-in-future>",
-          "<cron-expression>* * * * * ?</cron-expression>"], 8, "not both"),
-        (["<end-time>yesterday</end-time>", "<cron-expression>* * * * * ?</cron-expression>"],
-         7, "ISO 8601"),
-        (["<start-time-seconds-in-future>1099511627776</start-time-seconds-in-future>",
-          "<cron-expression>* * * * * ?</cron-expression>"], 7, "hundred years"),
-        (["<start-time>9999-12-31T23:59:59Z</start-time>",
-          "<cron-expression>* * * * * ?</cron-expression>"], 7, "outside the years 1970 to 2299"),
-        (["<cron-expression>* * * * * ?</cron-expression>", "<time-zone>Mars/Base</time-zone>"],
-         8, "Mars/Base"),
-        (["<retry-policy><fixed><max-attempts>0</max-attempts><delay>5</delay></fixed>"
-          "</retry-policy>", "<cron-expression>* * * * * ?</cron-expression>"], 7,
-         "MaxAttempts"),
+        (
+            [
+                "<preferred-node>_</preferred-node>",
+                "<cron-expression>* * * * * ?</cron-expression>",
+            ],
+            7,
+            "reserved",
+        ),
+        (
+            [
+                "<misfire-instruction>FireNow</misfire-instruction>",
+                "<cron-expression>* * * * * ?</cron-expression>",
+            ],
+            7,
+            "FireNow",
+        ),
+        (
+            [
+                "<start-time>2026-03-02T10:00:00Z</start-time>",
+                "<start-time-seconds-in-future>5</start-time-seconds-in-future>",
+                "<cron-expression>* * * * * ?</cron-expression>",
+            ],
+            8,
+            "not both",
+        ),
+        (
+            ["<end-time>yesterday</end-time>", "<cron-expression>* * * * * ?</cron-expression>"],
+            7,
+            "ISO 8601",
+        ),
+        (
+            [
+                "<start-time-seconds-in-future>1099511627776</start-time-seconds-in-future>",
+                "<cron-expression>* * * * * ?</cron-expression>",
+            ],
+            7,
+            "hundred years",
+        ),
+        (
+            [
+                "<start-time>9999-12-31T23:59:59Z</start-time>",
+                "<cron-expression>* * * * * ?</cron-expression>",
+            ],
+            7,
+            "outside the years 1970 to 2299",
+        ),
+        (
+            ["<cron-expression>* * * * * ?</cron-expression>", "<time-zone>Mars/Base</time-zone>"],
+            8,
+            "Mars/Base",
+        ),
+        (
+            [
+                "<retry-policy><fixed><max-attempts>0</max-attempts><delay>5</delay></fixed>"
+                "</retry-policy>",
+                "<cron-expression>* * * * * ?</cron-expression>",
+            ],
+            7,
+            "MaxAttempts",
+        ),
     ],
 )
 def test_an_xml_trigger_error_names_file_line_and_trigger(
@@ -275,8 +319,9 @@ def test_an_xml_trigger_error_names_file_line_and_trigger(
 
 def test_a_reserved_node_name_is_refused_in_every_format() -> None:
     texts = {
-        "xml": xml_trigger("<preferred-node>_</preferred-node>",
-                           "<cron-expression>* * * * * ?</cron-expression>"),
+        "xml": xml_trigger(
+            "<preferred-node>_</preferred-node>", "<cron-expression>* * * * * ?</cron-expression>"
+        ),
         "json": '{"Triggers": [{"Name": "nightly", "JobName": "report", "PreferredNode": "_",'
         ' "Cron": {"Expression": "* * * * * ?"}}]}',
         "yaml": "Triggers:\n- Name: nightly\n  JobName: report\n  PreferredNode: _\n"
@@ -390,8 +435,10 @@ def test_an_unquoted_star_pin_in_yaml_is_an_alias_error_naming_the_line() -> Non
 
 def test_a_trigger_in_a_group_celery_quartz_keeps_is_refused(fmt: str) -> None:
     texts = {
-        "xml": xml_trigger("<group>RETRYING_JOBS</group>".replace("group", "job-group"),
-                           "<cron-expression>* * * * * ?</cron-expression>"),
+        "xml": xml_trigger(
+            "<group>RETRYING_JOBS</group>".replace("group", "job-group"),
+            "<cron-expression>* * * * * ?</cron-expression>",
+        ),
         "json": '{"Triggers": [{"Name": "t", "Group": "celery.beat_schedule", "JobName": "j",'
         ' "Cron": {"Expression": "* * * * * ?"}}]}',
         "yaml": "Triggers:\n- {Name: t, JobName: j, JobGroup: RECOVERING_JOBS,"

@@ -237,8 +237,13 @@ def test_a_dry_run_of_a_changed_file_shows_replaced_deleted_unchanged(
     app: Celery, store: MemoryStore, tmp_path: Path
 ) -> None:
     load_scheduling_files(app, store, [write(tmp_path, "q.xml", FULL["xml"])])
-    text = FULL["xml"].replace("0 0 2 * * ?", "0 0 4 * * ?").replace(
-        "<delete-job>", "<delete-triggers-in-group>reports</delete-triggers-in-group><delete-job>"
+    text = (
+        FULL["xml"]
+        .replace("0 0 2 * * ?", "0 0 4 * * ?")
+        .replace(
+            "<delete-job>",
+            "<delete-triggers-in-group>reports</delete-triggers-in-group><delete-job>",
+        )
     )
     before = rows(store)
     plan = load_scheduling_files(app, store, [write(tmp_path, "q2.xml", text)], dry_run=True)
@@ -417,8 +422,9 @@ def fill(app: Celery, store: SqlStore, tmp_path: Path, fmt: str) -> None:
     if fmt != "xml":  # XML's job data holds strings only
         quartz(app, store).schedule_job(
             Job(key=JobKey("typed"), task="tasks.other", data={"n": 3, "nested": {"a": [1]}}),
-            SimpleTrigger(key=TriggerKey("typed"), repeat_count=-1, repeat_interval=0.5,
-                          data={"flag": True}),
+            SimpleTrigger(
+                key=TriggerKey("typed"), repeat_count=-1, repeat_interval=0.5, data={"flag": True}
+            ),
         )
 
 
@@ -439,9 +445,7 @@ def test_export_load_export_gives_the_same_file(
         empty.dispose()
 
 
-def test_export_leaves_out_the_groups_celery_quartz_keeps(
-    app: Celery, store: MemoryStore
-) -> None:
+def test_export_leaves_out_the_groups_celery_quartz_keeps(app: Celery, store: MemoryStore) -> None:
     schedule(app, store, "entry", BEAT_SCHEDULE_GROUP)
     assert json.loads(export_scheduling_data(store, "json")) == {"Jobs": [], "Triggers": []}
 
@@ -455,11 +459,10 @@ def test_export_refuses_a_trigger_kind_no_file_holds(app: Celery, store: MemoryS
         export_scheduling_data(store, "yaml")
 
 
-def test_xml_export_refuses_job_data_that_is_not_a_string(
-    app: Celery, store: MemoryStore
-) -> None:
-    quartz(app, store).add_job(Job(key=JobKey("typed"), task="tasks.other", durable=True,
-                                   data={"n": 3}))
+def test_xml_export_refuses_job_data_that_is_not_a_string(app: Celery, store: MemoryStore) -> None:
+    quartz(app, store).add_job(
+        Job(key=JobKey("typed"), task="tasks.other", durable=True, data={"n": 3})
+    )
     with pytest.raises(SchedulingFileError, match=r"job DEFAULT\.typed: job data 'n' is a int"):
         export_scheduling_data(store, "xml")
 
@@ -482,7 +485,10 @@ def test_the_watcher_loads_at_start_and_again_when_a_file_changes(
 
 
 def test_the_watcher_logs_a_bad_file_on_rescan_and_leaves_the_store(
-    app: Celery, store: MemoryStore, clock: FakeClock, tmp_path: Path,
+    app: Celery,
+    store: MemoryStore,
+    clock: FakeClock,
+    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     path = cron_file(tmp_path)
@@ -546,26 +552,26 @@ def test_schedulers_starting_together_apply_the_files_once(
 
 
 def test_the_watcher_tries_a_change_again_after_a_database_error(
-    app: Celery, store: MemoryStore, clock: FakeClock, tmp_path: Path,
+    app: Celery,
+    store: MemoryStore,
+    clock: FakeClock,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from sqlalchemy.exc import OperationalError
-
-    import celery_quartz.store.scheduling_data as store_side
 
     path = cron_file(tmp_path)
     watcher = SchedulingFilesWatcher(app, store, [str(path)], scan_interval=5, clock=clock)
     watcher.load_at_start()
     path.write_text(CRON.format(expression="0 0 3 * * ?", extra=""))
-    real = store_side.apply_scheduling_data
 
     def down(*args: Any, **kwargs: Any) -> Any:
         raise OperationalError("select", {}, Exception("the database restarts"))
 
-    monkeypatch.setattr(store_side, "apply_scheduling_data", down)
+    monkeypatch.setattr(store, "apply_scheduling_data", down)
     clock.advance(6)
     with pytest.raises(OperationalError):
         watcher.maybe_reload()
-    monkeypatch.setattr(store_side, "apply_scheduling_data", real)
+    monkeypatch.undo()
     clock.advance(6)
     assert watcher.maybe_reload().triggers_replaced == [TriggerKey("nightly")]  # type: ignore[union-attr]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -26,6 +27,8 @@ from celery_quartz.errors import (
 )
 from celery_quartz.job import Job, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.scheduling_files.model import ALL_GROUPS, PROTECTED_GROUPS, SchedulingData
+from celery_quartz.scheduling_files.plan import Needs, Plan, Snapshot, needs, plan
 from celery_quartz.store.abc import JobStore
 from celery_quartz.store.records import (
     NONE_STATE,
@@ -368,3 +371,103 @@ class JobsSql(FiringsSql, JobStore):
                     .values(trigger_state=state)
                 ).rowcount
         return reset
+
+    # -- scheduling files -----------------------------------------------------------------------
+
+    def apply_scheduling_data(
+        self, files: Sequence[SchedulingData], now: datetime, *, dry_run: bool = False
+    ) -> Plan:
+        # The read, the plan and the write are one transaction under the TRIGGER_ACCESS lock row
+        # (SQLite: its write lock).
+        with self.transaction() as conn:
+            if not dry_run:  # a dry run decides nothing others could race on
+                self._lock(conn, "TRIGGER_ACCESS")
+            snapshot = self._read_snapshot(conn, needs(files))
+            result = plan(
+                snapshot, files, now, calendar=lambda name, key: self._calendar(conn, name, key)
+            )
+            if dry_run or not result.changed:
+                return result
+            t = self.tables.triggers
+            for tkey in result.triggers_deleted:
+                conn.execute(delete(t).where(self._trigger_key_clause(tkey)))
+            for key in result.jobs_deleted:
+                self._delete_job(conn, key)
+            self._store_many(
+                conn,
+                [(job, None) for job in result.jobs_to_write],
+                result.triggers_to_write,
+                True,
+                now,
+            )
+        return result
+
+    def _read_snapshot(self, conn: Connection, wanted: Needs) -> Snapshot:
+        """The stored jobs and triggers ``wanted`` names, closed both ways: every trigger of a job
+        read, and the job of every trigger read."""
+        j, t = self.tables.jobs, self.tables.triggers
+        jobs: dict[JobKey, Job] = {}
+        triggers: dict[TriggerKey, Trigger] = {}
+
+        def add_triggers(rows: Any) -> None:
+            for row in rows:
+                trigger = self._trigger_from_row(row)
+                triggers[trigger.key] = trigger
+
+        def add_jobs(rows: Any) -> None:
+            for row in rows:
+                job = self._job_from_row(row)
+                jobs[job.key] = job
+
+        everyone = self._scoped(t)
+        if ALL_GROUPS in wanted.trigger_groups:
+            add_triggers(conn.execute(select(t).where(everyone)))
+        elif wanted.trigger_groups:
+            add_triggers(
+                conn.execute(
+                    select(t).where(everyone, t.c.trigger_group.in_(wanted.trigger_groups))
+                )
+            )
+        add_triggers(
+            self._rows_by_key(
+                conn, select(t), t.c.trigger_name, t.c.trigger_group, sorted(wanted.trigger_keys)
+            )
+        )
+        job_keys = set(wanted.job_keys) | {tr.job_key for tr in triggers.values() if tr.job_key}
+        if ALL_GROUPS in wanted.job_groups:
+            add_jobs(conn.execute(select(j).where(self._scoped(j))))
+        elif wanted.job_groups:
+            add_jobs(
+                conn.execute(select(j).where(self._scoped(j), j.c.job_group.in_(wanted.job_groups)))
+            )
+        add_jobs(
+            self._rows_by_key(
+                conn, select(j), j.c.job_name, j.c.job_group, sorted(job_keys - jobs.keys())
+            )
+        )
+        # Every trigger of every job read: whether a job keeps a trigger is judged on all of them.
+        add_triggers(self._rows_by_key(conn, select(t), t.c.job_name, t.c.job_group, sorted(jobs)))
+        return Snapshot(
+            jobs=jobs,
+            triggers=triggers,
+            job_groups=wanted.job_groups,
+            trigger_groups=wanted.trigger_groups,
+        )
+
+    def scheduled_definitions(self) -> tuple[list[Job], list[Trigger]]:
+        j, t = self.tables.jobs, self.tables.triggers
+        with self.transaction() as conn:
+            job_rows = conn.execute(
+                select(j).where(self._scoped(j), j.c.job_group.not_in(PROTECTED_GROUPS))
+            ).all()
+            trigger_rows = conn.execute(
+                select(t).where(
+                    self._scoped(t),
+                    t.c.trigger_group.not_in(PROTECTED_GROUPS),
+                    t.c.job_group.not_in(PROTECTED_GROUPS),
+                )
+            ).all()
+        return (
+            [self._job_from_row(row) for row in job_rows],
+            [self._trigger_from_row(row) for row in trigger_rows],
+        )

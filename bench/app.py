@@ -9,9 +9,11 @@ benchmark's own processes agree:
     BENCH_BEAT_ENTRIES    number of ``beat_schedule`` entries (peers scenario), default 0
     BENCH_BEAT_INTERVAL   their interval in seconds, default 1
     BENCH_REDBEAT_URL     Redis URL for celery-redbeat's keys (peers scenario)
+    BENCH_HOOKS           non-empty: install celery-quartz's worker hooks (pipeline scenario)
 
-The task ``bench.noop`` is the job of every benchmark trigger; run by a stock worker it adds its
-task id (the firing's fire instance id) to the Redis set ``bench:ran``.
+The task ``bench.noop`` is the job of every benchmark trigger; run by a worker it adds its task id
+(the firing's fire instance id) to the Redis set ``bench:ran`` and counts its runs in
+``bench:runs``.
 """
 
 from __future__ import annotations
@@ -54,4 +56,13 @@ def noop(self) -> None:  # type: ignore[no-untyped-def]
         import redis
 
         _recorder = redis.Redis.from_url(url)
-    _recorder.sadd("bench:ran", self.request.id)
+    pipe = _recorder.pipeline(transaction=False)
+    pipe.sadd("bench:ran", self.request.id)
+    pipe.incr("bench:runs")
+    pipe.execute()
+
+
+if os.environ.get("BENCH_HOOKS"):
+    import celery_quartz
+
+    celery_quartz.install(app)

@@ -65,7 +65,11 @@ class _WorkerHooks:
         with self._lock:
             store = self._stores.get(key)
             if store is None:
-                store = open_store(Settings.from_app(self.app), scheduler_name=scheduler_name)
+                # No pre-ping (a round trip per transaction): a connection broken by a database
+                # restart fails its statement, and both hooks retry through an outage.
+                store = open_store(
+                    Settings.from_app(self.app), scheduler_name=scheduler_name, pre_ping=False
+                )
                 self._stores[key] = store
             return store
 

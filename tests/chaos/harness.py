@@ -63,6 +63,8 @@ class ChaosReport:
     left_in_flight: int = 0
     overlaps: int = 0
     left_detail: list[str] = field(default_factory=list)
+    #: Occurrences still owed at the end: due, but at or after their trigger's next fire time.
+    owed: int = 0
 
     @property
     def ok(self) -> bool:
@@ -237,8 +239,11 @@ class OutageReport(ChaosReport):
     service: str = ""
     down: float = 0.0
     misfire_threshold: float = 0.0
-    #: Processes that had died by the end (none may: they ride the outage out).
+    #: Schedulers that died (none may: they ride the outage out).
     died: list[str] = field(default_factory=list)
+    #: Workers that exited and were started again, as a process supervisor would (Celery's
+    #: Redis transport can end a worker when the broker goes away: docs/reliability.md).
+    worker_restarts: list[str] = field(default_factory=list)
     #: Must-run occurrences due after the service came back that started.
     after_outage: int = 0
 
@@ -255,10 +260,12 @@ class OutageReport(ChaosReport):
             ("  dropped by a logged misfire decision", str(self.dropped)),
             ("  lost", f"{len(self.lost)} {self._lost_by_trigger()}".rstrip()),
             ("  started after the service came back", str(self.after_outage)),
+            ("  still owed by triggers catching up", str(self.owed)),
             ("occurrences started twice (not recovery)", str(self.duplicates)),
             ("expired messages published again", str(self.republished)),
             ("fired rows left in flight", str(self.left_in_flight)),
-            ("processes that died", ", ".join(self.died) or "none"),
+            ("schedulers that died", ", ".join(self.died) or "none"),
+            ("workers restarted by a supervisor", ", ".join(self.worker_restarts) or "none"),
             ("verdict", "OK" if self.ok else "FAILED"),
         ]
         width = max(len(k) for k, _ in rows)
@@ -313,14 +320,19 @@ def run_outage(
             procs.beat(name)
         time.sleep(5 + before)
         server.stop()
-        time.sleep(down)
+        _supervise(procs, down, report)
         server.start(keep_port=True)
         back = datetime.now(timezone.utc)
-        time.sleep(misfire_threshold + 20 if after is None else after)
+        _supervise(procs, misfire_threshold + 20 if after is None else after, report)
         chaos_ended = datetime.now(timezone.utc)
-        report.died = [n for n in (*SCHEDULERS, *WORKERS) if procs.procs[n].poll() is not None]
+        report.died = [n for n in SCHEDULERS if procs.procs[n].poll() is not None]
         for name in SCHEDULERS:
             procs.stop(name)
+        owed_from = {}
+        for trigger in must_run:
+            stored = store.retrieve_trigger(trigger.key)
+            if stored is not None and stored.next_fire_time is not None:
+                owed_from[trigger.key.name] = to_millis(stored.next_fire_time)
         with contextlib.suppress(AssertionError):  # what is left is counted below
             wait_for(lambda: not store.firing_states(), timeout=90, message="in-flight firings")
         left = store.firing_states()
@@ -336,7 +348,7 @@ def run_outage(
     finally:
         procs.stop_all()
     logs = "\n".join(procs.log(n) for n in (*SCHEDULERS, *WORKERS))
-    _check(report, url, must_run, chaos_ended, logs)
+    _check(report, url, must_run, chaos_ended, logs, owed_from)
     engine = create_engine(url)
     with engine.connect() as conn:
         started_after = {
@@ -350,14 +362,33 @@ def run_outage(
     return report
 
 
+def _supervise(procs: Processes, seconds: float, report: OutageReport) -> None:
+    """Wait ``seconds``, starting again any worker that exits, as systemd or Kubernetes would."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        for name in WORKERS:
+            if procs.procs[name].poll() is not None:
+                report.worker_restarts.append(name)
+                procs.worker(name, concurrency=4)
+        time.sleep(0.5)
+
+
 _DROPPED = re.compile(r"of trigger chaos\.(\S+) \(scheduled (\S+)\) dropped")
 # Started on a worker that was then killed, before the task wrote its ledger row.
 _INTERRUPTED = re.compile(r"of trigger chaos\.(\S+) \(scheduled (\S+)\); closed as interrupted")
 
 
 def _check(
-    report: ChaosReport, url: str, must_run: list[SimpleTrigger], until: datetime, logs: str
+    report: ChaosReport,
+    url: str,
+    must_run: list[SimpleTrigger],
+    until: datetime,
+    logs: str,
+    owed_from: dict[str, int] | None = None,
 ) -> None:
+    """``owed_from``: each must-run trigger's stored next fire time (ms) at the end. Occurrences
+    from there on are still owed (a trigger catching up after an outage, one at a time for a
+    disallow_concurrent job), not lost: they fire once the scheduler moves on."""
     engine = create_engine(url)
     with engine.connect() as conn:
         started = conn.execute(select(ledger_app.ledger)).all()
@@ -372,8 +403,12 @@ def _check(
     due: set[tuple[str, int]] = set()
     for trigger in must_run:
         t = trigger.start_at
+        owed = (owed_from or {}).get(trigger.key.name)
         while t is not None and t <= until:
-            due.add((trigger.key.name, to_millis(t)))
+            if owed is not None and to_millis(t) >= owed:
+                report.owed += 1
+            else:
+                due.add((trigger.key.name, to_millis(t)))
             t = trigger.next_fire_time_after(t)
     interrupted = {
         (name, to_millis(datetime.fromisoformat(when))) for name, when in _INTERRUPTED.findall(logs)

@@ -213,8 +213,17 @@ class DefinitionsSql(SqlBase):
         """A trigger that will not fire again is removed (and a non-durable job left with no
         trigger with it), unless a firing of it is still in flight: then it stays, COMPLETE,
         until its last firing ends, so that firing is still resolved by the trigger's misfire
-        instruction if its message expires. True when removed."""
+        instruction if its message expires. True when removed.
+
+        Race settled: the last two firings of a COMPLETE trigger ending at once, each seeing the
+        other's row still there, would both keep the trigger for ever. The trigger row is locked
+        first, so the second to finish reads the first one's end (committed) and removes it.
+        """
         t, f = self.tables.triggers, self.tables.fired_triggers
+        if self.dialect != "sqlite":  # SQLite's transactions are serial already
+            conn.execute(
+                select(t.c.trigger_name).where(self._trigger_key_clause(key)).with_for_update()
+            )
         in_flight = conn.execute(
             select(f.c.fire_instance_id)
             .where(self._scoped(f), f.c.trigger_name == key.name, f.c.trigger_group == key.group)

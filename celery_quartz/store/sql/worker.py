@@ -3,25 +3,30 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Connection,
+    Engine,
     Row,
+    String,
     and_,
+    bindparam,
     delete,
+    func,
     or_,
+    select,
     update,
 )
 
 from celery_quartz.job import encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store.abc import WorkerStore
-from celery_quartz.store.schema import (
-    FiringState,
-)
+from celery_quartz.store.schema import FiringState, TriggerState
 from celery_quartz.store.sql._firings import FiringsSql
 
 logger = logging.getLogger(__name__)
@@ -45,6 +50,8 @@ class WorkerSql(FiringsSql, WorkerStore):
         A start of an auto-pinned trigger's firing claims the pin for ``worker_name`` in the same
         transaction (:meth:`_claim_auto_pin`).
         """
+        if restart_from is None and self.dialect == "postgresql":
+            return self._start_in_one_statement(fire_instance_id, worker_name)
         f = self.tables.fired_triggers
         startable: ColumnElement[bool] = f.c.state.in_([FiringState.FIRED, FiringState.PUBLISHED])
         if restart_from is not None:
@@ -78,6 +85,91 @@ class WorkerSql(FiringsSql, WorkerStore):
                 self._claim_auto_pin(conn, started, worker_name)
         return started is not None
 
+    def _start_in_one_statement(self, fire_instance_id: str, worker_name: str) -> bool:
+        """PostgreSQL: the start and its automatic pin's claim as one statement committed on its
+        own (one round trip, where a transaction of two statements takes three). The same
+        conditions as the general path: the start only from FIRED/PUBLISHED, the claim a
+        compare-and-swap against the pin the fired row recorded."""
+        with self._autocommit.connect() as conn:
+            row = conn.execute(
+                self._start_statement,
+                {"fire_id": fire_instance_id, "worker": worker_name, "now": self._now()},
+            ).first()
+        if row is None:
+            return False
+        if row.preferred_node_auto and row.preferred_node != worker_name:
+            self._log_auto_pin(row, worker_name, claimed=bool(row.claimed))
+        return True
+
+    @functools.cached_property
+    def _autocommit(self) -> Engine:
+        """The store's engine (same pool) with each statement committed on its own."""
+        return self.engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    @functools.cached_property
+    def _start_statement(self) -> Any:
+        """``WITH started AS (UPDATE fired … RETURNING …), claimed AS (UPDATE triggers … FROM
+        started …) SELECT started.*, count(claimed)`` with parameters ``fire_id``, ``worker``
+        and ``now`` (built once)."""
+        f, t = self.tables.fired_triggers, self.tables.triggers
+        worker = bindparam("worker", type_=String)
+        started = (
+            update(f)
+            .where(
+                self._scoped(f),
+                f.c.fire_instance_id == bindparam("fire_id", type_=String),
+                f.c.state.in_([FiringState.FIRED, FiringState.PUBLISHED]),
+            )
+            .values(
+                state=FiringState.EXECUTING,
+                worker_name=worker,
+                started_time=bindparam("now", type_=BigInteger),
+            )
+            .returning(
+                f.c.trigger_name, f.c.trigger_group, f.c.preferred_node, f.c.preferred_node_auto
+            )
+            .cte("started")
+        )
+        claimed = (
+            update(t)
+            .where(
+                self._scoped(t),
+                t.c.trigger_name == started.c.trigger_name,
+                t.c.trigger_group == started.c.trigger_group,
+                started.c.preferred_node_auto.is_(True),
+                started.c.preferred_node.is_distinct_from(worker),
+                t.c.preferred_node_auto.is_(True),
+                t.c.preferred_node.is_not_distinct_from(started.c.preferred_node),
+            )
+            .values(preferred_node=worker)
+            .returning(t.c.trigger_name)
+            .cte("claimed")
+        )
+        return select(
+            started.c.trigger_name,
+            started.c.trigger_group,
+            started.c.preferred_node,
+            started.c.preferred_node_auto,
+            select(func.count()).select_from(claimed).scalar_subquery().label("claimed"),
+        )
+
+    def _log_auto_pin(self, fired: Any, worker_name: str, *, claimed: bool) -> None:
+        key = TriggerKey(fired.trigger_name, fired.trigger_group)
+        if claimed:
+            logger.info(
+                "trigger %s: automatic pin claimed by worker %s%s",
+                key,
+                worker_name,
+                "" if fired.preferred_node is None else f" (from {fired.preferred_node})",
+            )
+        else:
+            logger.debug(
+                "trigger %s: worker %s did not claim its automatic pin: the pin changed since "
+                "the firing was acquired",
+                key,
+                worker_name,
+            )
+
     def _claim_auto_pin(self, conn: Connection, fired: Row[Any], worker_name: str) -> None:
         """Write ``worker_name`` into the auto pin of the trigger of ``fired``: the first worker to
         start a firing claims it, and a worker starting one still claimed by another takes it
@@ -104,20 +196,7 @@ class WorkerSql(FiringsSql, WorkerStore):
             )
             .values(preferred_node=worker_name)
         ).rowcount
-        if claimed:
-            logger.info(
-                "trigger %s: automatic pin claimed by worker %s%s",
-                key,
-                worker_name,
-                "" if fired.preferred_node is None else f" (from {fired.preferred_node})",
-            )
-        else:
-            logger.debug(
-                "trigger %s: worker %s did not claim its automatic pin: the pin changed since "
-                "the firing was acquired",
-                key,
-                worker_name,
-            )
+        self._log_auto_pin(fired, worker_name, claimed=bool(claimed))
 
     def return_to_published(self, fire_instance_id: str, *, refire: bool = False) -> bool:
         """Put an executing firing back in flight, for the same firing's next delivery.
@@ -159,6 +238,13 @@ class WorkerSql(FiringsSql, WorkerStore):
         EXECUTING, so exactly one of them acts. The retry is written in the same transaction, so a
         crash leaves either the firing in flight or the retry scheduled, never both or neither.
         """
+        if (
+            job_data is None
+            and not failed
+            and self.dialect == "postgresql"
+            and self._complete_alone(fire_instance_id)
+        ):
+            return True
         f, j = self.tables.fired_triggers, self.tables.jobs
         with self.transaction() as conn:
             row = conn.execute(
@@ -188,3 +274,40 @@ class WorkerSql(FiringsSql, WorkerStore):
                 self._schedule_retry_firing(conn, row, self._now())
             self._release_after_firing(conn, row)
         return True
+
+    def _complete_alone(self, fire_instance_id: str) -> bool:
+        """PostgreSQL: the common completion as one statement committed on its own: the fired
+        row removed when its end releases nothing (its job allows concurrent firings, and its
+        trigger is not COMPLETE). False when that does not hold, or when the firing is not
+        executing: the caller's transaction then does the whole completion. One round trip
+        instead of three."""
+        with self._autocommit.connect() as conn:
+            return (
+                conn.execute(self._complete_alone_statement, {"fire_id": fire_instance_id}).first()
+                is not None
+            )
+
+    @functools.cached_property
+    def _complete_alone_statement(self) -> Any:
+        f, t = self.tables.fired_triggers, self.tables.triggers
+        trigger_complete = (
+            select(t.c.trigger_name)
+            .where(
+                t.c.sched_name == f.c.sched_name,
+                t.c.trigger_name == f.c.trigger_name,
+                t.c.trigger_group == f.c.trigger_group,
+                t.c.trigger_state == TriggerState.COMPLETE,
+            )
+            .exists()
+        )
+        return (
+            delete(f)
+            .where(
+                self._scoped(f),
+                f.c.fire_instance_id == bindparam("fire_id", type_=String),
+                f.c.state == FiringState.EXECUTING,
+                f.c.is_nonconcurrent.is_(False),
+                ~trigger_complete,
+            )
+            .returning(f.c.fire_instance_id)
+        )

@@ -1,0 +1,102 @@
+"""The worker's role of the store on each dialect and driver: on PostgreSQL a start (with its
+automatic pin's claim) and a completion that releases nothing are each one statement committed on
+its own; everything else takes the general transaction. Both must decide the same."""
+
+from __future__ import annotations
+
+from sqlalchemy import event, select
+
+from celery_quartz.affinity import PreferredNode
+from celery_quartz.keys import TriggerKey
+from celery_quartz.store import NONE_STATE, FiringState, SqlStore, TriggerState
+from tests.unit.builders import A, add, at, one_shot, repeating
+
+W1, W2 = "celery@w1", "celery@w2"
+
+
+def fired(db: SqlStore, *names: str) -> dict[str, str]:
+    """Fire the due triggers ``names``; their fire instance ids by trigger name."""
+    claim = db.claim(A, no_later_than=at(1), max_count=10, time_window=0.0)
+    ids = {f.trigger_key.name: f.fire_instance_id for f in claim.firings}
+    assert set(names) <= set(ids)
+    db.mark_published(A, list(ids.values()))
+    return ids
+
+
+def pin(db: SqlStore, name: str) -> tuple[str | None, bool]:
+    t = db.tables.triggers
+    with db.transaction() as conn:
+        row = conn.execute(
+            select(t.c.preferred_node, t.c.preferred_node_auto).where(t.c.trigger_name == name)
+        ).one()
+    return row.preferred_node, row.preferred_node_auto
+
+
+def statements(db: SqlStore) -> list[str]:
+    seen: list[str] = []
+    event.listen(db.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+    return seen
+
+
+def test_a_firing_starts_once_and_a_second_delivery_is_refused(db: SqlStore) -> None:
+    add(db, repeating("t1", at(0), 60))
+    fire_id = fired(db, "t1")["t1"]
+    assert db.start_execution(fire_id, W1)
+    assert not db.start_execution(fire_id, W2)
+    assert db.firing_states() == {fire_id: FiringState.EXECUTING}
+
+
+def test_a_start_claims_an_automatic_pin(db: SqlStore) -> None:
+    trigger = repeating("t1", at(0), 60)
+    trigger.preferred_node = PreferredNode.AUTO
+    add(db, trigger)
+    first = fired(db, "t1")["t1"]
+    assert db.start_execution(first, W1)
+    assert pin(db, "t1") == (W1, True)
+    assert db.complete_execution(first)
+
+
+def test_a_start_does_not_claim_a_pin_changed_since_the_firing(db: SqlStore) -> None:
+    from celery_quartz.triggers.base import TriggerDetailsUpdate
+
+    trigger = repeating("t1", at(0), 60)
+    trigger.preferred_node = PreferredNode.AUTO
+    add(db, trigger)
+    fire_id = fired(db, "t1")["t1"]
+    db.update_trigger_details(
+        TriggerKey("t1"), TriggerDetailsUpdate(preferred_node=PreferredNode.for_node(W2))
+    )
+    assert db.start_execution(fire_id, W1)
+    assert pin(db, "t1") == (W2, False)
+
+
+def test_a_completion_that_releases_nothing_is_one_statement_on_postgresql(db: SqlStore) -> None:
+    add(db, repeating("t1", at(0), 60))
+    fire_id = fired(db, "t1")["t1"]
+    assert db.start_execution(fire_id, W1)
+    seen = statements(db)
+    assert db.complete_execution(fire_id)
+    assert db.firing_states() == {}
+    if db.dialect == "postgresql":
+        assert len([s for s in seen if s.lstrip().upper().startswith(("DELETE", "WITH"))]) == 1
+        assert len(seen) == 2  # the completion, and firing_states' read
+    assert not db.complete_execution(fire_id)  # already done
+
+
+def test_the_last_firing_of_a_complete_trigger_removes_it(db: SqlStore) -> None:
+    add(db, one_shot("once", at(0)))
+    fire_id = fired(db, "once")["once"]
+    assert db.get_trigger_state(TriggerKey("once")) == TriggerState.COMPLETE
+    assert db.start_execution(fire_id, W1)
+    assert db.complete_execution(fire_id)
+    assert db.get_trigger_state(TriggerKey("once")) == NONE_STATE
+    assert db.count_rows()["jobs"] == 0
+
+
+def test_a_disallow_concurrent_jobs_completion_unblocks_its_other_triggers(db: SqlStore) -> None:
+    add(db, repeating("t1", at(0), 60), repeating("t2", at(30), 60), disallow_concurrent=True)
+    fire_id = fired(db, "t1")["t1"]
+    assert db.get_trigger_state(TriggerKey("t2")) == TriggerState.BLOCKED
+    assert db.start_execution(fire_id, W1)
+    assert db.complete_execution(fire_id)
+    assert db.get_trigger_state(TriggerKey("t2")) == TriggerState.WAITING

@@ -67,8 +67,14 @@ class _WorkerHooks:
             if store is None:
                 # No pre-ping (a round trip per transaction): a connection broken by a database
                 # restart fails its statement, and both hooks retry through an outage.
+                # A pool as large as a threads-pool worker's concurrency is likely to be: each
+                # thread keeps its connection instead of opening one per task past the fifth
+                # (connections are opened only when threads need them at once).
                 store = open_store(
-                    Settings.from_app(self.app), scheduler_name=scheduler_name, pre_ping=False
+                    Settings.from_app(self.app),
+                    scheduler_name=scheduler_name,
+                    pre_ping=False,
+                    pool_size=_POOL_SIZE,
                 )
                 self._stores[key] = store
             return store
@@ -165,6 +171,9 @@ def _custom_headers(request: Any) -> dict[str, Any]:
     headers = getattr(request, "headers", None)
     return dict(headers) if isinstance(headers, dict) else {}
 
+
+#: Connections a worker process's store keeps open.
+_POOL_SIZE = 32
 
 #: Longest pause between attempts to record a firing's end while the store does not answer.
 _PERSIST_MAX_DELAY = 5.0

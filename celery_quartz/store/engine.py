@@ -35,6 +35,7 @@ def create_store_engine(url: str, **kwargs: Any) -> Engine:
         )
     if backend == "sqlite":
         kwargs.pop("pool_pre_ping", None)  # no pool to ping: a connection per transaction
+        kwargs.pop("pool_size", None)  # nor connections kept
         return _sqlite_engine(parsed, **kwargs)
     kwargs.setdefault("pool_pre_ping", True)
     if parsed.get_driver_name() == "psycopg2":

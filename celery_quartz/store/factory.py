@@ -18,6 +18,7 @@ def open_store(
     clock: Clock | None = None,
     scheduler_name: str | None = None,
     pre_ping: bool = True,
+    pool_size: int | None = None,
     upgrade_schema: bool = False,
 ) -> SqlStore:
     """The store of ``settings`` (URL, table prefix, scheduler name, misfire thresholds, bound
@@ -25,7 +26,8 @@ def open_store(
 
     ``scheduler_name`` overrides the configured one (a worker runs firings of whichever
     scheduler name a message carries). ``pre_ping`` tests a pooled connection before each
-    transaction; the scheduling loop turns it off and retries a failed step itself.
+    transaction; the scheduling loop turns it off and retries a failed step itself. ``pool_size``
+    is how many connections the pool keeps open (for a PostgreSQL store; SQLite keeps none).
     ``upgrade_schema`` creates or upgrades the tables first when ``quartz_schema_auto_upgrade``
     is on (schedulers and clients do; workers and operators' tools do not).
     """
@@ -36,6 +38,7 @@ def open_store(
         clock=clock,
         max_data_bytes=settings.max_job_data_bytes,
         pre_ping=pre_ping,
+        pool_size=pool_size,
         misfire_threshold=settings.misfire_threshold,
         checkin_misfire_threshold=settings.checkin_misfire_threshold,
     )

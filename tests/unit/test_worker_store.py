@@ -33,8 +33,12 @@ def pin(db: SqlStore, name: str) -> tuple[str | None, bool]:
 
 
 def statements(db: SqlStore) -> list[str]:
+    """The statements ``db`` sends from now on, over either of its engines (PostgreSQL's single
+    statements go through one whose connections commit each statement)."""
     seen: list[str] = []
-    event.listen(db.engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
+    engines = [db.engine] + ([db._autocommit] if db.dialect == "postgresql" else [])
+    for engine in engines:
+        event.listen(engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
     return seen
 
 

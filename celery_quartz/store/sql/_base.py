@@ -3,6 +3,7 @@ conversions between rows and the domain's objects. Every role of the store build
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -76,6 +77,7 @@ class SqlBase:
         max_data_bytes: int = DEFAULT_MAX_DATA_BYTES,
         engine: Engine | None = None,
         pre_ping: bool = True,
+        pool_size: int | None = None,
         misfire_threshold: float = DEFAULT_MISFIRE_THRESHOLD,
         checkin_misfire_threshold: float = DEFAULT_CHECKIN_MISFIRE_THRESHOLD,
     ) -> None:
@@ -89,11 +91,20 @@ class SqlBase:
         dead, by the rule failure detection uses. ``pre_ping`` tests a pooled connection
         before each transaction, so a database restart is invisible to callers. The scheduling
         loop turns it off: it costs a round trip per transaction, and the loop retries a failed
-        step itself."""
+        step itself. ``pool_size`` is how many connections the pool keeps open (SQLAlchemy's
+        default, 5, unless given): a process whose threads use the store at once (a threads-pool
+        worker) keeps one each rather than opening and closing the rest every time."""
         if engine is None:
             if url is None:
                 raise ValueError("SqlStore needs a url or an engine")
-            engine = create_store_engine(url, pool_pre_ping=pre_ping)
+            options: dict[str, Any] = {"pool_pre_ping": pre_ping}
+            if pool_size is not None:
+                options["pool_size"] = pool_size
+            engine = create_store_engine(url, **options)
+        size = getattr(engine.pool, "size", None)  # a QueuePool's; SQLite's pools keep none
+        self._engine_options: dict[str, Any] = {"pool_pre_ping": pre_ping}
+        if callable(size):
+            self._engine_options["pool_size"] = size()
         self.engine = engine
         self.scheduler_name = scheduler_name
         self.tables: Tables = build_tables(table_prefix)
@@ -123,6 +134,36 @@ class SqlBase:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if "_autocommit" in self.__dict__:
+            self._autocommit.dispose()
+
+    def _compiled(self, statement: Any) -> tuple[str, dict[str, Any]]:
+        """``statement`` as the driver's SQL and its fixed parameters, compiled once by the
+        caller (a ``cached_property``) for :meth:`_execute_compiled`."""
+        compiled = statement.compile(dialect=self.engine.dialect)
+        return str(compiled), dict(compiled.params)
+
+    @staticmethod
+    def _execute_compiled(
+        conn: Connection, compiled: tuple[str, dict[str, Any]], **params: Any
+    ) -> Any:
+        """Run a statement compiled by :meth:`_compiled` with ``params``: the driver gets the SQL
+        as is, with none of the per-call work of building, caching and binding a Core statement
+        (for the worker's one-statement start and completion, run once per execution)."""
+        sql, fixed = compiled
+        return conn.exec_driver_sql(sql, {**fixed, **params})
+
+    @functools.cached_property
+    def _autocommit(self) -> Engine:
+        """A second engine on the same database, for a single statement that settles its race
+        alone: its connections commit each statement by themselves, set once when they connect
+        (switching a pooled connection's isolation level back and forth costs a round trip each
+        time). Opened at first use; only PostgreSQL's fast paths use it."""
+        return create_store_engine(
+            self.engine.url.render_as_string(hide_password=False),
+            isolation_level="AUTOCOMMIT",
+            **self._engine_options,
+        )
 
     def _now(self) -> int:
         return to_millis(self.clock.now())

@@ -11,7 +11,6 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     Connection,
-    Engine,
     Row,
     String,
     and_,
@@ -91,9 +90,12 @@ class WorkerSql(FiringsSql, WorkerStore):
         conditions as the general path: the start only from FIRED/PUBLISHED, the claim a
         compare-and-swap against the pin the fired row recorded."""
         with self._autocommit.connect() as conn:
-            row = conn.execute(
+            row = self._execute_compiled(
+                conn,
                 self._start_statement,
-                {"fire_id": fire_instance_id, "worker": worker_name, "now": self._now()},
+                fire_id=fire_instance_id,
+                worker=worker_name,
+                now=self._now(),
             ).first()
         if row is None:
             return False
@@ -102,12 +104,7 @@ class WorkerSql(FiringsSql, WorkerStore):
         return True
 
     @functools.cached_property
-    def _autocommit(self) -> Engine:
-        """The store's engine (same pool) with each statement committed on its own."""
-        return self.engine.execution_options(isolation_level="AUTOCOMMIT")
-
-    @functools.cached_property
-    def _start_statement(self) -> Any:
+    def _start_statement(self) -> tuple[str, dict[str, Any]]:
         """``WITH started AS (UPDATE fired … RETURNING …), claimed AS (UPDATE triggers … FROM
         started …) SELECT started.*, count(claimed)`` with parameters ``fire_id``, ``worker``
         and ``now`` (built once)."""
@@ -118,7 +115,7 @@ class WorkerSql(FiringsSql, WorkerStore):
             .where(
                 self._scoped(f),
                 f.c.fire_instance_id == bindparam("fire_id", type_=String),
-                f.c.state.in_([FiringState.FIRED, FiringState.PUBLISHED]),
+                or_(f.c.state == FiringState.FIRED, f.c.state == FiringState.PUBLISHED),
             )
             .values(
                 state=FiringState.EXECUTING,
@@ -145,12 +142,14 @@ class WorkerSql(FiringsSql, WorkerStore):
             .returning(t.c.trigger_name)
             .cte("claimed")
         )
-        return select(
-            started.c.trigger_name,
-            started.c.trigger_group,
-            started.c.preferred_node,
-            started.c.preferred_node_auto,
-            select(func.count()).select_from(claimed).scalar_subquery().label("claimed"),
+        return self._compiled(
+            select(
+                started.c.trigger_name,
+                started.c.trigger_group,
+                started.c.preferred_node,
+                started.c.preferred_node_auto,
+                select(func.count()).select_from(claimed).scalar_subquery().label("claimed"),
+            )
         )
 
     def _log_auto_pin(self, fired: Any, worker_name: str, *, claimed: bool) -> None:
@@ -282,13 +281,13 @@ class WorkerSql(FiringsSql, WorkerStore):
         executing: the caller's transaction then does the whole completion. One round trip
         instead of three."""
         with self._autocommit.connect() as conn:
-            return (
-                conn.execute(self._complete_alone_statement, {"fire_id": fire_instance_id}).first()
-                is not None
-            )
+            done = self._execute_compiled(
+                conn, self._complete_alone_statement, fire_id=fire_instance_id
+            ).first()
+        return done is not None
 
     @functools.cached_property
-    def _complete_alone_statement(self) -> Any:
+    def _complete_alone_statement(self) -> tuple[str, dict[str, Any]]:
         f, t = self.tables.fired_triggers, self.tables.triggers
         trigger_complete = (
             select(t.c.trigger_name)
@@ -300,7 +299,7 @@ class WorkerSql(FiringsSql, WorkerStore):
             )
             .exists()
         )
-        return (
+        return self._compiled(
             delete(f)
             .where(
                 self._scoped(f),

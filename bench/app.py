@@ -19,6 +19,7 @@ The task ``bench.noop`` is the job of every benchmark trigger; run by a worker i
 from __future__ import annotations
 
 import os
+import time
 
 from celery import Celery
 
@@ -59,6 +60,16 @@ def noop(self) -> None:  # type: ignore[no-untyped-def]
     pipe = _recorder.pipeline(transaction=False)
     pipe.sadd("bench:ran", self.request.id)
     pipe.incr("bench:runs")
+    if os.environ.get("BENCH_TIMES"):
+        import celery_quartz
+
+        context = celery_quartz.current_context()
+        if context is not None:
+            # Start lateness: this start against the occurrence's scheduled fire time.
+            scheduled_ms = int(context.scheduled_fire_time.timestamp() * 1000)
+            fired_ms = int(context.fire_time.timestamp() * 1000)
+            pipe.rpush("bench:late", time.time_ns() // 1_000_000 - scheduled_ms)
+            pipe.hset("bench:fired", self.request.id, fired_ms)
     pipe.execute()
 
 
@@ -66,3 +77,12 @@ if os.environ.get("BENCH_HOOKS"):
     import celery_quartz
 
     celery_quartz.install(app)
+
+    if os.environ.get("BENCH_TIMES"):
+        from celery.signals import task_postrun
+
+        @task_postrun.connect(weak=False)
+        def _completed(task_id: str | None = None, **_: object) -> None:
+            # Connected after install's own handler: the completion is recorded by now.
+            if _recorder is not None and task_id is not None:
+                _recorder.hset("bench:completed", task_id, time.time_ns() // 1_000_000)

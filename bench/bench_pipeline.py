@@ -1,8 +1,9 @@
-"""The pipeline past the scheduler: what the worker hooks cost, on the same messages.
+"""The pipeline past the scheduler: what the worker hooks cost, and firings run end to end.
 
     .venv/bin/python bench/bench_pipeline.py [--firings 20000] [--repeats 2]
-        [--pools threads:8,prefork:2]
+        [--pools threads:8,prefork:2] [--scenarios overhead,e2e] [--e2e-firings 10000]
 
+**overhead.**
 N due triggers are fired and published once (one scheduler node, as ``bench_throughput.py``
 does); the Redis queue and the fired rows are then saved. Each run restores both and drains the
 same N messages of ``bench.noop`` with one Celery worker: a stock worker (no hooks), and the same
@@ -14,6 +15,13 @@ and records its id in Redis), and after a hooked run no fired row is left.
 
 The rate is measured from the worker's first message taken (the queue shrinks) to the last
 execution recorded, so the worker's start-up is not counted.
+
+**e2e.** Two scheduler processes (real loops, as ``bench_throughput.py`` runs them) and two
+hooked workers (prefork, 2 processes each) on this machine; N triggers all due at one instant.
+Measured until every firing has run and its fired row is gone: executions completed per second,
+start lateness (worker start minus scheduled time, p50/p99; on a backlog this is mostly queueing),
+and the time from a firing to its completion record (p50/p99). In the same run, the same two
+schedulers publish the same N with no worker: the end-to-end rate is given as a ratio to that.
 """
 
 from __future__ import annotations
@@ -113,35 +121,30 @@ def drain(
         "BENCH_RECORD_URL": record_url,
         "BENCH_HOOKS": "1" if hooked else "",
     }
-    client = record  # same server, db 1; the queue is db 0 (read through `queue_len`)
+    client = record  # same server, db 1; the queue is db 0
     with tempfile.TemporaryDirectory(prefix="cq-bench-pipeline-") as tmp:
-        log_path = Path(tmp) / "worker.log"
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "bench.app", "worker", "-P", pool,
-                 "-c", str(concurrency), "-l", "warning", "-n", "pipeline@%h",
-                 "--without-mingle", "--without-gossip", "--without-heartbeat", "-Q", QUEUE],
-                cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-            try:
-                queue = _queue_client(broker)
-                deadline = time.monotonic() + timeout
-                while queue.llen(QUEUE) >= n:
-                    _alive(proc, log_path, deadline)
-                    time.sleep(0.002)
-                t0 = time.perf_counter()
-                cpu0 = (process_cpu_s(proc.pid), process_cpu_s(pg_pid), process_cpu_s(redis_pid))
-                while client.scard("bench:ran") < n:
-                    _alive(proc, log_path, deadline)
-                    time.sleep(0.002)
-                # The last completion is recorded after the task returns.
-                while hooked and _fired_left(dsn):
-                    _alive(proc, log_path, deadline)
-                    time.sleep(0.01)
-                elapsed = time.perf_counter() - t0
-                cpu1 = (process_cpu_s(proc.pid), process_cpu_s(pg_pid), process_cpu_s(redis_pid))
-            finally:
-                stop_process(proc)
+        proc, log_path = _start_worker(
+            Path(tmp), "pipeline", env, pool=pool, concurrency=concurrency
+        )
+        try:
+            queue = _queue_client(broker)
+            deadline = time.monotonic() + timeout
+            while queue.llen(QUEUE) >= n:
+                _alive(proc, log_path, deadline)
+                time.sleep(0.002)
+            t0 = time.perf_counter()
+            cpu0 = (process_cpu_s(proc.pid), process_cpu_s(pg_pid), process_cpu_s(redis_pid))
+            while client.scard("bench:ran") < n:
+                _alive(proc, log_path, deadline)
+                time.sleep(0.002)
+            # The last completion is recorded after the task returns.
+            while hooked and _fired_left(dsn):
+                _alive(proc, log_path, deadline)
+                time.sleep(0.01)
+            elapsed = time.perf_counter() - t0
+            cpu1 = (process_cpu_s(proc.pid), process_cpu_s(pg_pid), process_cpu_s(redis_pid))
+        finally:
+            stop_process(proc)
     runs = int(client.get("bench:runs") or 0)
     return {
         "rate": n / elapsed,
@@ -151,6 +154,21 @@ def drain(
         "duplicates": runs - client.scard("bench:ran"),
         "left": _fired_left(dsn) if hooked else 0,
     }
+
+
+def _start_worker(
+    folder: Path, name: str, env: dict[str, str], *, pool: str, concurrency: int
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """``celery -A bench.app worker`` consuming the benchmark queue; its log in ``folder``."""
+    log_path = folder / f"{name}.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "bench.app", "worker", "-P", pool,
+             "-c", str(concurrency), "-l", "warning", "-n", f"{name}@%h",
+             "--without-mingle", "--without-gossip", "--without-heartbeat", "-Q", QUEUE],
+            cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    return proc, log_path
 
 
 def _queue_client(broker: str) -> Any:
@@ -170,55 +188,140 @@ def _alive(proc: subprocess.Popen[Any], log_path: Path, deadline: float) -> None
         raise RuntimeError(f"worker did not drain in time:\n{log_path.read_text()[-3000:]}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--firings", type=int, default=20_000)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--pools", default="threads:8,prefork:2", help="pool:concurrency,...")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per drain")
-    args = parser.parse_args(argv)
+def end_to_end(*, n: int, url: str, dsn: str, rd: Any, pg: Any, timeout: float) -> dict[str, float]:
+    """Two schedulers and two hooked workers drain ``n`` triggers due at one instant."""
+    record = rd.client(1)
+    record.delete("bench:ran", "bench:runs", "bench:late", "bench:fired", "bench:completed")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "BENCH_BROKER_URL": rd.url(0),
+        "BENCH_STORE_URL": url,
+        "BENCH_RECORD_URL": rd.url(1),
+        "BENCH_HOOKS": "1",
+        "BENCH_TIMES": "1",
+    }
+    with tempfile.TemporaryDirectory(prefix="cq-bench-e2e-") as tmp:
+        workers = [
+            _start_worker(Path(tmp), f"e2e{i}", env, pool="prefork", concurrency=2)
+            for i in range(2)
+        ]
+        try:
+            configs = [
+                NodeConfig(name=f"node{i}", store_url=url, broker_url=rd.url(0)) for i in range(2)
+            ]
+            time.sleep(3)  # the workers connect
+            with nodes(configs) as group:  # started and ready
+                due = _due_soon(dsn, n)
+                group.release()
+                deadline = time.monotonic() + timeout
+                while record.scard("bench:ran") < n or _fired_left(dsn):
+                    for proc, path in workers:
+                        _alive(proc, path, deadline)
+                    time.sleep(0.01)
+                done_ms = now_ms()
+                group.stop()
+        finally:
+            for proc, _ in workers:
+                stop_process(proc)
+    late = sorted(int(v) for v in record.lrange("bench:late", 0, -1))
+    fired = {k: int(v) for k, v in record.hgetall("bench:fired").items()}
+    completed = {k: int(v) for k, v in record.hgetall("bench:completed").items()}
+    to_completion = sorted(completed[k] - fired[k] for k in completed.keys() & fired.keys())
+    return {
+        "rate": n / ((done_ms - due) / 1000),
+        "late_p50": _percentile(late, 0.50),
+        "late_p99": _percentile(late, 0.99),
+        "complete_p50": _percentile(to_completion, 0.50),
+        "complete_p99": _percentile(to_completion, 0.99),
+        "duplicates": int(record.get("bench:runs") or 0) - record.scard("bench:ran"),
+        "left": _fired_left(dsn),
+    }
+
+
+def publish_only(*, n: int, url: str, dsn: str, rd: Any, timeout: float) -> float:
+    """The same two schedulers publishing the same ``n`` due triggers, no worker: firings/s."""
+    rd.client(0).delete(QUEUE)
+    configs = [NodeConfig(name=f"node{i}", store_url=url, broker_url=rd.url(0)) for i in range(2)]
+    with nodes(configs) as group:  # started and ready
+        due = _due_soon(dsn, n)
+        group.release()
+        deadline = time.monotonic() + timeout
+        while group.fired() < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        group.stop()
+    last = int(query(dsn, f"SELECT max(published_time) FROM {FIRED}")[0][0])
+    rd.client(0).delete(QUEUE)
+    return n / ((last - due) / 1000)
+
+
+def _due_soon(dsn: str, n: int) -> int:
+    """Every trigger due at one instant, half a second from now; no firing in flight. The
+    instant, in ms."""
+    due = now_ms() + 500
+    execute(
+        dsn,
+        f"DELETE FROM {FIRED}",
+        f"UPDATE quartz_triggers SET next_fire_time = {due}, start_time = {due}, "
+        "prev_fire_time = NULL, times_triggered = 0, trigger_state = 'WAITING'",
+        f"VACUUM ANALYZE {FIRED}",
+        "VACUUM ANALYZE quartz_triggers",
+    )
+    count = int(query(dsn, "SELECT count(*) FROM quartz_triggers")[0][0])
+    if count != n:
+        raise RuntimeError(f"{count} triggers stored, expected {n}")
+    return due
+
+
+def _percentile(values: list[int], q: float) -> float:
+    if not values:
+        return float("nan")
+    return float(values[min(len(values) - 1, int(q * len(values)))])
+
+
+def overhead(args: argparse.Namespace, pg: Any, rd: Any) -> int:
+    """The overhead scenario; the number of runs whose checks failed."""
     pools = [(p.split(":")[0], int(p.split(":")[1])) for p in args.pools.split(",")]
     n = args.firings
-    print(f"# pipeline: {n:,} firings of bench.noop drained per run; {machine_summary()}")
+    print(f"## overhead: {n:,} firings of bench.noop drained per run", flush=True)
     checks_failed = 0
-    with services() as (pg, rd):
-        url, dsn = fresh_store(pg)
-        broker = rd.url(0)
-        dump = publish_once(url, dsn, broker, rd.client(0), n)
-        record = rd.client(1)
-        results: dict[tuple[str, bool], list[dict[str, float]]] = {}
-        for repeat in range(args.repeats):
-            for pool, concurrency in pools:
-                # Alternate which goes first, so a drift in the machine's speed spreads evenly.
-                order = (False, True) if repeat % 2 == 0 else (True, False)
-                for hooked in order:
-                    restore(dsn, rd.client(0), dump)
-                    result = drain(
-                        pool=pool, concurrency=concurrency, hooked=hooked, n=n, url=url,
-                        dsn=dsn, broker=broker, record=record, record_url=rd.url(1),
-                        pg_pid=pg.pid, redis_pid=rd.pid, timeout=args.timeout,
-                    )  # fmt: skip
-                    kind = "hooked" if hooked else "stock"
+    url, dsn = fresh_store(pg)
+    broker = rd.url(0)
+    dump = publish_once(url, dsn, broker, rd.client(0), n)
+    record = rd.client(1)
+    results: dict[tuple[str, bool], list[dict[str, float]]] = {}
+    for repeat in range(args.repeats):
+        for pool, concurrency in pools:
+            # Alternate which goes first, so a drift in the machine's speed spreads evenly.
+            order = (False, True) if repeat % 2 == 0 else (True, False)
+            for hooked in order:
+                restore(dsn, rd.client(0), dump)
+                result = drain(
+                    pool=pool, concurrency=concurrency, hooked=hooked, n=n, url=url,
+                    dsn=dsn, broker=broker, record=record, record_url=rd.url(1),
+                    pg_pid=pg.pid, redis_pid=rd.pid, timeout=args.timeout,
+                )  # fmt: skip
+                kind = "hooked" if hooked else "stock"
+                print(
+                    f"  {pool} -c {concurrency} {kind}: {result['rate']:.0f} tasks/s, "
+                    f"worker {result['worker_us']:.0f} µs, PostgreSQL {result['pg_us']:.0f} "
+                    f"µs, Redis {result['redis_us']:.0f} µs per task",
+                    flush=True,
+                )
+                if result["duplicates"] or result["left"]:
+                    checks_failed += 1
                     print(
-                        f"  {pool} -c {concurrency} {kind}: {result['rate']:.0f} tasks/s, "
-                        f"worker {result['worker_us']:.0f} µs, PostgreSQL {result['pg_us']:.0f} "
-                        f"µs, Redis {result['redis_us']:.0f} µs per task",
-                        flush=True,
+                        f"  CHECK FAILED: {result['duplicates']:.0f} ran twice, "
+                        f"{result['left']:.0f} fired rows left"
                     )
-                    if result["duplicates"] or result["left"]:
-                        checks_failed += 1
-                        print(
-                            f"  CHECK FAILED: {result['duplicates']:.0f} ran twice, "
-                            f"{result['left']:.0f} fired rows left"
-                        )
-                    results.setdefault((pool, hooked), []).append(result)
+                results.setdefault((pool, hooked), []).append(result)
+
+    def med(runs: list[dict[str, float]], key: str) -> float:
+        return median([r[key] for r in runs])
+
     rows = []
     for pool, concurrency in pools:
         stock, hooked = results[(pool, False)], results[(pool, True)]
-
-        def med(runs: list[dict[str, float]], key: str) -> float:
-            return median([r[key] for r in runs])
-
         rows.append(
             (
                 f"{pool} -c {concurrency}",
@@ -245,11 +348,82 @@ def main(argv: list[str] | None = None) -> int:
             rows,
         )
     )
+    print(f"medians of {args.repeats} runs each\n", flush=True)
+    return checks_failed
+
+
+def e2e(args: argparse.Namespace, pg: Any, rd: Any) -> int:
+    """The end-to-end scenario; the number of runs whose checks failed."""
+    n = args.e2e_firings
+    print(f"## end to end: {n:,} triggers due at once, 2 schedulers, 2 hooked workers", flush=True)
+    url, dsn = fresh_store(pg)
+    seed(url, dsn, [TriggerSet("e2e", n, now_ms(), interval_s=3600)])
+    checks_failed = 0
+    publish, runs = [], []
+    for _ in range(args.repeats):
+        publish.append(publish_only(n=n, url=url, dsn=dsn, rd=rd, timeout=args.timeout))
+        result = end_to_end(n=n, url=url, dsn=dsn, rd=rd, pg=pg, timeout=args.timeout)
+        print(
+            f"  publish only {publish[-1]:.0f} firings/s; end to end {result['rate']:.0f} "
+            f"executions/s, start lateness p50 {result['late_p50']:.0f} ms p99 "
+            f"{result['late_p99']:.0f} ms, fire to completion p50 {result['complete_p50']:.0f} "
+            f"ms p99 {result['complete_p99']:.0f} ms",
+            flush=True,
+        )
+        if result["duplicates"] or result["left"]:
+            checks_failed += 1
+            print(
+                f"  CHECK FAILED: {result['duplicates']:.0f} ran twice, "
+                f"{result['left']:.0f} fired rows left"
+            )
+        runs.append(result)
+    rate = median([r["rate"] for r in runs])
+    print()
     print(
-        f"\nmedians of {args.repeats} runs each; correctness: "
-        + ("every run OK" if not checks_failed else f"CHECK FAILED in {checks_failed} run(s)")
+        table(
+            (
+                "executions/s",
+                "publish-only firings/s",
+                "end to end / publish only",
+                "start lateness p50 / p99 ms",
+                "fire to completion p50 / p99 ms",
+            ),
+            [
+                (
+                    f"{rate:.0f}",
+                    f"{median(publish):.0f}",
+                    f"{rate / median(publish):.2f}",
+                    f"{median([r['late_p50'] for r in runs]):.0f} / "
+                    f"{median([r['late_p99'] for r in runs]):.0f}",
+                    f"{median([r['complete_p50'] for r in runs]):.0f} / "
+                    f"{median([r['complete_p99'] for r in runs]):.0f}",
+                )
+            ],
+        )
     )
-    return 1 if checks_failed else 0
+    print(f"medians of {args.repeats} runs each\n", flush=True)
+    return checks_failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--firings", type=int, default=20_000, help="overhead: messages")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--pools", default="threads:8,prefork:2", help="pool:concurrency,...")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
+    parser.add_argument("--scenarios", default="overhead,e2e")
+    parser.add_argument("--e2e-firings", type=int, default=10_000, help="e2e: triggers")
+    args = parser.parse_args(argv)
+    scenarios = args.scenarios.split(",")
+    print(f"# pipeline; {machine_summary()}", flush=True)
+    failed = 0
+    with services() as (pg, rd):
+        if "overhead" in scenarios:
+            failed += overhead(args, pg, rd)
+        if "e2e" in scenarios:
+            failed += e2e(args, pg, rd)
+    print("correctness: " + ("every run OK" if not failed else f"CHECK FAILED in {failed} run(s)"))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -68,7 +68,8 @@ def noop(self) -> None:  # type: ignore[no-untyped-def]
             # Start lateness: this start against the occurrence's scheduled fire time.
             scheduled_ms = int(context.scheduled_fire_time.timestamp() * 1000)
             fired_ms = int(context.fire_time.timestamp() * 1000)
-            pipe.rpush("bench:late", time.time_ns() // 1_000_000 - scheduled_ms)
+            late = time.time_ns() // 1_000_000 - scheduled_ms
+            pipe.rpush("bench:late", f"{scheduled_ms}:{late}")
             pipe.hset("bench:fired", self.request.id, fired_ms)
     pipe.execute()
 

@@ -1,7 +1,8 @@
 """The pipeline past the scheduler: what the worker hooks cost, and firings run end to end.
 
     .venv/bin/python bench/bench_pipeline.py [--firings 20000] [--repeats 2]
-        [--pools threads:8,prefork:2] [--scenarios overhead,e2e] [--e2e-firings 10000]
+        [--pools threads:8,prefork:2] [--scenarios overhead,e2e,sustained]
+        [--e2e-firings 10000] [--rates 50,100,200,300,400] [--warmup 5] [--duration 20]
 
 **overhead.**
 N due triggers are fired and published once (one scheduler node, as ``bench_throughput.py``
@@ -22,6 +23,12 @@ Measured until every firing has run and its fired row is gone: executions comple
 start lateness (worker start minus scheduled time, p50/p99; on a backlog this is mostly queueing),
 and the time from a firing to its completion record (p50/p99). In the same run, the same two
 schedulers publish the same N with no worker: the end-to-end rate is given as a ratio to that.
+
+**sustained.** The same processes at a fixed rate: ``rate`` triggers each fire once a second,
+their start times spread evenly (as ``bench_lateness.py`` spreads them), schedulers sleeping what
+the loop returns (as ``celery beat`` does). Rates rise until the p99 start lateness of the
+occurrences scheduled in the measured window passes 100 ms (or one never starts): the last rate
+that held is the pipeline's sustained rate.
 """
 
 from __future__ import annotations
@@ -224,7 +231,7 @@ def end_to_end(*, n: int, url: str, dsn: str, rd: Any, pg: Any, timeout: float) 
         finally:
             for proc, _ in workers:
                 stop_process(proc)
-    late = sorted(int(v) for v in record.lrange("bench:late", 0, -1))
+    late = sorted(_lateness(record))
     fired = {k: int(v) for k, v in record.hgetall("bench:fired").items()}
     completed = {k: int(v) for k, v in record.hgetall("bench:completed").items()}
     to_completion = sorted(completed[k] - fired[k] for k in completed.keys() & fired.keys())
@@ -237,6 +244,93 @@ def end_to_end(*, n: int, url: str, dsn: str, rd: Any, pg: Any, timeout: float) 
         "duplicates": int(record.get("bench:runs") or 0) - record.scard("bench:ran"),
         "left": _fired_left(dsn),
     }
+
+
+def _lateness(record: Any, since_ms: int = 0, until_ms: int | None = None) -> list[int]:
+    """Start lateness (ms) of the executions whose occurrence is scheduled in the window."""
+    values = []
+    for raw in record.lrange("bench:late", 0, -1):
+        scheduled, late = (int(v) for v in raw.split(b":"))
+        if scheduled >= since_ms and (until_ms is None or scheduled < until_ms):
+            values.append(late)
+    return values
+
+
+def sustained(
+    *, rate: int, url: str, dsn: str, rd: Any, warmup: float, duration: float, timeout: float
+) -> dict[str, float]:
+    """``rate`` firings/s spread evenly (every trigger once a second, start times one ``1/rate``
+    apart), 2 schedulers ("beat" mode, as ``celery beat`` sleeps) and 2 hooked workers; start
+    lateness of the occurrences scheduled in the measured window, and how many never started."""
+    record = rd.client(1)
+    record.delete("bench:ran", "bench:runs", "bench:late", "bench:fired", "bench:completed")
+    rd.client(0).delete(QUEUE)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "BENCH_BROKER_URL": rd.url(0),
+        "BENCH_STORE_URL": url,
+        "BENCH_RECORD_URL": rd.url(1),
+        "BENCH_HOOKS": "1",
+        "BENCH_TIMES": "1",
+    }
+    with tempfile.TemporaryDirectory(prefix="cq-bench-sustained-") as tmp:
+        workers = [
+            _start_worker(Path(tmp), f"load{i}", env, pool="prefork", concurrency=2)
+            for i in range(2)
+        ]
+        try:
+            time.sleep(3)
+            configs = [
+                NodeConfig(name=f"node{i}", store_url=url, broker_url=rd.url(0), mode="beat")
+                for i in range(2)
+            ]
+            with nodes(configs) as group:
+                first = now_ms() + 500
+                execute(
+                    dsn,
+                    f"DELETE FROM {FIRED}",
+                    "UPDATE quartz_triggers SET trigger_state = 'WAITING', times_triggered = 0, "
+                    "prev_fire_time = NULL, start_time = next_fire_time",
+                )
+                _spread(dsn, first, rate)
+                group.release()
+                since = first + int(warmup * 1000)
+                until = since + int(duration * 1000)
+                deadline = time.monotonic() + timeout
+                while now_ms() < until + 3000:
+                    for proc, path in workers:
+                        _alive(proc, path, deadline)
+                    time.sleep(0.1)
+                group.stop()
+        finally:
+            for proc, _ in workers:
+                stop_process(proc)
+    late = sorted(_lateness(record, since, until))
+    expected = rate * int(duration)
+    return {
+        "p50": _percentile(late, 0.50),
+        "p99": _percentile(late, 0.99),
+        "max": float(late[-1]) if late else float("nan"),
+        "missed": expected - len(late),
+        "duplicates": int(record.get("bench:runs") or 0) - record.scard("bench:ran"),
+    }
+
+
+def _spread(dsn: str, first_ms: int, rate: int) -> None:
+    """The first ``rate`` triggers (by name) each fire once a second from ``first_ms``, start
+    times ``1000 / rate`` ms apart; the others are paused out of the way."""
+    execute(
+        dsn,
+        "WITH ranked AS (SELECT trigger_name, row_number() OVER (ORDER BY trigger_name) - 1 AS i "
+        "FROM quartz_triggers) "
+        f"UPDATE quartz_triggers t SET next_fire_time = {first_ms} + (r.i * 1000) / {rate}, "
+        f"start_time = {first_ms} + (r.i * 1000) / {rate}, "
+        f"trigger_state = CASE WHEN r.i < {rate} THEN 'WAITING' ELSE 'PAUSED' END "
+        "FROM ranked r WHERE t.trigger_name = r.trigger_name",
+        f"VACUUM ANALYZE {FIRED}",
+        "VACUUM ANALYZE quartz_triggers",
+    )
 
 
 def publish_only(*, n: int, url: str, dsn: str, rd: Any, timeout: float) -> float:
@@ -405,14 +499,56 @@ def e2e(args: argparse.Namespace, pg: Any, rd: Any) -> int:
     return checks_failed
 
 
+def sustained_scenario(args: argparse.Namespace, pg: Any, rd: Any) -> int:
+    """Rising rates until the p99 start lateness passes 100 ms; runs whose checks failed."""
+    rates = [int(r) for r in args.rates.split(",")]
+    print(
+        f"## sustained: rates {args.rates}/s, {args.duration:.0f} s measured after "
+        f"{args.warmup:.0f} s, 2 schedulers, 2 hooked workers",
+        flush=True,
+    )
+    url, dsn = fresh_store(pg)
+    seed(url, dsn, [TriggerSet("load", max(rates), now_ms() + 3_600_000, interval_s=1.0)])
+    rows, held, failed = [], None, 0
+    for rate in rates:
+        result = sustained(
+            rate=rate, url=url, dsn=dsn, rd=rd, warmup=args.warmup, duration=args.duration,
+            timeout=args.timeout,
+        )  # fmt: skip
+        ok = result["p99"] <= 100 and result["missed"] == 0
+        held = rate if ok else held
+        if result["duplicates"]:
+            failed += 1
+        rows.append(
+            (
+                rate,
+                f"{result['p50']:.0f}",
+                f"{result['p99']:.0f}",
+                f"{result['max']:.0f}",
+                f"{result['missed']:.0f}",
+                "yes" if ok else "no",
+            )
+        )
+        print(f"  {rate}/s: p50 {rows[-1][1]} ms, p99 {rows[-1][2]} ms, missed {rows[-1][4]}")
+        if not ok:
+            break
+    print()
+    print(table(("firings/s", "start lateness p50 ms", "p99 ms", "max ms", "missed", "held"), rows))
+    print(f"highest rate held with p99 <= 100 ms: {held or 'none'}/s\n", flush=True)
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--firings", type=int, default=20_000, help="overhead: messages")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--pools", default="threads:8,prefork:2", help="pool:concurrency,...")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per run")
-    parser.add_argument("--scenarios", default="overhead,e2e")
+    parser.add_argument("--scenarios", default="overhead,e2e,sustained")
     parser.add_argument("--e2e-firings", type=int, default=10_000, help="e2e: triggers")
+    parser.add_argument("--rates", default="50,100,200,300,400", help="sustained: firings/s")
+    parser.add_argument("--warmup", type=float, default=5.0, help="sustained: seconds")
+    parser.add_argument("--duration", type=float, default=20.0, help="sustained: seconds")
     args = parser.parse_args(argv)
     scenarios = args.scenarios.split(",")
     print(f"# pipeline; {machine_summary()}", flush=True)
@@ -422,6 +558,8 @@ def main(argv: list[str] | None = None) -> int:
             failed += overhead(args, pg, rd)
         if "e2e" in scenarios:
             failed += e2e(args, pg, rd)
+        if "sustained" in scenarios:
+            failed += sustained_scenario(args, pg, rd)
     print("correctness: " + ("every run OK" if not failed else f"CHECK FAILED in {failed} run(s)"))
     return 1 if failed else 0
 

@@ -199,15 +199,7 @@ def end_to_end(*, n: int, url: str, dsn: str, rd: Any, pg: Any, timeout: float) 
     """Two schedulers and two hooked workers drain ``n`` triggers due at one instant."""
     record = rd.client(1)
     record.delete("bench:ran", "bench:runs", "bench:late", "bench:fired", "bench:completed")
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "BENCH_BROKER_URL": rd.url(0),
-        "BENCH_STORE_URL": url,
-        "BENCH_RECORD_URL": rd.url(1),
-        "BENCH_HOOKS": "1",
-        "BENCH_TIMES": "1",
-    }
+    env = _timed_worker_env(rd, url)
     with tempfile.TemporaryDirectory(prefix="cq-bench-e2e-") as tmp:
         workers = [
             _start_worker(Path(tmp), f"e2e{i}", env, pool="prefork", concurrency=2)
@@ -246,6 +238,20 @@ def end_to_end(*, n: int, url: str, dsn: str, rd: Any, pg: Any, timeout: float) 
     }
 
 
+def _timed_worker_env(rd: Any, url: str) -> dict[str, str]:
+    """A hooked worker's environment that records each execution's start lateness and
+    completion time in Redis db 1."""
+    return {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "BENCH_BROKER_URL": rd.url(0),
+        "BENCH_STORE_URL": url,
+        "BENCH_RECORD_URL": rd.url(1),
+        "BENCH_HOOKS": "1",
+        "BENCH_TIMES": "1",
+    }
+
+
 def _lateness(record: Any, since_ms: int = 0, until_ms: int | None = None) -> list[int]:
     """Start lateness (ms) of the executions whose occurrence is scheduled in the window."""
     values = []
@@ -265,15 +271,7 @@ def sustained(
     record = rd.client(1)
     record.delete("bench:ran", "bench:runs", "bench:late", "bench:fired", "bench:completed")
     rd.client(0).delete(QUEUE)
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "BENCH_BROKER_URL": rd.url(0),
-        "BENCH_STORE_URL": url,
-        "BENCH_RECORD_URL": rd.url(1),
-        "BENCH_HOOKS": "1",
-        "BENCH_TIMES": "1",
-    }
+    env = _timed_worker_env(rd, url)
     with tempfile.TemporaryDirectory(prefix="cq-bench-sustained-") as tmp:
         workers = [
             _start_worker(Path(tmp), f"load{i}", env, pool="prefork", concurrency=2)

@@ -154,6 +154,48 @@ def _schedule(quartz: Quartz, start: datetime) -> list[SimpleTrigger]:
     return [*plain, *recoverable, *exclusive, *long]
 
 
+def _prepare(
+    postgres: PostgresServer, redis: RedisServer, database: str, **settings: str
+) -> tuple[str, SqlStore, list[SimpleTrigger], dict[str, str]]:
+    """A fresh database with the store, the ledger and the job mix (starting in 5 s); the
+    processes' environment with ``CQ_*`` ``settings``. (url, store, must-run triggers, env)"""
+    url = postgres.create_database(database)
+    redis.flushdb(0)
+    store = SqlStore(url, scheduler_name="ledger_app")
+    migrate.upgrade(store.engine)
+    ledger_app.create_ledger(url)
+    must_run = _schedule(
+        Quartz(ledger_app.app, store=store), datetime.now(timezone.utc) + timedelta(seconds=5)
+    )
+    env = {
+        "CQ_BROKER_URL": redis.url(0),
+        "CQ_STORE_URL": url,
+        "CQ_LEDGER_URL": url,
+        "CQ_CHECKIN_INTERVAL": "1",
+        "CQ_CHECKIN_THRESHOLD": "1",
+        **{f"CQ_{name}": value for name, value in settings.items()},
+    }
+    return url, store, must_run, env
+
+
+def _drain(procs: Processes, store: SqlStore, report: ChaosReport, timeout: float) -> None:
+    """Stop the schedulers, let the workers finish what is in flight, and count what is left."""
+    for name in SCHEDULERS:
+        procs.stop(name)
+    with contextlib.suppress(AssertionError):  # what is left is counted below
+        wait_for(lambda: not store.firing_states(), timeout=timeout, message="in-flight firings")
+    left = store.firing_states()
+    report.left_in_flight = len(left)
+    if left:
+        f = store.tables.fired_triggers
+        with store.engine.connect() as conn:
+            report.left_detail = [
+                f"{r.trigger_name} {r.state} by {r.instance_name} on {r.worker_name} "
+                f"sched {r.sched_time} expires {r.expires_time} expired {r.expired_count}"
+                for r in conn.execute(select(f))
+            ]
+
+
 def run_chaos(
     workdir: Path,
     postgres: PostgresServer,
@@ -164,23 +206,13 @@ def run_chaos(
     settle: float = 30.0,
 ) -> ChaosReport:
     rng = random.Random(seed)
-    url = postgres.create_database(f"chaos_{int(time.time())}_{seed}")
-    redis.flushdb(0)
-    store = SqlStore(url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(url)
-    quartz = Quartz(ledger_app.app, store=store)
-    start = datetime.now(timezone.utc) + timedelta(seconds=5)
-    must_run = _schedule(quartz, start)
-    env = {
-        "CQ_BROKER_URL": redis.url(0),
-        "CQ_STORE_URL": url,
-        "CQ_LEDGER_URL": url,
-        "CQ_CHECKIN_INTERVAL": "1",
-        "CQ_CHECKIN_THRESHOLD": "1",
-        "CQ_MISFIRE_THRESHOLD": "10",
-        "CQ_QUARTZ_DEBUG": "1",
-    }
+    url, store, must_run, env = _prepare(
+        postgres,
+        redis,
+        f"chaos_{int(time.time())}_{seed}",
+        MISFIRE_THRESHOLD="10",
+        QUARTZ_DEBUG="1",
+    )
     report = ChaosReport(seconds=seconds)
     procs = Processes(workdir, env)
     try:
@@ -210,20 +242,7 @@ def run_chaos(
             time.sleep(rng.uniform(2.0, 5.0))
         chaos_ended = datetime.now(timezone.utc)
         time.sleep(settle)  # everyone alive: recoveries, expiries and republishing finish
-        for name in SCHEDULERS:
-            procs.stop(name)
-        with contextlib.suppress(AssertionError):  # what is left is counted below
-            wait_for(lambda: not store.firing_states(), timeout=60, message="in-flight firings")
-        left = store.firing_states()
-        report.left_in_flight = len(left)
-        if left:
-            f = store.tables.fired_triggers
-            with store.engine.connect() as conn:
-                report.left_detail = [
-                    f"{r.trigger_name} {r.state} by {r.instance_name} on {r.worker_name} "
-                    f"sched {r.sched_time} expires {r.expires_time} expired {r.expired_count}"
-                    for r in conn.execute(select(f))
-                ]
+        _drain(procs, store, report, timeout=60)
     finally:
         procs.stop_all()
     logs = "\n".join(procs.log(n) for n in (*SCHEDULERS, *WORKERS))
@@ -293,22 +312,12 @@ def run_outage(
     """
     if service not in ("postgresql", "redis"):
         raise ValueError(f"service is postgresql or redis, not {service!r}")
-    url = postgres.create_database(f"outage_{service}_{int(time.time())}")
-    redis.flushdb(0)
-    store = SqlStore(url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(url)
-    quartz = Quartz(ledger_app.app, store=store)
-    start = datetime.now(timezone.utc) + timedelta(seconds=5)
-    must_run = _schedule(quartz, start)
-    env = {
-        "CQ_BROKER_URL": redis.url(0),
-        "CQ_STORE_URL": url,
-        "CQ_LEDGER_URL": url,
-        "CQ_CHECKIN_INTERVAL": "1",
-        "CQ_CHECKIN_THRESHOLD": "1",
-        "CQ_MISFIRE_THRESHOLD": str(misfire_threshold),
-    }
+    url, store, must_run, env = _prepare(
+        postgres,
+        redis,
+        f"outage_{service}_{int(time.time())}",
+        MISFIRE_THRESHOLD=str(misfire_threshold),
+    )
     report = OutageReport(seconds=down, service=service, down=down)
     report.misfire_threshold = misfire_threshold
     server: PostgresServer | RedisServer = postgres if service == "postgresql" else redis
@@ -326,25 +335,12 @@ def run_outage(
         _supervise(procs, misfire_threshold + 20 if after is None else after, report)
         chaos_ended = datetime.now(timezone.utc)
         report.died = [n for n in SCHEDULERS if procs.procs[n].poll() is not None]
-        for name in SCHEDULERS:
-            procs.stop(name)
+        _drain(procs, store, report, timeout=90)
         owed_from = {}
         for trigger in must_run:
             stored = store.retrieve_trigger(trigger.key)
             if stored is not None and stored.next_fire_time is not None:
                 owed_from[trigger.key.name] = to_millis(stored.next_fire_time)
-        with contextlib.suppress(AssertionError):  # what is left is counted below
-            wait_for(lambda: not store.firing_states(), timeout=90, message="in-flight firings")
-        left = store.firing_states()
-        report.left_in_flight = len(left)
-        if left:
-            f = store.tables.fired_triggers
-            with store.engine.connect() as conn:
-                report.left_detail = [
-                    f"{r.trigger_name} {r.state} by {r.instance_name} on {r.worker_name} "
-                    f"sched {r.sched_time} expires {r.expires_time} expired {r.expired_count}"
-                    for r in conn.execute(select(f))
-                ]
     finally:
         procs.stop_all()
     logs = "\n".join(procs.log(n) for n in (*SCHEDULERS, *WORKERS))

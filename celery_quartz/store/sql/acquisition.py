@@ -563,8 +563,8 @@ class AcquisitionSql(FiringsSql, SchedulingStore):
         """Fire claimed triggers: advance each, and turn its fired row into a message to publish.
 
         Each trigger's next fire time is computed before the transaction opens, so the
-        transaction only checks ownership and writes. ``expires_after`` (seconds) gives each
-        message an expiry: a firing no worker starts by then is resolved as a misfire
+        transaction only checks ownership and writes. Each message expires the misfire threshold
+        from now: a firing no worker starts by then is resolved as a misfire
         (:meth:`resolve_expired_firings`).
 
         Race settled: a scheduler that was declared dead (and whose claims were released and

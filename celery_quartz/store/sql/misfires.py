@@ -84,7 +84,7 @@ class MisfiresSql(FiringsSql):
     ) -> list[Firing]:
         """Resolve firings whose message expired before any worker started it (see
         :mod:`celery_quartz.misfire`); returns those to publish again (now owned by
-        ``instance_name``, with a new expiry ``expires_after`` seconds from now). One that was
+        ``instance_name``, with a new expiry the misfire threshold from now). One that was
         sent to its pinned worker's own queue goes to its group's queue this time: that worker
         did not start it in time.
 

@@ -18,6 +18,7 @@ does not consume the trigger's queue. Held triggers stay WAITING (see the module
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,3 +237,64 @@ class Admission:
         if route.node is not None:
             self.in_flight_by_queue[route.queue] = self.in_flight_by_queue.get(route.queue, 0) + 1
         return route
+
+
+@dataclass
+class HeldBack:
+    """What the held-back triggers of one claim exclude from its next selection, and the groups
+    found unserved on the way."""
+
+    groups: set[str | None] = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
+    pairs: set[tuple[str, str | None]] = field(default_factory=set)
+    unserved: list[Unserved] = field(default_factory=list)
+
+    def add(self, hold: Hold) -> bool:
+        """Record ``hold``; True when it excludes something not excluded yet."""
+        if hold.unserved is not None and hold.unserved not in self.unserved:
+            self.unserved.append(hold.unserved)
+        more = False
+        if hold.group_full and hold.group not in self.groups:
+            self.groups.add(hold.group)
+            more = True
+        if hold.node is not None and hold.node not in self.nodes:
+            self.nodes.add(hold.node)
+            more = True
+        if hold.pair is not None and hold.pair not in self.pairs:
+            self.pairs.add(hold.pair)
+            more = True
+        return more
+
+
+def take_batch(
+    rows: Sequence[Any],
+    decide: Callable[[str | None, str | None], Route | Hold],
+    held: HeldBack,
+    *,
+    now_ms: int,
+    no_later_than_ms: int,
+    window_ms: int,
+) -> tuple[list[tuple[Any, Route]], bool]:
+    """Quartz's batch rule over due trigger rows in acquisition order (``next_fire_time``,
+    ``execution_group``, ``preferred_node``), each admitted by ``decide(group, pinned node)``.
+
+    The first admitted trigger must be due by ``no_later_than_ms``; after it, the others only
+    while due no later than max(its fire time, now) + ``window_ms``. A held-back trigger is
+    skipped and what held it recorded in ``held``. Returns the admitted rows with their routes,
+    and whether anything new was held back (a selection that excludes it may admit more).
+    """
+    batch: list[tuple[Any, Route]] = []
+    batch_end: int | None = None
+    held_more = False
+    for row in rows:
+        due = row.next_fire_time
+        if due > (no_later_than_ms if batch_end is None else batch_end):
+            break
+        decision = decide(row.execution_group, row.preferred_node)
+        if isinstance(decision, Hold):
+            held_more = held.add(decision) or held_more
+            continue
+        if batch_end is None:
+            batch_end = max(due, now_ms) + window_ms
+        batch.append((row, decision))
+    return batch, held_more

@@ -1,17 +1,21 @@
 """The decisions the store only records, as pure functions: no database, no clock.
 
-A retry granted or dropped (:func:`celery_quartz.retry.decide_retry`) and what becomes of a firing
-whose message expired unstarted (:func:`celery_quartz.misfire.expired_firing_outcome`).
+A retry granted or dropped (:func:`celery_quartz.retry.decide_retry`), what becomes of a firing
+whose message expired unstarted (:func:`celery_quartz.misfire.expired_firing_outcome`), and
+Quartz's batch rule with admission against limits and pins
+(:func:`celery_quartz.routing.take_batch`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 from celery_quartz import RetryPolicy
 from celery_quartz.clock import to_millis
 from celery_quartz.misfire import expired_firing_outcome
 from celery_quartz.retry import decide_retry
+from celery_quartz.routing import HeldBack, Hold, Route, take_batch
 from celery_quartz.triggers import CronMisfireInstruction, SimpleMisfireInstruction
 from tests.unit.builders import at, cron, one_shot
 
@@ -118,3 +122,66 @@ def test_an_expired_firing_whose_trigger_was_removed_is_dropped_and_says_so() ->
     outcome = expired_firing_outcome(None, recovering=False, expired_count=0)
     assert not outcome.republish
     assert "removed" in outcome.why
+
+
+# -- the batch rule with admission (routing.take_batch) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    next_fire_time: int
+    execution_group: str | None = None
+    preferred_node: str | None = None
+
+
+def admit_all(group: str | None, node: str | None) -> Route | Hold:
+    return Route(queue=None if group is None else f"q.{group}", node=node)
+
+
+def names(batch: list[tuple[Row, Route]]) -> list[str]:
+    return [row.name for row, _ in batch]
+
+
+def test_the_batch_takes_triggers_due_within_the_window_after_the_first() -> None:
+    rows = [Row("a", 1000), Row("b", 1400), Row("c", 1600)]
+    batch, held_more = take_batch(
+        rows, admit_all, HeldBack(), now_ms=900, no_later_than_ms=2000, window_ms=500
+    )
+    assert names(batch) == ["a", "b"]  # c is after max(1000, 900) + 500
+    assert not held_more
+
+
+def test_the_window_counts_from_now_when_the_first_trigger_is_late() -> None:
+    rows = [Row("a", 1000), Row("b", 1900)]
+    batch, _ = take_batch(
+        rows, admit_all, HeldBack(), now_ms=1500, no_later_than_ms=2000, window_ms=500
+    )
+    assert names(batch) == ["a", "b"]
+
+
+def test_nothing_is_taken_when_the_first_trigger_is_due_after_the_claim_horizon() -> None:
+    batch, _ = take_batch(
+        [Row("a", 3000)], admit_all, HeldBack(), now_ms=0, no_later_than_ms=2000, window_ms=0
+    )
+    assert batch == []
+
+
+def test_a_held_back_trigger_is_skipped_and_what_held_it_recorded() -> None:
+    full = Hold(group_full=True, group="reindex")
+
+    def decide(group: str | None, node: str | None) -> Route | Hold:
+        return full if group == "reindex" else admit_all(group, node)
+
+    held = HeldBack()
+    rows = [Row("a", 1000, "reindex"), Row("b", 1000), Row("c", 1000, "reindex")]
+    batch, held_more = take_batch(
+        rows, decide, held, now_ms=1000, no_later_than_ms=1000, window_ms=0
+    )
+    assert names(batch) == ["b"]
+    assert held_more
+    assert held.groups == {"reindex"}
+    # The same hold again excludes nothing new.
+    assert (
+        take_batch(rows, decide, held, now_ms=1000, no_later_than_ms=1000, window_ms=0)[1] is False
+    )

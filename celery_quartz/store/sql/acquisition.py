@@ -33,12 +33,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from celery_quartz.clock import to_millis
 from celery_quartz.firing import AcquiredFiring, Firing, new_ids
 from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.routing import (
-    Admission,
-    Hold,
-    Route,
-    Router,
-)
+from celery_quartz.routing import Admission, HeldBack, Router, take_batch
 from celery_quartz.store.abc import SchedulingStore
 from celery_quartz.store.records import (
     Claim,
@@ -269,64 +264,40 @@ class AcquisitionSql(FiringsSql, SchedulingStore):
         if router.limits.bounded:
             self._lock(conn, "EXECUTION_LIMITS")
             admission = self._admission(conn, router, now)
-        held_groups: set[str | None] = set()
-        held_nodes: set[str] = set()
-        held_pairs: set[tuple[str, str | None]] = set()
+        held = HeldBack(unserved=claim.unserved)
         for _ in range(self._MAX_ADMISSION_ROUNDS):
             selection = self._claim_statement
-            if None in held_groups:
+            if None in held.groups:
                 selection = selection.where(t.c.execution_group.is_not(None))
-            named = [g for g in held_groups if g is not None]
+            named = [g for g in held.groups if g is not None]
             if named:
                 selection = selection.where(
                     or_(t.c.execution_group.is_(None), t.c.execution_group.not_in(named))
                 )
-            if held_nodes:
+            if held.nodes:
                 selection = selection.where(
-                    or_(t.c.preferred_node.is_(None), t.c.preferred_node.not_in(held_nodes))
+                    or_(t.c.preferred_node.is_(None), t.c.preferred_node.not_in(held.nodes))
                 )
-            for node, group in held_pairs:
+            for node, group in held.pairs:
                 same_group = (
                     t.c.execution_group.is_(None) if group is None else t.c.execution_group == group
                 )
                 selection = selection.where(~and_(t.c.preferred_node == node, same_group))
             rows = in_acquisition_order(tuple_rows(conn.execute(selection, params)))
-            fire_instance_ids = new_ids(len(rows))
             # Unbounded limits count nothing: only a pin needs the workers and what they run.
             if admission is None and any(r.preferred_node is not None for r in rows):
                 admission = self._admission(conn, router, now)
+            decide = (
+                (lambda group, _node: router.route(group)) if admission is None else admission.admit
+            )
+            admitted, held_more = take_batch(
+                rows, decide, held, now_ms=now, no_later_than_ms=limit_ms, window_ms=window_ms
+            )
+            fire_instance_ids = new_ids(len(admitted))
             batch: list[AcquiredFiring] = []
-            batch_end: int | None = None
-            held_more = False
-            for row in rows:
-                if batch_end is None and row.next_fire_time > limit_ms:
-                    break
-                if batch_end is not None and row.next_fire_time > batch_end:
-                    break
-                decision: Route | Hold = (
-                    router.route(row.execution_group)
-                    if admission is None
-                    else admission.admit(row.execution_group, row.preferred_node)
-                )
-                if isinstance(decision, Hold):
-                    if decision.unserved is not None and decision.unserved not in claim.unserved:
-                        claim.unserved.append(decision.unserved)
-                    if decision.group_full and decision.group not in held_groups:
-                        held_groups.add(decision.group)
-                        held_more = True
-                    if decision.node is not None and decision.node not in held_nodes:
-                        held_nodes.add(decision.node)
-                        held_more = True
-                    if decision.pair is not None and decision.pair not in held_pairs:
-                        held_pairs.add(decision.pair)
-                        held_more = True
-                    continue
-                if batch_end is None:
-                    # Quartz's batch rule: after the first trigger, take the others only while
-                    # they are due no later than max(first fire time, now) + the window.
-                    batch_end = max(row.next_fire_time, now) + window_ms
+            for row, route in admitted:
                 acquired = self._acquired_from_row(row, fire_instance_ids.pop())
-                acquired.queue, acquired.node = decision.queue, decision.node
+                acquired.queue, acquired.node = route.queue, route.node
                 batch.append(acquired)
             if batch or not held_more:
                 return batch

@@ -308,7 +308,9 @@ def run_outage(
     Afterwards every must-run occurrence due has run, or was dropped by a logged misfire decision
     its instruction allows, nothing is left in flight, every process is still alive, and
     occurrences due after the outage ran (the processes recovered by themselves). ``after``
-    (default: the misfire threshold plus 20 s) is how long everyone runs once it is back.
+    (default: twice the misfire threshold plus 20 s) is how long everyone runs once it is back:
+    a firing published again after its first expiry may expire a second time (its message
+    stuck where a broken broker connection left it), and is resolved only then.
     """
     if service not in ("postgresql", "redis"):
         raise ValueError(f"service is postgresql or redis, not {service!r}")
@@ -332,7 +334,7 @@ def run_outage(
         _supervise(procs, down, report)
         server.start(keep_port=True)
         back = datetime.now(timezone.utc)
-        _supervise(procs, misfire_threshold + 20 if after is None else after, report)
+        _supervise(procs, 2 * misfire_threshold + 20 if after is None else after, report)
         chaos_ended = datetime.now(timezone.utc)
         report.died = [n for n in SCHEDULERS if procs.procs[n].poll() is not None]
         _drain(procs, store, report, timeout=90)

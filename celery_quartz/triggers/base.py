@@ -167,6 +167,16 @@ class Trigger(ABC):
     def update_after_misfire(self, now: datetime, calendar: Calendar | None = None) -> None:
         """Apply this trigger's misfire instruction: set ``next_fire_time`` (``None`` ends it)."""
 
+    def upcoming_fire_times(self, count: int, calendar: Calendar | None = None) -> list[datetime]:
+        """The next ``count`` fire times from ``next_fire_time`` on, with ``calendar`` applied
+        (fewer when the schedule ends); the trigger is left as it is."""
+        times: list[datetime] = []
+        candidate = self.next_fire_time
+        while candidate is not None and len(times) < count:
+            times.append(candidate)
+            candidate = self._skip_excluded(self.next_fire_time_after(candidate), calendar)
+        return times
+
     def may_fire_again(self) -> bool:
         return self.next_fire_time is not None
 

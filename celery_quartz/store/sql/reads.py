@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    Engine,
     and_,
     case,
     func,
     select,
     tuple_,
+    union,
 )
 
 from celery_quartz.clock import from_millis
@@ -27,11 +29,13 @@ from celery_quartz.routing import (
 from celery_quartz.store.abc import StoreReader
 from celery_quartz.store.schema import (
     FiringState,
+    Tables,
     TriggerState,
 )
 from celery_quartz.store.sql._base import SqlBase
 from celery_quartz.store.sql._rows import (
     datetime_or_none,
+    last_outcome,
     same_job,
 )
 from celery_quartz.store.views import (
@@ -41,6 +45,7 @@ from celery_quartz.store.views import (
     GroupOccupancy,
     JobFilter,
     NodeView,
+    OwedTriggers,
     Page,
     StateSummary,
     TriggerFilter,
@@ -107,11 +112,76 @@ class ReadsSql(SqlBase, StoreReader):
             rows = conn.execute(
                 query.order_by(t.c.trigger_group, t.c.trigger_name).limit(limit + 1)
             ).all()
-        views = [
-            TriggerView(self._trigger_from_row(r), r.trigger_state, r.task_name)
-            for r in rows[:limit]
-        ]
+        views = [self._trigger_view(r) for r in rows[:limit]]
         return Page(views, views[-1].key if len(rows) > limit else None)
+
+    def trigger_view(self, key: TriggerKey) -> TriggerView | None:
+        t, j = self.tables.triggers, self.tables.jobs
+        with self.transaction() as conn:
+            row = conn.execute(
+                select(t, j.c.task_name)
+                .join(j, same_job(j, t))
+                .where(self._trigger_key_clause(key))
+            ).first()
+        return None if row is None else self._trigger_view(row)
+
+    def owed_triggers(
+        self, *, blocked_for: float, limit: int = 20, count_cap: int = 1000
+    ) -> OwedTriggers:
+        t, j = self.tables.triggers, self.tables.jobs
+        now = self._now()
+        # Each condition is a range of the acquisition index (state, next fire time): the lists
+        # and the capped counts read only the rows they show or count.
+        conditions = {
+            "overdue": and_(
+                t.c.trigger_state == TriggerState.WAITING,
+                t.c.next_fire_time < now - self.misfire_threshold_ms,
+            ),
+            "blocked": and_(
+                t.c.trigger_state == TriggerState.BLOCKED,
+                t.c.next_fire_time < now - int(blocked_for * 1000),
+            ),
+            "errors": t.c.trigger_state == TriggerState.ERROR,
+        }
+        lists: dict[str, list[TriggerView]] = {}
+        counts: dict[str, int] = {}
+        with self.transaction() as conn:
+            for name, condition in conditions.items():
+                rows = conn.execute(
+                    select(t, j.c.task_name)
+                    .join(j, same_job(j, t))
+                    .where(self._scoped(t), condition)
+                    .order_by(t.c.next_fire_time, t.c.trigger_group, t.c.trigger_name)
+                    .limit(_page_size(limit))
+                ).all()
+                lists[name] = [self._trigger_view(r) for r in rows]
+                capped = (
+                    select(t.c.trigger_name)
+                    .where(self._scoped(t), condition)
+                    .limit(count_cap)
+                    .subquery()
+                )
+                counts[name] = conn.execute(
+                    select(func.count()).select_from(capped)
+                ).scalar_one()
+        return OwedTriggers(
+            overdue=lists["overdue"],
+            blocked=lists["blocked"],
+            errors=lists["errors"],
+            overdue_count=counts["overdue"],
+            blocked_count=counts["blocked"],
+            error_count=counts["errors"],
+            count_cap=count_cap,
+        )
+
+    def _trigger_view(self, row: Any) -> TriggerView:
+        return TriggerView(
+            self._trigger_from_row(row),
+            row.trigger_state,
+            row.task_name,
+            last_outcome=last_outcome(row),
+            error_reason=row.error_reason,
+        )
 
     def list_firings(
         self, filters: FiringFilter | None = None, *, after: str | None = None, limit: int = 100
@@ -283,6 +353,20 @@ class ReadsSql(SqlBase, StoreReader):
                 )
             }
         return router.unserved(groups, pins, workers)
+
+
+def scheduler_names(engine: Engine, tables: Tables) -> list[str]:
+    """Every scheduler name with rows in ``tables`` (jobs, triggers or check-ins), sorted: what
+    a tool attached to the store (the dashboard) discovers before opening one store per name.
+    The one read not scoped to a scheduler name, so not a method of a store."""
+    names = union(
+        *(
+            select(table.c.sched_name).distinct()
+            for table in (tables.jobs, tables.triggers, tables.scheduler_state)
+        )
+    ).subquery()
+    with engine.connect() as conn:
+        return sorted(conn.execute(select(names.c.sched_name)).scalars())
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from celery_quartz.store.schema import (
     FiringState,
 )
 from celery_quartz.store.sql._firings import FiringsSql
+from celery_quartz.store.views import FiringOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -148,18 +149,21 @@ class WorkerSql(FiringsSql, WorkerStore):
         *,
         job_data: dict[str, Any] | None = None,
         failed: bool = False,
+        outcome: FiringOutcome | None = None,
     ) -> bool:
         """Finish a firing: remove its row and release what waited on it (Quartz's
         ``triggeredJobComplete``). ``job_data`` is written back to a job that persists its data.
         A ``failed`` firing also gets its retry, when its trigger's retry policy grants one
         (:meth:`_schedule_retry_firing`). Returns False if the firing was not executing (already
-        done, or recovered).
+        done, or recovered). An ``outcome`` is kept on the trigger as its last one, by the
+        release's own read of the trigger (:meth:`_release_after_firing`).
 
         Race settled: completion against recovery of the same firing; the delete is conditional on
         EXECUTING, so exactly one of them acts. The retry is written in the same transaction, so a
         crash leaves either the firing in flight or the retry scheduled, never both or neither.
         """
         f, j = self.tables.fired_triggers, self.tables.jobs
+        failed = failed or (outcome is not None and outcome.failed)
         with self.transaction() as conn:
             row = conn.execute(
                 delete(f)
@@ -186,5 +190,5 @@ class WorkerSql(FiringsSql, WorkerStore):
                 # Before the release: a finished one-shot trigger is removed there, and the retry
                 # reads its policy and data (and keeps a non-durable job alive).
                 self._schedule_retry_firing(conn, row, self._now())
-            self._release_after_firing(conn, row)
+            self._release_after_firing(conn, row, outcome)
         return True

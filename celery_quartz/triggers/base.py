@@ -169,12 +169,15 @@ class Trigger(ABC):
 
     def upcoming_fire_times(self, count: int, calendar: Calendar | None = None) -> list[datetime]:
         """The next ``count`` fire times from ``next_fire_time`` on, with ``calendar`` applied
-        (fewer when the schedule ends); the trigger is left as it is."""
+        (fewer when the schedule ends), advancing a copy as firing would; the trigger is left
+        as it is."""
+        import copy
+
+        probe = copy.deepcopy(self)
         times: list[datetime] = []
-        candidate = self.next_fire_time
-        while candidate is not None and len(times) < count:
-            times.append(candidate)
-            candidate = self._skip_excluded(self.next_fire_time_after(candidate), calendar)
+        while probe.next_fire_time is not None and len(times) < count:
+            times.append(probe.next_fire_time)
+            probe.triggered(calendar)
         return times
 
     def may_fire_again(self) -> bool:

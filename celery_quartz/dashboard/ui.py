@@ -33,6 +33,19 @@ _env = Environment(
     loader=PackageLoader("celery_quartz.dashboard", "templates"),
     autoescape=select_autoescape(["html"]),
 )
+
+
+def _when(value: str | None) -> str:
+    """An ISO time as the pages show it: to the second, in UTC."""
+    if not value:
+        return "\u2013"  # an en dash
+    from datetime import datetime, timezone
+
+    moment = datetime.fromisoformat(value).astimezone(timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+_env.filters["when"] = _when
 #: The trigger actions a trigger's page offers as buttons (the API has them all).
 PAGE_TRIGGER_ACTIONS = ("pause", "resume", "reset", "unschedule")
 

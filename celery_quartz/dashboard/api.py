@@ -204,9 +204,7 @@ def read_overview(d: Dashboard, t: Target, params: Mapping[str, str]) -> dict[st
     return {
         "scheduler": t.name,
         "read_only": d.settings.dashboard_read_only,
-        **present.nodes(t.store),
-        "groups": present.groups(t.store, d.settings, d.default_queue),
-        "owed": present.owed(t.store, d.settings, d.default_queue, d.redact),
+        **present.overview(t.store, d.settings, d.default_queue, d.redact),
         "paused_trigger_groups": t.client.get_paused_trigger_groups(),
     }
 

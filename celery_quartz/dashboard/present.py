@@ -147,11 +147,11 @@ def node(n: NodeView) -> dict[str, Any]:
     }
 
 
-def nodes(store: Store) -> dict[str, Any]:
+def nodes(store: Store, views: list[NodeView] | None = None) -> dict[str, Any]:
     """The check-ins with their liveness, and the non-clustered leader with the current epoch:
     the live non-clustered scheduler RUNNING at the current epoch (None in a clustered
-    deployment, or while no leader runs)."""
-    views = store.list_nodes()
+    deployment, or while no leader runs). ``views``: the check-ins, when already read."""
+    views = store.list_nodes() if views is None else views
     epoch = store.current_epoch()
     leaders = [
         n.instance_name
@@ -169,7 +169,9 @@ def nodes(store: Store) -> dict[str, Any]:
     }
 
 
-def groups(store: Store, settings: Settings, default_queue: str) -> list[dict[str, Any]]:
+def groups(
+    store: Store, settings: Settings, default_queue: str, views: list[NodeView] | None = None
+) -> list[dict[str, Any]]:
     """Each execution group: its limit and scope, its capacity now (what the live workers on
     its queue allow, or the cluster quota), firings in flight, due triggers held back, whether
     it is parked at its ceiling, and whether any live worker serves its queue."""
@@ -177,7 +179,7 @@ def groups(store: Store, settings: Settings, default_queue: str) -> list[dict[st
     limits = settings.limits
     live = {
         n.instance_name: LiveWorker(n.instance_name, frozenset(n.queues or ()), n.concurrency)
-        for n in store.list_nodes()
+        for n in (store.list_nodes() if views is None else views)
         if n.kind == "worker" and n.alive
     }
     admission = router.admission(live, {}, {})
@@ -211,13 +213,22 @@ def groups(store: Store, settings: Settings, default_queue: str) -> list[dict[st
     return rows
 
 
-def owed(store: Store, settings: Settings, default_queue: str, redact: Redactor) -> dict[str, Any]:
+def owed(
+    store: Store,
+    settings: Settings,
+    default_queue: str,
+    redact: Redactor,
+    views: list[NodeView] | None = None,
+    group_rows: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """What is owed and not happening (seed 004, "what to watch"): overdue triggers, triggers
     BLOCKED for long, triggers in ERROR with their reason, groups parked at their ceiling with
     work held back, dead nodes, and queues of stored triggers' groups that no live worker
-    consumes."""
+    consumes. ``views`` and ``group_rows``: the check-ins and groups, when already read."""
     found = store.owed_triggers(blocked_for=settings.dashboard_blocked_threshold)
-    group_rows = groups(store, settings, default_queue)
+    views = store.list_nodes() if views is None else views
+    if group_rows is None:
+        group_rows = groups(store, settings, default_queue, views)
     return {
         "overdue": [trigger(v, redact) for v in found.overdue],
         "overdue_count": found.overdue_count,
@@ -227,7 +238,7 @@ def owed(store: Store, settings: Settings, default_queue: str, redact: Redactor)
         "error_count": found.error_count,
         "count_cap": found.count_cap,
         "parked_groups": [g for g in group_rows if g["parked"] and g["held_back"]],
-        "dead_nodes": [node(n) for n in store.list_nodes() if not n.alive],
+        "dead_nodes": [node(n) for n in views if not n.alive],
         "unserved": unserved(store, settings, default_queue),
     }
 
@@ -239,3 +250,16 @@ def unserved(store: Store, settings: Settings, default_queue: str) -> list[dict[
         {"execution_group": u.group, "queue": u.queue, "node": u.node, "why": u.describe()}
         for u in store.unserved(settings.router(default_queue))
     ]
+
+
+def overview(
+    store: Store, settings: Settings, default_queue: str, redact: Redactor
+) -> dict[str, Any]:
+    """Nodes, leader, groups and what is owed, reading the check-ins and the groups once."""
+    views = store.list_nodes()
+    group_rows = groups(store, settings, default_queue, views)
+    return {
+        **nodes(store, views),
+        "groups": group_rows,
+        "owed": owed(store, settings, default_queue, redact, views, group_rows),
+    }

@@ -211,6 +211,17 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         **_where(triggers.c.execution_group.is_not(None)),
     )
 
+    # The operators' "pinned to this worker" listing, in page order; partial: only pinned
+    # triggers have an entry (and pay for it when they fire). Schema 0004.
+    Index(
+        f"ix_{p}triggers_pinned",
+        triggers.c.sched_name,
+        triggers.c.preferred_node,
+        triggers.c.trigger_group,
+        triggers.c.trigger_name,
+        **_where(triggers.c.preferred_node.is_not(None)),
+    )
+
     fired = Table(
         f"{p}fired_triggers",
         md,

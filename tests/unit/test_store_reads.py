@@ -9,6 +9,7 @@ from datetime import timedelta
 from celery_quartz.calendars import WeeklyCalendar
 from celery_quartz.clock import FakeClock
 from celery_quartz.keys import TriggerKey
+from celery_quartz.limits import ExecutionLimits
 from celery_quartz.store import MemoryStore, SqlStore, TriggerState
 from celery_quartz.store.sql.reads import scheduler_names
 from celery_quartz.store.views import FiringOutcome
@@ -112,3 +113,26 @@ def test_scheduler_names_are_read_from_every_table(clock: FakeClock) -> None:
         assert scheduler_names(a.engine, a.tables) == ["alpha", "beta"]
     finally:
         a.dispose()
+
+
+def test_unserved_reads_each_group_with_a_schedulable_trigger_once(db: SqlStore) -> None:
+    from celery_quartz.routing import Router, Unserved
+    from tests.unit.test_execution_groups import grouped, worker
+
+    add(
+        db,
+        grouped("a1", "alpha"),
+        grouped("a2", "alpha"),
+        grouped("b1", "beta"),
+        grouped("z1", "zeta"),
+        grouped("n1", None),
+    )
+    db.pause_trigger(TriggerKey("z1"))  # a paused group's queue is not owed a worker
+    limited = Router(ExecutionLimits.coerce({"": 2}))
+    assert db.unserved(limited) == [
+        Unserved(None, "celery"),
+        Unserved("alpha", "alpha"),
+        Unserved("beta", "beta"),
+    ]
+    worker(db, "celery@w1", ["alpha", "celery"], 2)
+    assert db.unserved(Router()) == [Unserved("beta", "beta")]

@@ -1,7 +1,9 @@
 """The operators' read side: each trigger keeps its last firing's outcome (when it started and
 finished, success or failure, the exception's type and message, consecutive failures) and the
 reason it was put in ERROR; the group index of triggers becomes (group, name), the order the
-dashboard and the HTTP API page triggers in.
+dashboard and the HTTP API page triggers in (a page is the next rows of the index instead of a
+sort of every match), and a partial index lists the triggers pinned to a worker in that order
+(only pinned triggers have an entry).
 
 Nullable columns with no default: adding them rewrites no row (PostgreSQL and SQLite).
 
@@ -9,6 +11,8 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-30
 """
+
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -31,6 +35,11 @@ _COLUMNS = (
 )
 
 
+def _partial(column: str) -> dict[str, Any]:
+    condition = sa.text(f"{column} IS NOT NULL")
+    return {"postgresql_where": condition, "sqlite_where": condition}
+
+
 def upgrade() -> None:
     p = table_prefix()
     with op.batch_alter_table(f"{p}triggers") as batch:
@@ -43,10 +52,18 @@ def upgrade() -> None:
         ["sched_name", "trigger_group", "trigger_name"],
         unique=False,
     )
+    op.create_index(
+        f"ix_{p}triggers_pinned",
+        f"{p}triggers",
+        ["sched_name", "preferred_node", "trigger_group", "trigger_name"],
+        unique=False,
+        **_partial("preferred_node"),
+    )
 
 
 def downgrade() -> None:
     p = table_prefix()
+    op.drop_index(f"ix_{p}triggers_pinned", table_name=f"{p}triggers")
     op.drop_index(f"ix_{p}triggers_group", table_name=f"{p}triggers")
     op.create_index(
         f"ix_{p}triggers_group",

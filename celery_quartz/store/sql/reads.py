@@ -12,6 +12,7 @@ from sqlalchemy import (
     Engine,
     and_,
     case,
+    exists,
     func,
     select,
     tuple_,
@@ -341,9 +342,12 @@ class ReadsSql(SqlBase, StoreReader):
         )
         with self.transaction() as conn:
             workers = self._live_workers(conn, router, self._now())
-            groups = set(
-                conn.execute(select(t.c.execution_group).where(schedulable).distinct()).scalars()
-            )
+            groups: set[str | None] = set(conn.execute(self._schedulable_groups()).scalars())
+            ungrouped = conn.execute(
+                select(t.c.trigger_name).where(schedulable, t.c.execution_group.is_(None)).limit(1)
+            ).first()
+            if ungrouped is not None:
+                groups.add(None)
             pins = {
                 (r.preferred_node, r.execution_group)
                 for r in conn.execute(
@@ -353,6 +357,34 @@ class ReadsSql(SqlBase, StoreReader):
                 )
             }
         return router.unserved(groups, pins, workers)
+
+    def _schedulable_groups(self) -> Any:
+        """The execution groups with a schedulable trigger, read as a skip scan of the
+        execution-group index (one probe per group, whatever the number of triggers): the
+        distinct groups by a recursive "next group after this one", each kept if it has a
+        WAITING, ACQUIRED or BLOCKED trigger."""
+        t = self.tables.triggers
+        step, probe = t.alias("step"), t.alias("probe")
+        first = select(func.min(t.c.execution_group).label("name")).where(
+            self._scoped(t), t.c.execution_group.is_not(None)
+        )
+        found = first.cte("execution_groups", recursive=True)
+        following = (
+            select(func.min(step.c.execution_group))
+            .where(self._scoped(step), step.c.execution_group > found.c.name)
+            .scalar_subquery()
+        )
+        found = found.union_all(select(following).where(found.c.name.is_not(None)))
+        return select(found.c.name).where(
+            found.c.name.is_not(None),
+            exists().where(
+                self._scoped(probe),
+                probe.c.execution_group == found.c.name,
+                probe.c.trigger_state.in_(
+                    [TriggerState.WAITING, TriggerState.ACQUIRED, TriggerState.BLOCKED]
+                ),
+            ),
+        )
 
 
 def scheduler_names(engine: Engine, tables: Tables) -> list[str]:

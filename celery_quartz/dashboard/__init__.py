@@ -6,6 +6,6 @@ in the tables, and serves a JSON API (``/api/v1``) and server-rendered pages, be
 authorization policy (:mod:`celery_quartz.dashboard.auth`). See docs/dashboard.md.
 """
 
-from celery_quartz.dashboard.app import create_app
+from celery_quartz.dashboard.server import create_app
 
 __all__ = ["create_app"]

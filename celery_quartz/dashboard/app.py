@@ -1,17 +1,14 @@
-"""The dashboard's ASGI application: the JSON API under ``/api/v1`` and the HTML pages, over
-the schedulers discovered in the store, behind one authorization policy."""
+"""What every request of the dashboard needs (the targets, the policy, the settings), and the
+API's error answer."""
 
 from __future__ import annotations
 
-import contextlib
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 
 from celery import Celery
-from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount
+from starlette.responses import JSONResponse
 
 from celery_quartz.clock import Clock
 from celery_quartz.config import Settings
@@ -85,38 +82,3 @@ def error_response(error: HttpError) -> JSONResponse:
     if error.status == 401:
         headers = {"WWW-Authenticate": 'Bearer realm="celery-quartz"'}
     return JSONResponse(error.to_json(), status_code=error.status, headers=headers)
-
-
-def create_app(
-    app: Celery, *, settings: Settings | None = None, clock: Clock | None = None
-) -> Starlette:
-    """The dashboard and HTTP API of ``app``'s store (its ``quartz_*`` settings), served
-    under ``quartz_dashboard_url_prefix``. Attaches to the store; starts no scheduler."""
-    from celery_quartz.dashboard import api, ui
-
-    settings = settings or Settings.from_app(app)
-    dashboard = Dashboard(app, settings, clock)
-    routes: list[BaseRoute] = [*api.routes(dashboard), *ui.routes(dashboard)]
-    if dashboard.prefix:
-        routes = [Mount(dashboard.prefix, routes=routes)]
-
-    async def on_http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HttpError)
-        if request.url.path.startswith(f"{dashboard.prefix}/api/"):
-            return error_response(exc)
-        return ui.error_page(dashboard, request, exc)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        yield
-        dashboard.targets.close()
-
-    starlette = Starlette(
-        routes=routes,
-        exception_handlers={HttpError: on_http_error},
-        lifespan=lifespan,
-        # Bodies are small JSON documents and forms; a bound keeps a caller from holding memory.
-        max_body_size=1024 * 1024,
-    )
-    starlette.state.dashboard = dashboard
-    return starlette

@@ -448,3 +448,19 @@ def test_a_form_post_is_refused_in_read_only_mode_and_the_page_shows_no_action(
     )
     assert refused.status_code == 403
     assert snapshot(store) == before
+
+
+def test_behind_a_proxy_every_route_and_link_carries_the_url_prefix(pg_url: str) -> None:
+    _setup(pg_url)
+    api = client(pg_url, dashboard_url_prefix="/quartz")
+    assert api.get(f"/quartz{API}/triggers").status_code == 200
+    assert api.get(f"{API}/triggers").status_code == 404
+    refused = client(pg_url, token="wrong", dashboard_url_prefix="/quartz").get(f"/quartz{API}")
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_token"
+    page = api.get(f"/quartz/s/ledger_app/triggers/{G}/hourly")
+    assert page.status_code == 200
+    assert f'action="/quartz/s/ledger_app/triggers/{G}/hourly/pause"' in page.text
+    assert 'href="/quartz/s/ledger_app/triggers"' in page.text
+    anonymous = client(pg_url, token=None, dashboard_url_prefix="/quartz")
+    login = anonymous.get("/quartz/s/ledger_app/", follow_redirects=False)
+    assert login.status_code == 303 and login.headers["location"].startswith("/quartz/login")

@@ -18,8 +18,9 @@ from celery_quartz.store import Store, discover_scheduler_names, open_store
 logger = logging.getLogger(__name__)
 
 #: Seconds between two discoveries of the scheduler names (a name asked for and not known
-#: triggers one sooner).
+#: triggers one sooner, but not more often than every :data:`REDISCOVER_AT_MOST`).
 REDISCOVER_AFTER = 30.0
+REDISCOVER_AT_MOST = 5.0
 
 
 @dataclass
@@ -46,7 +47,8 @@ class Targets:
     def names(self, *, refresh: bool = False) -> list[str]:
         """The scheduler names, from a discovery at most :data:`REDISCOVER_AFTER` old."""
         with self._lock:
-            if refresh or time.monotonic() - self._discovered_at > REDISCOVER_AFTER:
+            age = time.monotonic() - self._discovered_at
+            if age > REDISCOVER_AFTER or (refresh and age > REDISCOVER_AT_MOST):
                 try:
                     self._names = discover_scheduler_names(self.settings)
                 except Exception:  # tables not created yet, database down: say so, keep going

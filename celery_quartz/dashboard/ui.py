@@ -205,7 +205,8 @@ def routes(d: Dashboard) -> list[BaseRoute]:
                 failed=True,
             )
         target = form.get("next", "")
-        if not target.startswith(f"{d.prefix}/") or target.startswith("//"):
+        # Only a path of this dashboard: never another site ("//host", "/\\host").
+        if not target.startswith(f"{d.prefix}/") or target[1:2] in ("/", "\\"):
             target = f"{d.prefix}/"
         response = RedirectResponse(target, 303)
         response.set_cookie(

@@ -51,13 +51,12 @@ def test_a_completion_without_an_outcome_keeps_none(store: MemoryStore, clock: F
     assert view is not None and view.last_outcome is None
 
 
-def test_a_failed_outcome_counts_as_a_failed_completion(
+def test_a_finished_one_shot_trigger_is_removed_with_its_outcome(
     store: MemoryStore, clock: FakeClock
 ) -> None:
-    # The retry policy sees the failure even when only the outcome says so.
     add(store, one_shot("once", at(0)), durable=True)
     _run(store, clock, "once", FiringOutcome.of_exception(RuntimeError("x")))
-    assert store.trigger_view(TriggerKey("once")) is None  # a finished one-shot keeps nothing
+    assert store.trigger_view(TriggerKey("once")) is None
 
 
 def test_owed_lists_overdue_blocked_and_error_triggers(
@@ -103,16 +102,12 @@ def test_upcoming_fire_times_skip_what_the_calendar_excludes(store: MemoryStore)
     assert trigger.upcoming_fire_times(3) == [times[0] + timedelta(days=i) for i in range(3)]
 
 
-def test_scheduler_names_are_read_from_every_table(clock: FakeClock) -> None:
-    a = MemoryStore(scheduler_name="alpha", clock=clock)
-    try:
-        add(a, repeating("t1", at(0), 10))
-        a.check_in("n1", interval=7.5)
-        b = SqlStore(scheduler_name="beta", clock=clock, engine=a.engine)
-        b.check_in("n2", interval=7.5)
-        assert scheduler_names(a.engine, a.tables) == ["alpha", "beta"]
-    finally:
-        a.dispose()
+def test_scheduler_names_are_read_from_every_table(db: SqlStore, clock: FakeClock) -> None:
+    assert scheduler_names(db.engine, db.tables) == []
+    add(db, repeating("t1", at(0), 10))
+    for name in ("alpha", "zeta"):
+        SqlStore(scheduler_name=name, clock=clock, engine=db.engine).check_in("n", interval=7.5)
+    assert scheduler_names(db.engine, db.tables) == ["alpha", "unit", "zeta"]
 
 
 def test_unserved_reads_each_group_with_a_schedulable_trigger_once(db: SqlStore) -> None:

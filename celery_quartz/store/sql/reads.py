@@ -16,7 +16,6 @@ from sqlalchemy import (
     func,
     select,
     tuple_,
-    union,
 )
 
 from celery_quartz.clock import from_millis
@@ -390,15 +389,26 @@ class ReadsSql(SqlBase, StoreReader):
 def scheduler_names(engine: Engine, tables: Tables) -> list[str]:
     """Every scheduler name with rows in ``tables`` (jobs, triggers or check-ins), sorted: what
     a tool attached to the store (the dashboard) discovers before opening one store per name.
-    The one read not scoped to a scheduler name, so not a method of a store."""
-    names = union(
-        *(
-            select(table.c.sched_name).distinct()
-            for table in (tables.jobs, tables.triggers, tables.scheduler_state)
-        )
-    ).subquery()
+    The one read not scoped to a scheduler name, so not a method of a store. Each table is read
+    by a skip scan of its primary key (``sched_name`` first): one probe per name, whatever the
+    number of rows."""
+    names: set[str] = set()
     with engine.connect() as conn:
-        return sorted(conn.execute(select(names.c.sched_name)).scalars())
+        for table in (tables.jobs, tables.triggers, tables.scheduler_state):
+            names.update(conn.execute(_distinct_sched_names(table)).scalars())
+    return sorted(names)
+
+
+def _distinct_sched_names(table: Any) -> Any:
+    step = table.alias("step")
+    found = select(func.min(table.c.sched_name).label("name")).cte(
+        f"names_{table.name}", recursive=True
+    )
+    following = (
+        select(func.min(step.c.sched_name)).where(step.c.sched_name > found.c.name)
+    ).scalar_subquery()
+    found = found.union_all(select(following).where(found.c.name.is_not(None)))
+    return select(found.c.name).where(found.c.name.is_not(None))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 from celery import Celery
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount
@@ -31,7 +32,10 @@ def create_app(
         routes = [Mount(dashboard.prefix, routes=routes)]
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HttpError)
+        if not isinstance(exc, HttpError):  # Starlette's own: no route, method not allowed
+            status = getattr(exc, "status_code", 500)
+            codes = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
+            exc = HttpError(status, codes.get(status, "error"), str(getattr(exc, "detail", exc)))
         if request.url.path.startswith(f"{dashboard.prefix}/api/"):
             return error_response(exc)
         return ui.error_page(dashboard, request, exc)
@@ -43,7 +47,7 @@ def create_app(
 
     starlette = Starlette(
         routes=routes,
-        exception_handlers={HttpError: on_http_error},
+        exception_handlers={HttpError: on_http_error, HTTPException: on_http_error},
         lifespan=lifespan,
         # Bodies are small JSON documents and forms; a bound keeps a caller from holding memory.
         max_body_size=1024 * 1024,

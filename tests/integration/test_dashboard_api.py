@@ -464,3 +464,14 @@ def test_behind_a_proxy_every_route_and_link_carries_the_url_prefix(pg_url: str)
     anonymous = client(pg_url, token=None, dashboard_url_prefix="/quartz")
     login = anonymous.get("/quartz/s/ledger_app/", follow_redirects=False)
     assert login.status_code == 303 and login.headers["location"].startswith("/quartz/login")
+
+
+def test_an_unknown_path_or_method_answers_json_under_the_api(pg_url: str) -> None:
+    _setup(pg_url)
+    api = client(pg_url)
+    missing = api.get(f"{API}/no-such-thing/at/all")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    wrong = api.get(f"{API}/triggers/{G}/hourly/pause")
+    assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
+    unknown = api.get("/api/v1/schedulers/nobody/triggers")
+    assert unknown.status_code == 404 and "nobody" in unknown.json()["error"]["message"]

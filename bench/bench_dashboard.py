@@ -90,7 +90,7 @@ def load(url: str, dsn: str, count: int) -> float:
                     job_group="jobs",
                     trigger_state=state,
                     next_fire_time=next_fire,
-                    execution_group=("reindex", "billing")[i % 2] if i % 10 == 9 else None,
+                    execution_group=("reindex", "billing")[i // 10 % 2] if i % 10 == 9 else None,
                     preferred_node="w1@bench" if i % 100 == 11 else None,
                     error_reason="task gone" if state == "ERROR" else None,
                 )
@@ -123,6 +123,29 @@ def _percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     p99 = statistics.quantiles(ordered, n=100)[-1] if len(ordered) > 1 else ordered[0]
     return statistics.median(ordered), p99
+
+
+def _explain_overview(http: Any, api: str, db: Any) -> None:
+    """EXPLAIN ANALYZE of every statement one overview request runs."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    captured: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        captured.append((statement, params))
+
+    event.listen(Engine, "before_cursor_execute", capture)
+    try:
+        http.get(api).raise_for_status()
+    finally:
+        event.remove(Engine, "before_cursor_execute", capture)
+    for statement, params in captured:
+        if statement.strip().upper() in ("SELECT 1", "SELECT 1;"):
+            continue  # the pool's pre-ping
+        plan = db.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, params).fetchall()
+        print(f"\n-- overview: {' '.join(statement.split())[:160]}…")
+        print("\n".join(r[0] for r in plan))
 
 
 def _serve(url: str) -> tuple[Any, int]:
@@ -220,6 +243,8 @@ def main() -> int:
                 overview_ms.append((time.perf_counter() - began) * 1000)
                 assert answer.status_code == 200, answer.text
             rows.append(["overview", *_percentiles(overview_ms), float("nan"), float("nan"), 0])
+            if args.explain:
+                _explain_overview(http, api, db)
         server.should_exit = True
     print()
     print(

@@ -151,7 +151,9 @@ class ReadsSql(SqlBase, StoreReader):
                     select(t, j.c.task_name)
                     .join(j, same_job(j, t))
                     .where(self._scoped(t), condition)
-                    .order_by(t.c.next_fire_time, t.c.trigger_group, t.c.trigger_name)
+                    # The acquisition index's own order: no sort, even when thousands of
+                    # triggers share a fire time.
+                    .order_by(t.c.next_fire_time, t.c.priority.desc())
                     .limit(_page_size(limit))
                 ).all()
                 lists[name] = [self._trigger_view(r) for r in rows]
@@ -342,10 +344,11 @@ class ReadsSql(SqlBase, StoreReader):
         with self.transaction() as conn:
             workers = self._live_workers(conn, router, self._now())
             groups: set[str | None] = set(conn.execute(self._schedulable_groups()).scalars())
-            ungrouped = conn.execute(
+            # The ungrouped triggers are judged only under a limit of their own (the router
+            # skips them otherwise): no need to look for one.
+            if router.limits.limit_for(None) is not None and conn.execute(
                 select(t.c.trigger_name).where(schedulable, t.c.execution_group.is_(None)).limit(1)
-            ).first()
-            if ungrouped is not None:
+            ).first():
                 groups.add(None)
             pins = {
                 (r.preferred_node, r.execution_group)

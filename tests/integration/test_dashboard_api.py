@@ -475,3 +475,97 @@ def test_an_unknown_path_or_method_answers_json_under_the_api(pg_url: str) -> No
     assert wrong.status_code == 405 and wrong.json()["error"]["code"] == "method_not_allowed"
     unknown = api.get("/api/v1/schedulers/nobody/triggers")
     assert unknown.status_code == 404 and "nobody" in unknown.json()["error"]["message"]
+
+
+# -- reads that need a particular store -------------------------------------------------------
+
+
+def _due(name: str, group: str | None) -> Any:
+    from celery_quartz import SimpleTrigger
+
+    return SimpleTrigger(
+        key=TriggerKey(name, "work"),
+        start_at=datetime.now(timezone.utc) - timedelta(seconds=5),
+        repeat_count=-1,
+        repeat_interval=timedelta(hours=1),
+        execution_group=group,
+    )
+
+
+def test_a_group_at_its_ceiling_is_parked_and_its_queue_unserved(pg_url: str) -> None:
+    from celery_quartz.config import Settings
+
+    store, quartz = _setup(pg_url)
+    limits = {"reindex": {"max_concurrent": 1, "scope": "cluster"}}
+    job = Job(key=JobKey("reindexer", "work"), task="ledger.noop")
+    quartz.schedule_jobs([(job, [_due("r1", "reindex"), _due("r2", "reindex")])])
+    router = Settings(execution_limits=limits).router()
+    claim = store.claim(
+        "sched-1",
+        no_later_than=datetime.now(timezone.utc),
+        max_count=10,
+        time_window=0,
+        router=router,
+    )
+    assert len(claim.firings) == 1  # the other is held back by the cluster limit of 1
+    api = client(pg_url, execution_limits=limits)
+    [reindex] = [g for g in api.get(f"{API}/groups").json()["items"] if g["execution_group"]]
+    assert reindex == {
+        "execution_group": "reindex",
+        "queue": "reindex",
+        "max_concurrent": 1,
+        "scope": "cluster",
+        "capacity": 1,
+        "in_flight": 1,
+        "held_back": 1,
+        "parked": True,
+        "served": False,
+    }
+    owed = api.get(f"{API}/owed").json()
+    assert [g["execution_group"] for g in owed["parked_groups"]] == ["reindex"]
+    assert [u["queue"] for u in owed["unserved"]] == ["reindex"]
+    [firing] = api.get(f"{API}/firings").json()["items"]
+    assert firing["fire_instance_id"] == claim.firings[0].fire_instance_id
+    assert (firing["state"], firing["instance_name"]) == ("FIRED", "sched-1")
+    assert api.get(f"{API}/firings", params={"state": "EXECUTING"}).json()["items"] == []
+
+
+def test_a_non_clustered_leader_is_named_with_its_epoch_and_a_silent_node_is_dead(
+    pg_url: str,
+) -> None:
+    store, _ = _setup(pg_url)
+    _, epoch = store.advance_epoch("leader-1")
+    store.check_in("leader-1", interval=7.5, clustered=False)
+    store.check_in("gone-1", interval=1)
+    s = store.tables.scheduler_state
+    with store.engine.begin() as conn:
+        conn.execute(
+            update(s).where(s.c.instance_name == "leader-1").values(status="RUNNING", epoch=epoch)
+        )
+        conn.execute(update(s).where(s.c.instance_name == "gone-1").values(last_checkin_time=0))
+    api = client(pg_url)
+    nodes = api.get(f"{API}/nodes").json()
+    assert (nodes["leader"], nodes["epoch"]) == ("leader-1", epoch)
+    alive = {n["instance_name"]: n["alive"] for n in nodes["nodes"]}
+    assert alive == {"leader-1": True, "gone-1": False}
+    dead = api.get(f"{API}/owed").json()["dead_nodes"]
+    assert [n["instance_name"] for n in dead] == ["gone-1"]
+
+
+def test_a_triggers_next_fire_times_skip_what_its_calendar_excludes(pg_url: str) -> None:
+    from celery_quartz.calendars import WeeklyCalendar
+
+    _, quartz = _setup(pg_url)
+    quartz.add_calendar("weekdays", WeeklyCalendar(description="no weekends"))
+    job = Job(key=JobKey("daily-report", "work"), task="ledger.noop")
+    trigger = CronTrigger(
+        key=TriggerKey("daily", "work"), expression="0 0 9 * * ?", calendar_name="weekdays"
+    )
+    quartz.schedule_job(job, trigger)
+    api = client(pg_url)
+    body = api.get(f"{API}/triggers/work/daily", params={"fire_times": 10}).json()
+    times = [datetime.fromisoformat(t) for t in body["upcoming_fire_times"]]
+    assert len(times) == 10 and all(t.weekday() < 5 for t in times)
+    [calendar] = api.get(f"{API}/calendars").json()["items"]
+    assert (calendar["name"], calendar["type"]) == ("weekdays", "WeeklyCalendar")
+    assert calendar["description"] == "no weekends"

@@ -90,7 +90,7 @@ class Settings:
     dashboard_authorization: str = ""
     #: Bearer tokens: a mapping of token to principal name, or to ``{"principal": ...,
     #: "schedulers": [...], "write": bool}``; none set refuses every request.
-    dashboard_tokens: Any = field(default=None, compare=False)
+    dashboard_tokens: Any = field(default=None, compare=False, repr=False)
     #: Let requests without a token read (never write).
     dashboard_anonymous_read: bool = False
     #: Refuse every write, whatever the policy says; the pages show no action buttons.

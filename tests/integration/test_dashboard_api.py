@@ -569,3 +569,23 @@ def test_a_triggers_next_fire_times_skip_what_its_calendar_excludes(pg_url: str)
     [calendar] = api.get(f"{API}/calendars").json()["items"]
     assert (calendar["name"], calendar["type"]) == ("weekdays", "WeeklyCalendar")
     assert calendar["description"] == "no weekends"
+
+
+def test_the_trigger_page_offers_job_and_group_actions_as_forms(pg_url: str) -> None:
+    _, quartz = _setup(pg_url)
+    pages = _logged_in(pg_url)
+    page = pages.get(f"/s/ledger_app/triggers/{G}/hourly")
+    for button in ("action-job-pause", "action-group-pause", "action-job-delete"):
+        assert f'id="{button}"' in page.text
+    token = csrf_of(page.text)
+    back = f"/s/ledger_app/triggers/{G}/hourly"
+    done = pages.post(
+        f"/s/ledger_app/jobs/{G}/report/pause",
+        data={"csrf_token": token, "back": back},
+        follow_redirects=False,
+    )
+    assert done.status_code == 303 and done.headers["location"].startswith(back)
+    assert {_state(quartz, n) for n in ("hourly", "daily")} == {TriggerState.PAUSED}
+    pages.post(f"/s/ledger_app/groups/{G}/pause", data={"csrf_token": token})
+    assert quartz.get_paused_trigger_groups() == [G]
+    assert 'id="action-group-resume"' in pages.get(back).text

@@ -172,3 +172,63 @@ def export(ctx: click.Context, format_: str | None, output: str | None) -> None:
                 handle.write(text)
     except Exception as error:  # one line, never a traceback
         _fail(ctx, error)
+
+
+@quartz.command()
+@click.option("--address", default=None, help="Interface to listen on (quartz_dashboard_address).")
+@click.option("--port", type=int, default=None, help="Port to listen on (quartz_dashboard_port).")
+@click.option(
+    "--url-prefix",
+    default=None,
+    help="Path the dashboard is served under behind a proxy (quartz_dashboard_url_prefix).",
+)
+@click.option("--read-only", is_flag=True, default=None, help="Refuse every write.")
+@click.pass_context
+def dashboard(
+    ctx: click.Context,
+    address: str | None,
+    port: int | None,
+    url_prefix: str | None,
+    read_only: bool | None,
+) -> None:
+    """Serve the dashboard and HTTP API over the store (needs celery-quartz[dashboard]).
+
+    Attaches to the store of the app's quartz_* settings without starting a scheduler, and
+    shows every scheduler name found in its tables.
+    """
+    from dataclasses import replace
+
+    try:
+        import uvicorn
+
+        from celery_quartz.dashboard import create_app
+    except ImportError as error:
+        raise click.ClickException(
+            f"the dashboard needs its extra: pip install 'celery-quartz[dashboard]' ({error})"
+        ) from None
+    settings = _settings(ctx)
+    changes: dict[str, Any] = {}
+    if address is not None:
+        changes["dashboard_address"] = address
+    if port is not None:
+        changes["dashboard_port"] = port
+    if url_prefix is not None:
+        changes["dashboard_url_prefix"] = url_prefix.rstrip("/")
+    if read_only:
+        changes["dashboard_read_only"] = True
+    settings = replace(settings, **changes)
+    settings.validate()
+    asgi = create_app(ctx.obj.app, settings=settings)
+    click.echo(
+        f"celery-quartz dashboard on http://{settings.dashboard_address}:{settings.dashboard_port}"
+        f"{settings.dashboard_url_prefix}/"
+        + (" (read-only)" if settings.dashboard_read_only else "")
+    )
+    uvicorn.run(
+        asgi,
+        host=settings.dashboard_address,
+        port=settings.dashboard_port,
+        proxy_headers=True,
+        forwarded_allow_ips=settings.dashboard_forwarded_allow_ips,
+        log_level="info",
+    )

@@ -85,6 +85,38 @@ class Settings:
     #: Seconds between checks that a scheduling file changed (then all are loaded again);
     #: 0: at start only (Quartz's plugin ``scanInterval``).
     scheduling_files_scan_interval: float = 0.0
+    # -- the dashboard and HTTP API (``celery quartz dashboard``, docs/dashboard.md) ----------
+    #: Interface the dashboard listens on.
+    dashboard_address: str = "127.0.0.1"
+    #: Port the dashboard listens on.
+    dashboard_port: int = 5566
+    #: Path the dashboard is served under behind a proxy (``/quartz``); empty: the root.
+    dashboard_url_prefix: str = ""
+    #: Dotted path of the authorization policy, called on every request with (principal,
+    #: scheduler name, action); empty: bearer tokens from ``dashboard_tokens``.
+    dashboard_authorization: str = ""
+    #: Bearer tokens: a mapping of token to principal name, or to ``{"principal": ...,
+    #: "schedulers": [...], "write": bool}``; none set refuses every request.
+    dashboard_tokens: Any = field(default=None, compare=False, repr=False)
+    #: Let requests without a token read (never write).
+    dashboard_anonymous_read: bool = False
+    #: Refuse every write, whatever the policy says; the pages show no action buttons.
+    dashboard_read_only: bool = False
+    #: Task names the API may schedule jobs of (each must also be registered); None: any
+    #: registered task.
+    dashboard_allowed_tasks: Any = field(default=None, compare=False)
+    #: Job and trigger data under keys matching this regular expression (case-insensitive)
+    #: are shown redacted.
+    dashboard_redact_keys: str = "password|passwd|secret|token|key|credential|auth"
+    #: A BLOCKED trigger this many seconds past its fire time is listed as owed.
+    dashboard_blocked_threshold: float = 300.0
+    #: Seconds between the pages' live refreshes; 0 turns them off.
+    dashboard_poll_interval: float = 5.0
+    #: Key that signs the forms' CSRF tokens; empty: a random key per process (set one when
+    #: several dashboard processes serve the same users).
+    dashboard_secret_key: str = field(default="", repr=False)
+    #: Proxies whose X-Forwarded-For/-Proto headers are trusted (comma-separated, ``*``: any).
+    dashboard_forwarded_allow_ips: str = "127.0.0.1"
     #: The ``quartz_*`` keys the application set itself (for the clustering guard).
     explicitly_set: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
@@ -141,6 +173,8 @@ class Settings:
             "import_beat_schedule",
             "shutdown_wait_for_jobs",
             "auto_start",
+            "dashboard_anonymous_read",
+            "dashboard_read_only",
         ):
             value = getattr(self, name)
             if not isinstance(value, bool):
@@ -156,9 +190,46 @@ class Settings:
             )
         ExecutionLimits.coerce(self.execution_limits)
         self.scheduling_file_paths  # noqa: B018  (raises on a bad value)
+        self._validate_dashboard()
         if not self.instance_id or len(self.instance_id) > 200:
             raise ConfigurationError(
                 f"quartz_instance_id {self.instance_id!r}: 1 to 200 characters"
+            )
+
+    def _validate_dashboard(self) -> None:
+        import re
+
+        port = self.dashboard_port
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ConfigurationError(f"quartz_dashboard_port must be 0 to 65535, got {port!r}")
+        prefix = self.dashboard_url_prefix
+        if not isinstance(prefix, str) or (prefix and not prefix.startswith("/")):
+            raise ConfigurationError(
+                f"quartz_dashboard_url_prefix must be empty or start with '/', got {prefix!r}"
+            )
+        for name in ("blocked_threshold", "poll_interval"):
+            value = getattr(self, f"dashboard_{name}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigurationError(
+                    f"quartz_dashboard_{name} must be a number of seconds, got {value!r}"
+                )
+        try:
+            re.compile(self.dashboard_redact_keys)
+        except (re.error, TypeError) as exc:
+            raise ConfigurationError(
+                f"quartz_dashboard_redact_keys {self.dashboard_redact_keys!r}: {exc}"
+            ) from None
+        tokens = self.dashboard_tokens
+        if tokens is not None and not isinstance(tokens, dict):
+            raise ConfigurationError(
+                "quartz_dashboard_tokens must be a mapping of token to principal"
+            )
+        allowed = self.dashboard_allowed_tasks
+        if allowed is not None and (
+            isinstance(allowed, str) or not all(isinstance(t, str) for t in allowed)
+        ):
+            raise ConfigurationError(
+                f"quartz_dashboard_allowed_tasks must be a list of task names, got {allowed!r}"
             )
 
     @property

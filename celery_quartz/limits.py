@@ -130,6 +130,11 @@ class ExecutionLimits:
         entries = [*self._groups.values(), self._other, self._ungrouped]
         return any(e is not None and e.bounded for e in entries)
 
+    @property
+    def named_groups(self) -> list[str]:
+        """The groups with an entry of their own, sorted."""
+        return sorted(self._groups)
+
     def limit_for(self, group: str | None) -> ExecutionLimit | None:
         """The limit that applies to ``group`` (None: the ungrouped triggers); None: unlimited."""
         limit = self._ungrouped if group is None else self._groups.get(group, self._other)

@@ -33,6 +33,7 @@ from celery_quartz.context import JobExecutionContext, firing_header
 from celery_quartz.errors import RefireJob
 from celery_quartz.firing import HEADER
 from celery_quartz.store import Store, open_store
+from celery_quartz.store.views import FiringOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -137,8 +138,16 @@ class _WorkerHooks:
             job_data = context.job_data if header.get("persist_job_data") else None
             # Only an exception counts as a failure: Ignore and Reject end as IGNORED/REJECTED.
             failed = state == FAILURE
+            # Kept on the trigger as its last outcome, in the completion's own transaction.
+            outcome = (
+                FiringOutcome.of_exception(retval)
+                if failed and isinstance(retval, BaseException)
+                else FiringOutcome(failed=failed)
+            )
             _persist(
-                lambda: store.complete_execution(task_id, job_data=job_data, failed=failed),
+                lambda: store.complete_execution(
+                    task_id, job_data=job_data, failed=failed, outcome=outcome
+                ),
                 task_id,
             )
 

@@ -164,12 +164,24 @@ def find_redis_server() -> Path:
     raise ServiceBinaryNotFound("redis-server", REDIS_APT_PACKAGE, searched)
 
 
+#: The headless browser of the dashboard's browser tests (Debian's package, never a download).
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_APT_PACKAGE = "chromium"
+
+
+def find_chromium() -> Path:
+    if os.access(CHROMIUM, os.X_OK):
+        return CHROMIUM
+    raise ServiceBinaryNotFound("chromium", CHROMIUM_APT_PACKAGE, [str(CHROMIUM.parent)])
+
+
 def missing_apt_packages() -> list[str]:
-    """The apt packages whose server binaries this machine lacks."""
+    """The apt packages whose server binaries (and browser) this machine lacks."""
     missing = []
     for finder, package in (
         (find_postgres_bindir, POSTGRES_APT_PACKAGE),
         (find_redis_server, REDIS_APT_PACKAGE),
+        (find_chromium, CHROMIUM_APT_PACKAGE),
     ):
         try:
             finder()
@@ -618,7 +630,10 @@ def _check() -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"PostgreSQL: {find_postgres_bindir()}  Redis: {find_redis_server()}")
+    print(
+        f"PostgreSQL: {find_postgres_bindir()}  Redis: {find_redis_server()}  "
+        f"Chromium: {find_chromium()}"
+    )
     return 0
 
 

@@ -207,16 +207,17 @@ def test_missing_redis_names_the_apt_package(
     assert "apt-get install -y redis-server" in str(caught.value)
 
 
-def test_missing_apt_packages_lists_both_when_nothing_is_installed(
+def test_missing_apt_packages_lists_all_when_nothing_is_installed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _hide_binaries(monkeypatch, tmp_path)
-    assert services.missing_apt_packages() == ["postgresql", "redis-server"]
+    assert services.missing_apt_packages() == ["postgresql", "redis-server", "chromium"]
 
 
 def _hide_binaries(monkeypatch: pytest.MonkeyPatch, empty_dir: Path) -> None:
     monkeypatch.setattr(services, "PG_BINDIR_GLOBS", [str(empty_dir / "*")])
     monkeypatch.setattr(services, "REDIS_SEARCH_DIRS", [str(empty_dir)])
+    monkeypatch.setattr(services, "CHROMIUM", empty_dir / "chromium")
     monkeypatch.setenv("PATH", str(empty_dir))
     monkeypatch.delenv(services.PG_BINDIR_ENV, raising=False)
     monkeypatch.delenv(services.REDIS_SERVER_ENV, raising=False)

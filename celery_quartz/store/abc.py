@@ -52,10 +52,12 @@ from celery_quartz.store.records import (
 )
 from celery_quartz.store.views import (
     FiringFilter,
+    FiringOutcome,
     FiringView,
     GroupOccupancy,
     JobFilter,
     NodeView,
+    OwedTriggers,
     Page,
     StateSummary,
     TriggerFilter,
@@ -479,11 +481,18 @@ class WorkerStore(abc.ABC):
         *,
         job_data: dict[str, Any] | None = None,
         failed: bool = False,
+        outcome: FiringOutcome | None = None,
     ) -> bool:
         """Finish a firing (Quartz's ``triggeredJobComplete``): remove its row and release what
         waited on it; write ``job_data`` back to a job that persists its data; for a ``failed``
         firing, schedule the retry its trigger's policy grants
         (:func:`celery_quartz.retry.decide_retry`). False if the firing was not executing.
+
+        With an ``outcome`` (``outcome.failed`` implies ``failed``), the firing's trigger keeps
+        it as its last outcome (:attr:`TriggerView.last_outcome`: start and finish times, the
+        exception's type and message, consecutive failures), written by the statement that
+        reads the trigger's state for the release: no extra round trip. A trigger removed
+        meanwhile keeps nothing.
 
         Race settled: completion against recovery of the same firing; exactly one of them acts,
         and a crash leaves either the firing in flight or its retry scheduled, never both.
@@ -511,6 +520,21 @@ class StoreReader(abc.ABC):
     ) -> Page[TriggerView, TriggerKey]:
         """Triggers with their state and task by (group, name), from after ``after``, at most
         ``limit``."""
+
+    @abc.abstractmethod
+    def trigger_view(self, key: TriggerKey) -> TriggerView | None:
+        """The trigger ``key`` as :meth:`list_triggers` shows it, or None when not stored."""
+
+    @abc.abstractmethod
+    def owed_triggers(
+        self, *, blocked_for: float, limit: int = 20, count_cap: int = 1000
+    ) -> OwedTriggers:
+        """What is owed and not happening: WAITING triggers due by more than the misfire
+        threshold (nobody claims them: no scheduler runs, or their group is held back),
+        triggers BLOCKED for more than ``blocked_for`` seconds past their fire time (their job's
+        firing runs long), and triggers in ERROR with their reason. At most ``limit`` of each,
+        oldest first; counts stop at ``count_cap`` (each list and count is one index range
+        scan, whatever the number of triggers stored)."""
 
     @abc.abstractmethod
     def list_firings(

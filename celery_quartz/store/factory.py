@@ -45,3 +45,19 @@ def open_store(
     if upgrade_schema and settings.schema_auto_upgrade:
         migrate.upgrade(store.engine, settings.table_prefix)
     return store
+
+
+def discover_scheduler_names(settings: Settings) -> list[str]:
+    """Every scheduler name with jobs, triggers or check-ins in the tables of ``settings`` (URL
+    and table prefix), sorted; the configured name too, even before it has rows. A store is
+    per scheduler name: open one for each with ``open_store(settings, scheduler_name=...)``."""
+    from celery_quartz.store.engine import create_store_engine
+    from celery_quartz.store.schema import build_tables
+    from celery_quartz.store.sql.reads import scheduler_names
+
+    engine = create_store_engine(settings.store_url)
+    try:
+        found = scheduler_names(engine, build_tables(settings.table_prefix))
+    finally:
+        engine.dispose()
+    return sorted({*found, settings.scheduler_name})

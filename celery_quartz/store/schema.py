@@ -49,6 +49,8 @@ KEY_PART = 200
 TASK_NAME = 255
 NODE_NAME = 255
 STATE = 16
+#: Longest error reason or exception message kept on a trigger (longer ones are cut).
+ERROR_TEXT = 1000
 
 
 class TriggerState:
@@ -164,6 +166,15 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("recovering", Boolean, nullable=False, server_default=false()),
         Column("misfire_orig_fire_time", BigInteger),
         Column("definition_hash", String(64)),
+        # Why the trigger was put in ERROR (its task is not registered, ...); cleared by a reset.
+        Column("error_reason", String(ERROR_TEXT)),
+        # The last firing's outcome, written by the completion that ends it (schema 0004).
+        Column("last_started_time", BigInteger),
+        Column("last_finished_time", BigInteger),
+        Column("last_outcome", String(STATE)),
+        Column("last_error_type", String(KEY_PART)),
+        Column("last_error_message", String(ERROR_TEXT)),
+        Column("consecutive_failures", Integer),
         ForeignKeyConstraint(
             ["sched_name", "job_name", "job_group"],
             [jobs.c.sched_name, jobs.c.job_name, jobs.c.job_group],
@@ -181,11 +192,14 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         triggers.c.priority.desc(),
     )
     Index(f"ix_{p}triggers_job", triggers.c.sched_name, triggers.c.job_name, triggers.c.job_group)
+    # Group then name: the operators' listing pages in this order (keyset), so a page is the
+    # next rows of the index whatever the table's size; it also serves every "of this group"
+    # write (pause and resume a group). Replaced (group, state) in schema 0004.
     Index(
         f"ix_{p}triggers_group",
         triggers.c.sched_name,
         triggers.c.trigger_group,
-        triggers.c.trigger_state,
+        triggers.c.trigger_name,
     )
     # Partial: most triggers have no execution group, and every firing rewrites its trigger's row
     # (a new entry in each of the table's indexes that covers it).
@@ -195,6 +209,17 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         triggers.c.execution_group,
         triggers.c.trigger_state,
         **_where(triggers.c.execution_group.is_not(None)),
+    )
+
+    # The operators' "pinned to this worker" listing, in page order; partial: only pinned
+    # triggers have an entry (and pay for it when they fire). Schema 0004.
+    Index(
+        f"ix_{p}triggers_pinned",
+        triggers.c.sched_name,
+        triggers.c.preferred_node,
+        triggers.c.trigger_group,
+        triggers.c.trigger_name,
+        **_where(triggers.c.preferred_node.is_not(None)),
     )
 
     fired = Table(

@@ -61,12 +61,50 @@ class FiringFilter:
 
 
 @dataclass(frozen=True)
+class FiringOutcome:
+    """How a firing ended, as its worker reports it to
+    :meth:`~celery_quartz.store.abc.WorkerStore.complete_execution`: success, or the exception's
+    type and message."""
+
+    failed: bool = False
+    error_type: str | None = None
+    error_message: str | None = None
+
+    @classmethod
+    def of_exception(cls, exc: BaseException) -> FiringOutcome:
+        return cls(True, type(exc).__qualname__, str(exc))
+
+
+@dataclass(frozen=True)
+class LastOutcome:
+    """A trigger's last finished firing: when it started and finished, whether it failed and
+    how, and how many firings in a row have failed up to it."""
+
+    started_time: datetime | None
+    finished_time: datetime
+    succeeded: bool
+    error_type: str | None
+    error_message: str | None
+    consecutive_failures: int
+
+    @property
+    def duration(self) -> float | None:
+        """Seconds from start to finish; None when the start is unknown."""
+        if self.started_time is None:
+            return None
+        return (self.finished_time - self.started_time).total_seconds()
+
+
+@dataclass(frozen=True)
 class TriggerView:
-    """A stored trigger as operators see it: the trigger, its state and its job's task."""
+    """A stored trigger as operators see it: the trigger, its state, its job's task, its last
+    outcome (None before a firing of it finished) and, in ERROR, why."""
 
     trigger: Trigger
     state: str
     task: str
+    last_outcome: LastOutcome | None = None
+    error_reason: str | None = None
 
     @property
     def key(self) -> TriggerKey:
@@ -132,3 +170,19 @@ class StateSummary:
     count: int
     earliest_next_fire_time: datetime | None
     overdue: int
+
+
+@dataclass(frozen=True)
+class OwedTriggers:
+    """What is owed and not happening, by kind, oldest first: triggers due by more than the
+    misfire threshold and not claimed (``overdue``), BLOCKED longer than asked (``blocked``),
+    and in ERROR (``errors``, with their reason). Each list holds at most the limit asked;
+    each count is capped (``count_cap``): a count equal to it means "at least"."""
+
+    overdue: list[TriggerView]
+    blocked: list[TriggerView]
+    errors: list[TriggerView]
+    overdue_count: int
+    blocked_count: int
+    error_count: int
+    count_cap: int

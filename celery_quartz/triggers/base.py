@@ -167,6 +167,19 @@ class Trigger(ABC):
     def update_after_misfire(self, now: datetime, calendar: Calendar | None = None) -> None:
         """Apply this trigger's misfire instruction: set ``next_fire_time`` (``None`` ends it)."""
 
+    def upcoming_fire_times(self, count: int, calendar: Calendar | None = None) -> list[datetime]:
+        """The next ``count`` fire times from ``next_fire_time`` on, with ``calendar`` applied
+        (fewer when the schedule ends), advancing a copy as firing would; the trigger is left
+        as it is."""
+        import copy
+
+        probe = copy.deepcopy(self)
+        times: list[datetime] = []
+        while probe.next_fire_time is not None and len(times) < count:
+            times.append(probe.next_fire_time)
+            probe.triggered(calendar)
+        return times
+
     def may_fire_again(self) -> bool:
         return self.next_fire_time is not None
 

@@ -169,6 +169,17 @@ def test_a_failed_job_still_completes_its_firing(
     assert file_store.firing_states() == {}
 
 
+def test_the_worker_reports_each_outcome_to_its_trigger(app: Celery, file_store: SqlStore) -> None:
+    firing = fired(file_store, kwargs={"fail": True})
+    deliver(app, firing)
+    view = file_store.trigger_view(TriggerKey("every-minute"))
+    assert view is not None and view.last_outcome is not None
+    outcome = view.last_outcome
+    assert not outcome.succeeded and outcome.consecutive_failures == 1
+    assert (outcome.error_type, outcome.error_message) == ("RuntimeError", "the job failed")
+    assert outcome.started_time is not None and outcome.duration is not None
+
+
 def _retry_triggers(store: SqlStore) -> list[TriggerKey]:
     return [
         t.key

@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlalchemy import event, select
 
 from celery_quartz.affinity import PreferredNode
+from celery_quartz.clock import FakeClock
 from celery_quartz.keys import TriggerKey
 from celery_quartz.store import NONE_STATE, FiringState, SqlStore, TriggerState
 from tests.unit.builders import A, add, at, one_shot, repeating
@@ -104,3 +105,33 @@ def test_a_disallow_concurrent_jobs_completion_unblocks_its_other_triggers(db: S
     assert db.start_execution(fire_id, W1)
     assert db.complete_execution(fire_id)
     assert db.get_trigger_state(TriggerKey("t2")) == TriggerState.WAITING
+
+
+def test_a_completion_keeps_its_outcome_on_the_trigger_whichever_path_it_takes(
+    db: SqlStore, clock: FakeClock
+) -> None:
+    from celery_quartz.store.views import FiringOutcome
+
+    add(db, repeating("t1", at(0), 1))
+    t = db.tables.triggers
+
+    def outcome() -> tuple[str | None, str | None, int | None, bool]:
+        with db.transaction() as conn:
+            row = conn.execute(select(t).where(t.c.trigger_name == "t1")).one()
+        return (
+            row.last_outcome,
+            row.last_error_type,
+            row.consecutive_failures,
+            row.last_started_time is not None and row.last_finished_time is not None,
+        )
+
+    for second, failed in enumerate((True, True, False)):
+        clock.set(at(second))
+        claim = db.claim(A, no_later_than=at(second), max_count=1, time_window=0.0)
+        [firing] = claim.firings
+        assert db.start_execution(firing.fire_instance_id, W1)
+        result = FiringOutcome(True, "RuntimeError", "boom") if failed else FiringOutcome()
+        assert db.complete_execution(firing.fire_instance_id, outcome=result)
+        if failed:
+            assert outcome()[:2] == ("FAILED", "RuntimeError")
+    assert outcome() == ("SUCCEEDED", None, 0, True)

@@ -32,9 +32,11 @@ from celery_quartz.store.sql._definitions import DefinitionsSql
 from celery_quartz.store.sql._rows import (
     datetime_or_none,
     origin_key,
+    outcome_columns,
     routed_node,
     same_job,
 )
+from celery_quartz.store.views import FiringOutcome
 from celery_quartz.triggers.base import (
     MisfireInstruction,
 )
@@ -108,16 +110,27 @@ class FiringsSql(DefinitionsSql):
             )
         return bool(gone)
 
-    def _release_after_firing(self, conn: Connection, row: Row[Any]) -> None:
+    def _release_after_firing(
+        self, conn: Connection, row: Row[Any], outcome: FiringOutcome | None = None
+    ) -> None:
         """What a firing's end releases: its job's blocked triggers, and a finished (COMPLETE)
-        trigger once its last firing in flight has ended."""
+        trigger once its last firing in flight has ended. With an ``outcome``, the read of the
+        trigger's state is an update that keeps the outcome on the trigger (one statement
+        either way)."""
         t = self.tables.triggers
         if row.is_nonconcurrent and row.job_name is not None:
             self._unblock_triggers(conn, JobKey(row.job_name, row.job_group))
         trigger_key = TriggerKey(row.trigger_name, row.trigger_group)
-        state = conn.execute(
-            select(t.c.trigger_state).where(self._trigger_key_clause(trigger_key))
-        ).scalar_one_or_none()
+        if outcome is None:
+            read: Any = select(t.c.trigger_state).where(self._trigger_key_clause(trigger_key))
+        else:
+            read = (
+                update(t)
+                .where(self._trigger_key_clause(trigger_key))
+                .values(outcome_columns(t, outcome, row.started_time, self._now()))
+                .returning(t.c.trigger_state)
+            )
+        state = conn.execute(read).scalar_one_or_none()
         if state == TriggerState.COMPLETE:
             self._finish_trigger(conn, trigger_key)
 

@@ -30,8 +30,16 @@ from celery_quartz.routing import (
     direct_queue,
 )
 from celery_quartz.store.schema import (
+    ERROR_TEXT,
+    KEY_PART,
+    STATE,
     TriggerState,
 )
+from celery_quartz.store.views import FiringOutcome, LastOutcome
+
+#: ``triggers.last_outcome`` values.
+SUCCEEDED = "SUCCEEDED"
+FAILED = "FAILED"
 
 
 def recordset(alias: str, columns: Sequence[ColumnClause[Any] | Column[Any]]) -> Any:
@@ -138,3 +146,37 @@ def json_value(text: str) -> Any:
     if text == "[]":
         return []
     return json.loads(text)
+
+
+def outcome_columns(
+    triggers: Any, outcome: FiringOutcome, started_millis: int | None, finished_millis: int
+) -> dict[str, Any]:
+    """The trigger columns that keep ``outcome`` as its last: texts cut to their columns'
+    widths, and the failures in a row counted up (or back to 0) in the statement itself."""
+    failures = func.coalesce(triggers.c.consecutive_failures, 0)
+    return {
+        "last_started_time": started_millis,
+        "last_finished_time": finished_millis,
+        "last_outcome": (FAILED if outcome.failed else SUCCEEDED)[:STATE],
+        "last_error_type": _cut(outcome.error_type, KEY_PART),
+        "last_error_message": _cut(outcome.error_message, ERROR_TEXT),
+        "consecutive_failures": failures + 1 if outcome.failed else 0,
+    }
+
+
+def last_outcome(row: Any) -> LastOutcome | None:
+    """A trigger row's last outcome, None before a firing of it finished."""
+    if row.last_finished_time is None:
+        return None
+    return LastOutcome(
+        started_time=datetime_or_none(row.last_started_time),
+        finished_time=from_millis(row.last_finished_time),
+        succeeded=row.last_outcome != FAILED,
+        error_type=row.last_error_type,
+        error_message=row.last_error_message,
+        consecutive_failures=row.consecutive_failures or 0,
+    )
+
+
+def _cut(text: str | None, width: int) -> str | None:
+    return None if text is None else text[:width]

@@ -39,6 +39,7 @@ from celery_quartz.store.records import (
     Claim,
 )
 from celery_quartz.store.schema import (
+    ERROR_TEXT,
     FiringState,
     TriggerState,
 )
@@ -327,17 +328,13 @@ class AcquisitionSql(FiringsSql, SchedulingStore):
             if task_exists(firing.job.task):
                 runnable.append(firing)
                 continue
+            reason = f"job {firing.job.key}: task {firing.job.task!r} is not registered"
             conn.execute(
                 update(t)
                 .where(self._trigger_key_clause(firing.trigger.key))
-                .values(trigger_state=TriggerState.ERROR)
+                .values(trigger_state=TriggerState.ERROR, error_reason=reason[:ERROR_TEXT])
             )
-            logger.error(
-                "trigger %s put in ERROR: job %s: task %r is not registered",
-                firing.trigger.key,
-                firing.job.key,
-                firing.job.task,
-            )
+            logger.error("trigger %s put in ERROR: %s", firing.trigger.key, reason)
         return runnable
 
     def _acquired_from_row(self, row: Row[Any], fire_instance_id: str) -> AcquiredFiring:

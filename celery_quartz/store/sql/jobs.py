@@ -368,7 +368,7 @@ class JobsSql(FiringsSql, JobStore):
                 reset += conn.execute(
                     update(t)
                     .where(self._trigger_key_clause(key), t.c.trigger_state == TriggerState.ERROR)
-                    .values(trigger_state=state)
+                    .values(trigger_state=state, error_reason=None)
                 ).rowcount
         return reset
 

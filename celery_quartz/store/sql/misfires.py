@@ -18,6 +18,7 @@ from celery_quartz.routing import (
     Router,
 )
 from celery_quartz.store.schema import (
+    ERROR_TEXT,
     FiringState,
     TriggerState,
 )
@@ -175,6 +176,6 @@ class MisfiresSql(FiringsSql):
                     self._trigger_key_clause(acquired.trigger.key),
                     t.c.trigger_state == TriggerState.ACQUIRED,
                 )
-                .values(trigger_state=TriggerState.ERROR)
+                .values(trigger_state=TriggerState.ERROR, error_reason=reason[:ERROR_TEXT])
             )
         logger.error("trigger %s put in ERROR: %s", acquired.trigger.key, reason)

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    Engine,
     and_,
     case,
+    exists,
     func,
     select,
     tuple_,
@@ -27,11 +29,13 @@ from celery_quartz.routing import (
 from celery_quartz.store.abc import StoreReader
 from celery_quartz.store.schema import (
     FiringState,
+    Tables,
     TriggerState,
 )
 from celery_quartz.store.sql._base import SqlBase
 from celery_quartz.store.sql._rows import (
     datetime_or_none,
+    last_outcome,
     same_job,
 )
 from celery_quartz.store.views import (
@@ -41,6 +45,7 @@ from celery_quartz.store.views import (
     GroupOccupancy,
     JobFilter,
     NodeView,
+    OwedTriggers,
     Page,
     StateSummary,
     TriggerFilter,
@@ -107,11 +112,76 @@ class ReadsSql(SqlBase, StoreReader):
             rows = conn.execute(
                 query.order_by(t.c.trigger_group, t.c.trigger_name).limit(limit + 1)
             ).all()
-        views = [
-            TriggerView(self._trigger_from_row(r), r.trigger_state, r.task_name)
-            for r in rows[:limit]
-        ]
+        views = [self._trigger_view(r) for r in rows[:limit]]
         return Page(views, views[-1].key if len(rows) > limit else None)
+
+    def trigger_view(self, key: TriggerKey) -> TriggerView | None:
+        t, j = self.tables.triggers, self.tables.jobs
+        with self.transaction() as conn:
+            row = conn.execute(
+                select(t, j.c.task_name)
+                .join(j, same_job(j, t))
+                .where(self._trigger_key_clause(key))
+            ).first()
+        return None if row is None else self._trigger_view(row)
+
+    def owed_triggers(
+        self, *, blocked_for: float, limit: int = 20, count_cap: int = 1000
+    ) -> OwedTriggers:
+        t, j = self.tables.triggers, self.tables.jobs
+        now = self._now()
+        # Each condition is a range of the acquisition index (state, next fire time): the lists
+        # and the capped counts read only the rows they show or count.
+        conditions = {
+            "overdue": and_(
+                t.c.trigger_state == TriggerState.WAITING,
+                t.c.next_fire_time < now - self.misfire_threshold_ms,
+            ),
+            "blocked": and_(
+                t.c.trigger_state == TriggerState.BLOCKED,
+                t.c.next_fire_time < now - int(blocked_for * 1000),
+            ),
+            "errors": t.c.trigger_state == TriggerState.ERROR,
+        }
+        lists: dict[str, list[TriggerView]] = {}
+        counts: dict[str, int] = {}
+        with self.transaction() as conn:
+            for name, condition in conditions.items():
+                rows = conn.execute(
+                    select(t, j.c.task_name)
+                    .join(j, same_job(j, t))
+                    .where(self._scoped(t), condition)
+                    # The acquisition index's own order: no sort, even when thousands of
+                    # triggers share a fire time.
+                    .order_by(t.c.next_fire_time, t.c.priority.desc())
+                    .limit(_page_size(limit))
+                ).all()
+                lists[name] = [self._trigger_view(r) for r in rows]
+                capped = (
+                    select(t.c.trigger_name)
+                    .where(self._scoped(t), condition)
+                    .limit(count_cap)
+                    .subquery()
+                )
+                counts[name] = conn.execute(select(func.count()).select_from(capped)).scalar_one()
+        return OwedTriggers(
+            overdue=lists["overdue"],
+            blocked=lists["blocked"],
+            errors=lists["errors"],
+            overdue_count=counts["overdue"],
+            blocked_count=counts["blocked"],
+            error_count=counts["errors"],
+            count_cap=count_cap,
+        )
+
+    def _trigger_view(self, row: Any) -> TriggerView:
+        return TriggerView(
+            self._trigger_from_row(row),
+            row.trigger_state,
+            row.task_name,
+            last_outcome=last_outcome(row),
+            error_reason=row.error_reason,
+        )
 
     def list_firings(
         self, filters: FiringFilter | None = None, *, after: str | None = None, limit: int = 100
@@ -271,9 +341,18 @@ class ReadsSql(SqlBase, StoreReader):
         )
         with self.transaction() as conn:
             workers = self._live_workers(conn, router, self._now())
-            groups = set(
-                conn.execute(select(t.c.execution_group).where(schedulable).distinct()).scalars()
-            )
+            groups: set[str | None] = set(conn.execute(self._schedulable_groups()).scalars())
+            # The ungrouped triggers are judged only under a limit of their own (the router
+            # skips them otherwise): no need to look for one.
+            if (
+                router.limits.limit_for(None) is not None
+                and conn.execute(
+                    select(t.c.trigger_name)
+                    .where(schedulable, t.c.execution_group.is_(None))
+                    .limit(1)
+                ).first()
+            ):
+                groups.add(None)
             pins = {
                 (r.preferred_node, r.execution_group)
                 for r in conn.execute(
@@ -283,6 +362,59 @@ class ReadsSql(SqlBase, StoreReader):
                 )
             }
         return router.unserved(groups, pins, workers)
+
+    def _schedulable_groups(self) -> Any:
+        """The execution groups with a schedulable trigger, read as a skip scan of the
+        execution-group index (one probe per group, whatever the number of triggers): the
+        distinct groups by a recursive "next group after this one", each kept if it has a
+        WAITING, ACQUIRED or BLOCKED trigger."""
+        t = self.tables.triggers
+        step, probe = t.alias("step"), t.alias("probe")
+        first = select(func.min(t.c.execution_group).label("name")).where(
+            self._scoped(t), t.c.execution_group.is_not(None)
+        )
+        found = first.cte("execution_groups", recursive=True)
+        following = (
+            select(func.min(step.c.execution_group))
+            .where(self._scoped(step), step.c.execution_group > found.c.name)
+            .scalar_subquery()
+        )
+        found = found.union_all(select(following).where(found.c.name.is_not(None)))
+        return select(found.c.name).where(
+            found.c.name.is_not(None),
+            exists().where(
+                self._scoped(probe),
+                probe.c.execution_group == found.c.name,
+                probe.c.trigger_state.in_(
+                    [TriggerState.WAITING, TriggerState.ACQUIRED, TriggerState.BLOCKED]
+                ),
+            ),
+        )
+
+
+def scheduler_names(engine: Engine, tables: Tables) -> list[str]:
+    """Every scheduler name with rows in ``tables`` (jobs, triggers or check-ins), sorted: what
+    a tool attached to the store (the dashboard) discovers before opening one store per name.
+    The one read not scoped to a scheduler name, so not a method of a store. Each table is read
+    by a skip scan of its primary key (``sched_name`` first): one probe per name, whatever the
+    number of rows."""
+    names: set[str] = set()
+    with engine.connect() as conn:
+        for table in (tables.jobs, tables.triggers, tables.scheduler_state):
+            names.update(conn.execute(_distinct_sched_names(table)).scalars())
+    return sorted(names)
+
+
+def _distinct_sched_names(table: Any) -> Any:
+    step = table.alias("step")
+    found = select(func.min(table.c.sched_name).label("name")).cte(
+        f"names_{table.name}", recursive=True
+    )
+    following = (
+        select(func.min(step.c.sched_name)).where(step.c.sched_name > found.c.name)
+    ).scalar_subquery()
+    found = found.union_all(select(following).where(found.c.name.is_not(None)))
+    return select(found.c.name).where(found.c.name.is_not(None))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store.abc import WorkerStore
 from celery_quartz.store.schema import FiringState, TriggerState
 from celery_quartz.store.sql._firings import FiringsSql
+from celery_quartz.store.sql._rows import outcome_columns
+from celery_quartz.store.views import FiringOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -226,22 +228,25 @@ class WorkerSql(FiringsSql, WorkerStore):
         *,
         job_data: dict[str, Any] | None = None,
         failed: bool = False,
+        outcome: FiringOutcome | None = None,
     ) -> bool:
         """Finish a firing: remove its row and release what waited on it (Quartz's
         ``triggeredJobComplete``). ``job_data`` is written back to a job that persists its data.
         A ``failed`` firing also gets its retry, when its trigger's retry policy grants one
         (:meth:`_schedule_retry_firing`). Returns False if the firing was not executing (already
-        done, or recovered).
+        done, or recovered). An ``outcome`` is kept on the trigger as its last one, by the
+        release's own read of the trigger (:meth:`_release_after_firing`).
 
         Race settled: completion against recovery of the same firing; the delete is conditional on
         EXECUTING, so exactly one of them acts. The retry is written in the same transaction, so a
         crash leaves either the firing in flight or the retry scheduled, never both or neither.
         """
+        failed = failed or (outcome is not None and outcome.failed)
         if (
             job_data is None
             and not failed
             and self.dialect == "postgresql"
-            and self._complete_alone(fire_instance_id)
+            and self._complete_alone(fire_instance_id, record_success=outcome is not None)
         ):
             return True
         f, j = self.tables.fired_triggers, self.tables.jobs
@@ -271,23 +276,69 @@ class WorkerSql(FiringsSql, WorkerStore):
                 # Before the release: a finished one-shot trigger is removed there, and the retry
                 # reads its policy and data (and keeps a non-durable job alive).
                 self._schedule_retry_firing(conn, row, self._now())
-            self._release_after_firing(conn, row)
+            self._release_after_firing(conn, row, outcome)
         return True
 
-    def _complete_alone(self, fire_instance_id: str) -> bool:
+    def _complete_alone(self, fire_instance_id: str, *, record_success: bool) -> bool:
         """PostgreSQL: the common completion as one statement committed on its own: the fired
         row removed when its end releases nothing (its job allows concurrent firings, and its
         trigger is not COMPLETE). False when that does not hold, or when the firing is not
         executing: the caller's transaction then does the whole completion. One round trip
-        instead of three."""
+        instead of three. With ``record_success`` the same statement keeps the success on the
+        trigger as its last outcome."""
         with self._autocommit.connect() as conn:
-            done = self._execute_compiled(
-                conn, self._complete_alone_statement, fire_id=fire_instance_id
-            ).first()
+            if record_success:
+                done = self._execute_compiled(
+                    conn,
+                    self._complete_recorded_statement,
+                    fire_id=fire_instance_id,
+                    now=self._now(),
+                ).first()
+            else:
+                done = self._execute_compiled(
+                    conn, self._complete_alone_statement, fire_id=fire_instance_id
+                ).first()
         return done is not None
 
     @functools.cached_property
     def _complete_alone_statement(self) -> tuple[str, dict[str, Any]]:
+        return self._compiled(self._complete_alone_delete)
+
+    @functools.cached_property
+    def _complete_recorded_statement(self) -> tuple[str, dict[str, Any]]:
+        """``WITH gone AS (DELETE … RETURNING …), recorded AS (UPDATE triggers … last outcome
+        FROM gone) SELECT …``: the completion and its success kept on the trigger, one
+        statement (parameters ``fire_id`` and ``now``)."""
+        t = self.tables.triggers
+        gone = self._complete_alone_delete.cte("gone")
+        success = outcome_columns(t, FiringOutcome(), None, 0)
+        recorded = (
+            update(t)
+            .where(
+                t.c.sched_name == gone.c.sched_name,
+                t.c.trigger_name == gone.c.trigger_name,
+                t.c.trigger_group == gone.c.trigger_group,
+            )
+            .values(
+                {
+                    **success,
+                    "last_started_time": gone.c.started_time,
+                    "last_finished_time": bindparam("now", type_=BigInteger),
+                }
+            )
+            .returning(t.c.trigger_name)
+            .cte("recorded")
+        )
+        return self._compiled(
+            select(
+                gone.c.fire_instance_id,
+                select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
+            )
+        )
+
+    @functools.cached_property
+    def _complete_alone_delete(self) -> Any:
+        """The fired row removed when its end releases nothing; its key and start returned."""
         f, t = self.tables.fired_triggers, self.tables.triggers
         trigger_complete = (
             select(t.c.trigger_name)
@@ -299,7 +350,7 @@ class WorkerSql(FiringsSql, WorkerStore):
             )
             .exists()
         )
-        return self._compiled(
+        return (
             delete(f)
             .where(
                 self._scoped(f),
@@ -308,5 +359,11 @@ class WorkerSql(FiringsSql, WorkerStore):
                 f.c.is_nonconcurrent.is_(False),
                 ~trigger_complete,
             )
-            .returning(f.c.fire_instance_id)
+            .returning(
+                f.c.fire_instance_id,
+                f.c.sched_name,
+                f.c.trigger_name,
+                f.c.trigger_group,
+                f.c.started_time,
+            )
         )

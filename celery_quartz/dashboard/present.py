@@ -1,0 +1,265 @@
+"""What the API returns and the pages show, as JSON-ready values: the store's views turned into
+dicts (job data redacted), and the overview's judgements (group ceilings, the leader, what is
+owed and not happening) computed from the store's reads."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from celery_quartz.config import Settings
+from celery_quartz.job import Job
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.lifecycle import SchedulerStatus
+from celery_quartz.routing import LiveWorker
+from celery_quartz.store import Store
+from celery_quartz.store.views import FiringView, LastOutcome, NodeView, TriggerView
+
+REDACTED = "***"
+
+
+class Redactor:
+    """Replaces the values under secret-looking keys (at any depth) by ``***``."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = re.compile(pattern, re.IGNORECASE) if pattern else None
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {
+                k: REDACTED
+                if self.pattern is not None and isinstance(k, str) and self.pattern.search(k)
+                else self(v)
+                for k, v in value.items()
+            }
+        if isinstance(value, (list, tuple)):
+            return [self(v) for v in value]
+        return value
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def key(k: JobKey | TriggerKey | None) -> dict[str, str] | None:
+    return None if k is None else {"group": k.group, "name": k.name}
+
+
+def outcome(o: LastOutcome | None) -> dict[str, Any] | None:
+    if o is None:
+        return None
+    return {
+        "started_time": iso(o.started_time),
+        "finished_time": iso(o.finished_time),
+        "succeeded": o.succeeded,
+        "error_type": o.error_type,
+        "error_message": o.error_message,
+        "duration": o.duration,
+        "consecutive_failures": o.consecutive_failures,
+    }
+
+
+def trigger(view: TriggerView, redact: Redactor) -> dict[str, Any]:
+    t = view.trigger
+    return {
+        "key": key(t.key),
+        "job": key(t.job_key),
+        "kind": t.kind,
+        "state": view.state,
+        "task": view.task,
+        "description": t.description,
+        "priority": t.priority,
+        "next_fire_time": iso(t.next_fire_time),
+        "previous_fire_time": iso(t.previous_fire_time),
+        "start_time": iso(t.start_at),
+        "end_time": iso(t.end_at),
+        "times_triggered": t.times_triggered,
+        "calendar": t.calendar_name,
+        "misfire_instruction": int(t.misfire_instruction),
+        "execution_group": t.execution_group,
+        # The pinned worker (None: none, or an automatic pin no worker claimed yet), and
+        # whether the pin is automatic (claimed by the first worker to start a firing).
+        "preferred_node": t.preferred_node.node,
+        "preferred_node_auto": t.preferred_node.is_automatic,
+        "retry_policy": t.retry_policy.to_string() if t.retry_policy else None,
+        "schedule": t.detail(),
+        "data": redact(t.data),
+        "last_outcome": outcome(view.last_outcome),
+        "error_reason": view.error_reason,
+    }
+
+
+def job(j: Job, redact: Redactor) -> dict[str, Any]:
+    return {
+        "key": key(j.key),
+        "task": j.task,
+        "description": j.description,
+        "args": redact(list(j.args)),
+        "kwargs": redact(dict(j.kwargs)),
+        "data": redact(dict(j.data)),
+        "options": redact(dict(j.options)),
+        "durable": j.durable,
+        "requests_recovery": j.requests_recovery,
+        "disallow_concurrent": j.disallow_concurrent,
+        "persist_job_data": j.persist_job_data,
+    }
+
+
+def firing(f: FiringView) -> dict[str, Any]:
+    return {
+        "fire_instance_id": f.fire_instance_id,
+        "trigger": key(f.trigger_key),
+        "job": key(f.job_key),
+        "state": f.state,
+        "instance_name": f.instance_name,
+        "worker_name": f.worker_name,
+        "scheduled_time": iso(f.scheduled_time),
+        "fired_time": iso(f.fired_time),
+        "published_time": iso(f.published_time),
+        "started_time": iso(f.started_time),
+        "expires_time": iso(f.expires_time),
+        "priority": f.priority,
+        "execution_group": f.execution_group,
+        "queue": f.queue,
+        "recovering": f.recovering,
+        "retry_attempt": f.retry_attempt,
+        "refire_count": f.refire_count,
+    }
+
+
+def node(n: NodeView) -> dict[str, Any]:
+    return {
+        "instance_name": n.instance_name,
+        "kind": n.kind,
+        "alive": n.alive,
+        "last_checkin_time": iso(n.last_checkin_time),
+        "checkin_interval": n.checkin_interval,
+        "started_time": iso(n.started_time),
+        "clustered": n.clustered,
+        "hostname": n.hostname,
+        "pid": n.pid,
+        "status": n.status,
+        "epoch": n.epoch,
+        "queues": n.queues,
+        "concurrency": n.concurrency,
+    }
+
+
+def nodes(store: Store, views: list[NodeView] | None = None) -> dict[str, Any]:
+    """The check-ins with their liveness, and the non-clustered leader with the current epoch:
+    the live non-clustered scheduler RUNNING at the current epoch (None in a clustered
+    deployment, or while no leader runs). ``views``: the check-ins, when already read."""
+    views = store.list_nodes() if views is None else views
+    epoch = store.current_epoch()
+    leaders = [
+        n.instance_name
+        for n in views
+        if n.kind == "scheduler"
+        and not n.clustered
+        and n.alive
+        and n.status == SchedulerStatus.RUNNING.value
+        and (n.epoch or 0) == epoch
+    ]
+    return {
+        "nodes": [node(n) for n in views],
+        "leader": leaders[0] if leaders else None,
+        "epoch": epoch,
+    }
+
+
+def groups(
+    store: Store, settings: Settings, default_queue: str, views: list[NodeView] | None = None
+) -> list[dict[str, Any]]:
+    """Each execution group: its limit and scope, its capacity now (what the live workers on
+    its queue allow, or the cluster quota), firings in flight, due triggers held back, whether
+    it is parked at its ceiling, and whether any live worker serves its queue."""
+    router = settings.router(default_queue)
+    limits = settings.limits
+    live = {
+        n.instance_name: LiveWorker(n.instance_name, frozenset(n.queues or ()), n.concurrency)
+        for n in (store.list_nodes() if views is None else views)
+        if n.kind == "worker" and n.alive
+    }
+    admission = router.admission(live, {}, {})
+    occupancy = {g.execution_group: g for g in store.group_occupancy()}
+    names: list[str | None] = sorted(
+        {*occupancy, *limits.named_groups}, key=lambda g: (g is not None, g or "")
+    )
+    rows = []
+    for group in names:
+        o = occupancy.get(group)
+        limit = limits.limit_for(group)
+        capacity = admission.capacity(group)
+        in_flight = o.in_flight if o else 0
+        queue = router.served_queue(group)
+        rows.append(
+            {
+                "execution_group": group,
+                "queue": queue,
+                "max_concurrent": None if limit is None else limit.max_concurrent,
+                "scope": None if limit is None else limit.scope.value,
+                "capacity": capacity,
+                "in_flight": in_flight,
+                "held_back": o.due_waiting if o else 0,
+                "parked": capacity is not None and in_flight >= capacity,
+                # Ungrouped and unlimited firings follow their job's own routing: not judged.
+                "served": None
+                if group is None and limit is None
+                else any(queue in w.queues for w in live.values()),
+            }
+        )
+    return rows
+
+
+def owed(
+    store: Store,
+    settings: Settings,
+    default_queue: str,
+    redact: Redactor,
+    views: list[NodeView] | None = None,
+    group_rows: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """What is owed and not happening (seed 004, "what to watch"): overdue triggers, triggers
+    BLOCKED for long, triggers in ERROR with their reason, groups parked at their ceiling with
+    work held back, dead nodes, and queues of stored triggers' groups that no live worker
+    consumes. ``views`` and ``group_rows``: the check-ins and groups, when already read."""
+    found = store.owed_triggers(blocked_for=settings.dashboard_blocked_threshold)
+    views = store.list_nodes() if views is None else views
+    if group_rows is None:
+        group_rows = groups(store, settings, default_queue, views)
+    return {
+        "overdue": [trigger(v, redact) for v in found.overdue],
+        "overdue_count": found.overdue_count,
+        "blocked": [trigger(v, redact) for v in found.blocked],
+        "blocked_count": found.blocked_count,
+        "errors": [trigger(v, redact) for v in found.errors],
+        "error_count": found.error_count,
+        "count_cap": found.count_cap,
+        "parked_groups": [g for g in group_rows if g["parked"] and g["held_back"]],
+        "dead_nodes": [node(n) for n in views if not n.alive],
+        "unserved": unserved(store, settings, default_queue),
+    }
+
+
+def unserved(store: Store, settings: Settings, default_queue: str) -> list[dict[str, Any]]:
+    """Queues of stored triggers' groups that no live worker consumes, and pinned workers that
+    do not consume their triggers' queues (best effort: judged from the workers' check-ins)."""
+    return [
+        {"execution_group": u.group, "queue": u.queue, "node": u.node, "why": u.describe()}
+        for u in store.unserved(settings.router(default_queue))
+    ]
+
+
+def overview(
+    store: Store, settings: Settings, default_queue: str, redact: Redactor
+) -> dict[str, Any]:
+    """Nodes, leader, groups and what is owed, reading the check-ins and the groups once."""
+    views = store.list_nodes()
+    group_rows = groups(store, settings, default_queue, views)
+    return {
+        **nodes(store, views),
+        "groups": group_rows,
+        "owed": owed(store, settings, default_queue, redact, views, group_rows),
+    }

@@ -1,0 +1,271 @@
+"""The HTML pages: server-rendered (Jinja2), small inline CSS and JavaScript, no asset from
+anywhere else. Every form POST carries a CSRF token bound to the session cookie; read-only mode
+shows no action and refuses every POST."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import secrets
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from celery_quartz.dashboard import api
+from celery_quartz.dashboard.actions import (
+    GROUP_ACTIONS,
+    JOB_ACTIONS,
+    TRIGGER_ACTIONS,
+    HttpError,
+    from_quartz_error,
+)
+from celery_quartz.dashboard.app import SESSION_COOKIE, TOKEN_COOKIE, Dashboard
+from celery_quartz.dashboard.auth import READ
+from celery_quartz.errors import QuartzError
+
+_env = Environment(
+    loader=PackageLoader("celery_quartz.dashboard", "templates"),
+    autoescape=select_autoescape(["html"]),
+)
+
+
+def _when(value: str | None) -> str:
+    """An ISO time as the pages show it: to the second, in UTC."""
+    if not value:
+        return "\u2013"  # an en dash
+    from datetime import datetime, timezone
+
+    moment = datetime.fromisoformat(value).astimezone(timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+_env.filters["when"] = _when
+#: The trigger actions a trigger's page offers as buttons (the API has them all).
+PAGE_TRIGGER_ACTIONS = ("pause", "resume", "reset", "unschedule")
+
+
+def csrf_token(d: Dashboard, session: str) -> str:
+    return hmac.new(d.secret_key, session.encode(), hashlib.sha256).hexdigest()
+
+
+def _session(request: Request) -> tuple[str, bool]:
+    """The session id of the request's cookie, or a new one (True: to be set)."""
+    session = request.cookies.get(SESSION_COOKIE)
+    if session and len(session) == 43:
+        return session, False
+    return secrets.token_urlsafe(32), True
+
+
+def _secure(request: Request) -> bool:
+    return request.url.scheme == "https"
+
+
+def render(
+    d: Dashboard, request: Request, template: str, status: int = 200, **context: Any
+) -> HTMLResponse:
+    session, new = _session(request)
+    principal, _ = d.principal(request, cookie=True)
+    html = _env.get_template(template).render(
+        prefix=d.prefix,
+        csrf=csrf_token(d, session),
+        principal=principal,
+        read_only=d.settings.dashboard_read_only,
+        poll=d.settings.dashboard_poll_interval,
+        quote=_quote,
+        query=_query,
+        **context,
+    )
+    response = HTMLResponse(html, status_code=status)
+    if new:
+        response.set_cookie(
+            SESSION_COOKIE,
+            session,
+            httponly=True,
+            samesite="strict",
+            secure=_secure(request),
+            path=d.prefix or "/",
+        )
+    # Forms and pages are not to be framed elsewhere (clickjacking), and load nothing foreign.
+    response.headers["X-Frame-Options"] = "DENY"
+    response.headers["Content-Security-Policy"] = (
+        "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+        "connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'"
+    )
+    return response
+
+
+def _quote(text: str) -> str:
+    from urllib.parse import quote
+
+    return quote(text, safe="")
+
+
+def _query(params: dict[str, str], **changes: str | None) -> str:
+    """``?…`` of ``params`` with ``changes`` (None removes a parameter)."""
+    merged: dict[str, str | None] = {**params, **changes}
+    return "?" + urlencode({k: v for k, v in merged.items() if v})
+
+
+def error_page(d: Dashboard, request: Request, error: HttpError) -> Response:
+    if error.status == 401:
+        return RedirectResponse(f"{d.prefix}/login?{urlencode({'next': request.url.path})}", 303)
+    return render(d, request, "error.html", status=error.status, error=error)
+
+
+async def check_csrf(d: Dashboard, request: Request) -> dict[str, Any]:
+    """The form's fields, once its CSRF token matches the session cookie's; 403 otherwise."""
+    form = await request.form()
+    session = request.cookies.get(SESSION_COOKIE)
+    sent = form.get("csrf_token")
+    if (
+        not session
+        or not isinstance(sent, str)
+        or not hmac.compare_digest(sent, csrf_token(d, session))
+    ):
+        raise HttpError(403, "csrf", "the form's CSRF token is missing or does not match")
+    return {k: v for k, v in form.items() if isinstance(v, str)}
+
+
+def routes(d: Dashboard) -> list[BaseRoute]:
+    async def page(
+        request: Request, template: str, work: Any, *args: Any, **extra: Any
+    ) -> Response:
+        scheduler = request.path_params["scheduler"]
+        target = await run_in_threadpool(d.require, request, scheduler, READ, cookie=True)
+        params = dict(request.query_params)
+        data = await run_in_threadpool(functools.partial(work, d, target, *args, params))
+        principal, _ = d.principal(request, cookie=True)
+        may_write = not d.settings.dashboard_read_only and any(
+            d.allowed(principal, scheduler, a) for a in ("pause_trigger", "resume_trigger")
+        )
+        return render(
+            d,
+            request,
+            template,
+            scheduler=scheduler,
+            schedulers=d.readable(request, cookie=True),
+            data=data,
+            params=params,
+            may_write=may_write,
+            done=request.query_params.get("done"),
+            **extra,
+        )
+
+    async def home(request: Request) -> Response:
+        names = await run_in_threadpool(d.readable, request, cookie=True)
+        principal, _ = d.principal(request, cookie=True)
+        if not names and principal is None:
+            return RedirectResponse(f"{d.prefix}/login", 303)
+        if len(names) == 1:
+            return RedirectResponse(f"{d.prefix}/s/{_quote(names[0])}/", 303)
+        return render(d, request, "home.html", schedulers=names, scheduler=None)
+
+    async def overview(request: Request) -> Response:
+        return await page(request, "overview.html", api.read_overview)
+
+    async def triggers(request: Request) -> Response:
+        return await page(
+            request, "triggers.html", api.read_triggers, states=sorted(api.TRIGGER_STATES)
+        )
+
+    async def trigger(request: Request) -> Response:
+        group, name = request.path_params["group"], request.path_params["name"]
+        return await page(
+            request, "trigger.html", api.read_trigger, group, name, actions=PAGE_TRIGGER_ACTIONS
+        )
+
+    async def firings(request: Request) -> Response:
+        return await page(request, "firings.html", api.read_firings)
+
+    async def calendars(request: Request) -> Response:
+        return await page(request, "calendars.html", api.read_calendars)
+
+    async def login(request: Request) -> Response:
+        if request.method == "GET":
+            return render(
+                d, request, "login.html", scheduler=None, next=request.query_params.get("next", "")
+            )
+        form = await check_csrf(d, request)
+        token = form.get("token", "")
+        principal = d.policy.authenticate(request.headers, token)
+        if principal is None:
+            return render(
+                d,
+                request,
+                "login.html",
+                status=401,
+                scheduler=None,
+                next=form.get("next", ""),
+                failed=True,
+            )
+        target = form.get("next", "")
+        # Only a path of this dashboard: never another site ("//host", "/\\host").
+        if not target.startswith(f"{d.prefix}/") or target[1:2] in ("/", "\\"):
+            target = f"{d.prefix}/"
+        response = RedirectResponse(target, 303)
+        response.set_cookie(
+            TOKEN_COOKIE,
+            token,
+            httponly=True,
+            samesite="strict",
+            secure=_secure(request),
+            path=d.prefix or "/",
+        )
+        return response
+
+    async def logout(request: Request) -> Response:
+        await check_csrf(d, request)
+        response = RedirectResponse(f"{d.prefix}/login", 303)
+        response.delete_cookie(TOKEN_COOKIE, path=d.prefix or "/")
+        return response
+
+    async def act(request: Request) -> Response:
+        """A form's action on a trigger, a job or a group; back to where it came from."""
+        p = request.path_params
+        kind, verb, scheduler = p["kind"], p["verb"], p["scheduler"]
+        tables: dict[str, dict[str, Any]] = {
+            "triggers": TRIGGER_ACTIONS,
+            "jobs": JOB_ACTIONS,
+            "groups": GROUP_ACTIONS,
+        }
+        table = tables.get(kind, {})
+        if verb not in table or (kind == "groups") == ("name" in p):
+            raise HttpError(404, "not_found", f"no action {verb!r} on {kind}")
+        form = await check_csrf(d, request)
+        action, work = table[verb]
+        target = await run_in_threadpool(d.require, request, scheduler, action, cookie=True)
+        body: dict[str, Any] = {}
+        if verb == "preferred-node":
+            body = {"preferred_node": form.get("preferred_node") or None}
+        try:
+            if kind == "groups":
+                await run_in_threadpool(work, target.client, p["group"])
+            else:
+                await run_in_threadpool(work, target.client, p["group"], p["name"], body)
+        except QuartzError as error:
+            raise from_quartz_error(error) from None
+        back = form.get("back", "")
+        if not back.startswith(f"{d.prefix}/s/"):
+            back = f"{d.prefix}/s/{_quote(scheduler)}/"
+        sep = "&" if "?" in back else "?"
+        return RedirectResponse(f"{back}{sep}{urlencode({'done': f'{kind} {verb}'})}", 303)
+
+    s = "/s/{scheduler}"
+    return [
+        Route("/", home),
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route(f"{s}/", overview),
+        Route(f"{s}/triggers", triggers),
+        Route(f"{s}/triggers/{{group}}/{{name}}", trigger),
+        Route(f"{s}/firings", firings),
+        Route(f"{s}/calendars", calendars),
+        Route(f"{s}/{{kind}}/{{group}}/{{name}}/{{verb}}", act, methods=["POST"]),
+        Route(f"{s}/{{kind}}/{{group}}/{{verb}}", act, methods=["POST"]),
+    ]

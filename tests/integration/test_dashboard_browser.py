@@ -1,0 +1,203 @@
+"""The dashboard in a real browser (Debian's headless Chromium, driven by Playwright): the
+overview loads, a trigger is paused through its page and shows PAUSED, and read-only mode shows
+no action and refuses a form's POST. Screenshots land in the test's tmp_path (and, with
+``CQ_DOCS_SCREENSHOT=path``, the overview is also saved there, as docs/dashboard.png was)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
+from celery_quartz.dashboard import create_app
+from celery_quartz.store import TriggerState
+from celery_quartz.triggers import CronTrigger
+from tests.integration import ledger_app
+from tests.integration.dashboard_helpers import ADMIN, settings
+from tests.integration.processes import processes, wait_for
+from tests.services import ServiceBinaryNotFound, find_chromium, free_port
+
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    """A fresh headless Chromium context (the system binary; nothing is downloaded)."""
+    try:
+        executable = find_chromium()
+    except ServiceBinaryNotFound as missing:
+        pytest.skip(str(missing))  # a failure under CQ_REQUIRE_SERVICES=1 (tests/conftest.py)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=str(executable),
+            args=CHROMIUM_ARGS,
+            headless=True,
+            viewport={"width": 1280, "height": 900},
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@contextlib.contextmanager
+def serve(url: str, **changes: Any) -> Iterator[str]:
+    """The dashboard of ``url``'s store on a local port, in a thread; yields its base URL."""
+    port = free_port()
+    app = create_app(ledger_app.app, settings=settings(url, dashboard_poll_interval=1, **changes))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "the dashboard did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _schedule(url: str) -> Quartz:
+    store = ledger_app.prepared_store(url)
+    quartz = Quartz(ledger_app.app, store=store)
+    now = datetime.now(timezone.utc)
+    quartz.schedule_jobs(
+        [
+            (
+                Job(
+                    key=JobKey("nightly-report", "reports"),
+                    task="ledger.noop",
+                    durable=True,
+                    data={"recipient": "ops@example.com", "smtp_password": "hunter2"},
+                ),
+                [
+                    CronTrigger(
+                        key=TriggerKey("nightly", "reports"),
+                        expression="0 0 2 * * ?",
+                        time_zone="Europe/Helsinki",
+                    )
+                ],
+            ),
+            (
+                Job(key=JobKey("heartbeat", "ops"), task="ledger.noop"),
+                [
+                    SimpleTrigger(
+                        key=TriggerKey("every-2s", "ops"),
+                        start_at=now,
+                        repeat_count=-1,
+                        repeat_interval=timedelta(seconds=2),
+                        execution_group="reindex",
+                    )
+                ],
+            ),
+        ]
+    )
+    return quartz
+
+
+def _log_in(page: Any, base: str) -> None:
+    page.goto(f"{base}/login")
+    page.fill("input[name=token]", ADMIN)
+    page.click("#login")
+    page.wait_for_url(f"{base}/s/ledger_app/")
+
+
+def test_the_overview_loads_and_a_trigger_is_paused_through_its_page(
+    pg_url: str, redis_url: str, tmp_path: Path, browser: Any
+) -> None:
+    quartz = _schedule(pg_url)
+    env = ledger_app.environment(
+        pg_url,
+        redis_url,
+        IDLE_WAIT="0.5",
+        CHECKIN_INTERVAL="1",
+        CHECKIN_THRESHOLD="1",
+        EXECUTION_LIMITS='{"reindex": 1}',
+    )
+    with processes(tmp_path, env) as procs:
+        procs.beat("beat1")
+        procs.worker("w1", concurrency=2, queues="celery,reindex")
+        wait_for(
+            lambda: (
+                (quartz.get_trigger(TriggerKey("every-2s", "ops")) or _NONE).times_triggered >= 2
+            ),
+            timeout=60,
+            message="the heartbeat firing",
+        )
+        with serve(pg_url, execution_limits={"reindex": 1}) as base:
+            page = browser.new_page()
+            _log_in(page, base)
+            page.wait_for_selector("text=What is owed and not happening")
+            page.wait_for_selector("text=w1@")  # the worker's check-in, alive
+            page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
+            if os.environ.get("CQ_DOCS_SCREENSHOT"):
+                page.screenshot(path=os.environ["CQ_DOCS_SCREENSHOT"], full_page=True)
+
+            page.click("text=Triggers")
+            page.click("text=reports.nightly")
+            assert page.inner_text("#trigger-state") == TriggerState.WAITING
+            assert "hunter2" not in page.content()
+            page.click("#action-pause")
+            page.wait_for_selector("#flash")
+            assert page.inner_text("#trigger-state") == TriggerState.PAUSED
+            assert page.locator("#action-resume").count() == 1
+            page.screenshot(path=str(tmp_path / "paused.png"), full_page=True)
+
+            page.set_viewport_size({"width": 390, "height": 844})  # a phone
+            page.reload()
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 390, f"the page is {width}px wide on a 390px screen"
+            page.screenshot(path=str(tmp_path / "narrow.png"), full_page=True)
+    assert quartz.get_trigger_state(TriggerKey("nightly", "reports")) == TriggerState.PAUSED
+
+
+class _NONE:
+    times_triggered = 0
+
+
+def test_read_only_mode_shows_no_action_and_refuses_a_forms_post(
+    pg_url: str, tmp_path: Path, browser: Any
+) -> None:
+    quartz = _schedule(pg_url)
+    with serve(pg_url, dashboard_read_only=True) as base:
+        page = browser.new_page()
+        _log_in(page, base)
+        page.goto(f"{base}/s/ledger_app/triggers/reports/nightly")
+        assert page.locator("#read-only").count() == 1
+        assert page.locator("#actions").count() == 0
+        assert page.locator("button:has-text('Pause')").count() == 0
+        page.screenshot(path=str(tmp_path / "read-only.png"), full_page=True)
+        # The form the page would have had, posted by the page itself with its CSRF token.
+        status = page.evaluate(
+            """async () => {
+                const token = document.querySelector("input[name=csrf_token]").value;
+                const body = new URLSearchParams({csrf_token: token});
+                const r = await fetch(location.pathname + "/pause", {method: "POST", body});
+                return r.status;
+            }"""
+        )
+        assert status == 403
+    assert quartz.get_trigger_state(TriggerKey("nightly", "reports")) == TriggerState.WAITING

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from celery_quartz.cli_ops import OPERATOR_COMMANDS
 from celery_quartz.clock import from_millis
 from celery_quartz.config import Settings
 from celery_quartz.store import migrate, open_store
@@ -26,7 +27,71 @@ def _settings(ctx: click.Context) -> Settings:
     return Settings.from_app(app)
 
 
-@click.group(name="quartz")
+class _QuartzGroup(click.Group):
+    """Every verb's errors, translated in one place: a store that cannot be reached, tables
+    not created, a bad URL and our own errors become one line naming the problem (exit 1),
+    never a traceback; the traceback goes to the debug log."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as error:
+            logger.debug("quartz command failed", exc_info=error)
+            click.echo(f"error: {describe_error(error, ctx)}", err=True)
+            ctx.exit(1)
+
+
+def describe_error(error: BaseException, ctx: click.Context | None = None) -> str:
+    """One line naming what went wrong, for an operator."""
+    from sqlalchemy import exc as sa_exc
+
+    from celery_quartz.errors import QuartzError
+
+    url = _shown_url(ctx)
+    if isinstance(error, (sa_exc.OperationalError, sa_exc.ProgrammingError)):
+        cause = " ".join(str(getattr(error, "orig", error) or error).split())
+        if _missing_table(cause):
+            return (
+                f"the store's tables are missing at {url} ({cause}); create them with "
+                f"`celery -A <app> quartz schema upgrade`"
+            )
+        return f"cannot use the store at {url}: {cause}"
+    if isinstance(error, (sa_exc.ArgumentError, sa_exc.NoSuchModuleError)):
+        return f"quartz_store_url {url} is not usable: {' '.join(str(error).split())}"
+    if isinstance(error, sa_exc.DBAPIError):
+        cause = " ".join(str(getattr(error, "orig", error) or error).split())
+        return f"the store at {url} refused: {cause}"
+    if isinstance(error, QuartzError):
+        return " ".join(str(error).split())
+    return " ".join(f"{type(error).__name__}: {error}".split())
+
+
+def _missing_table(cause: str) -> bool:
+    lowered = cause.lower()
+    # SQLite: "no such table: quartz_…"; PostgreSQL: 'relation "quartz_…" does not exist'.
+    return "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered)
+
+
+def _shown_url(ctx: click.Context | None) -> str:
+    """The store URL without its password, or a neutral word when the settings do not read."""
+    try:
+        app = ctx.find_root().obj.app if ctx is not None else None
+        url = str(app.conf.get("quartz_store_url") or Settings.store_url) if app else ""
+    except Exception:
+        return "the configured store"
+    if not url:
+        return "the configured store"
+    try:
+        from sqlalchemy.engine import make_url
+
+        return repr(make_url(url).render_as_string(hide_password=True))
+    except Exception:
+        return repr(url)
+
+
+@click.group(name="quartz", cls=_QuartzGroup)
 def quartz() -> None:
     """celery-quartz: the clustered scheduler's store and state."""
 
@@ -105,10 +170,7 @@ def status(ctx: click.Context) -> None:
 def _fail(ctx: click.Context, error: BaseException) -> None:
     """One line naming the problem, exit code 1; the traceback only in the debug log."""
     logger.debug("quartz command failed", exc_info=error)
-    from celery_quartz.errors import QuartzError
-
-    message = str(error) if isinstance(error, QuartzError) else f"{type(error).__name__}: {error}"
-    click.echo(f"error: {' '.join(message.split())}", err=True)
+    click.echo(f"error: {describe_error(error, ctx)}", err=True)
     ctx.exit(1)
 
 
@@ -172,3 +234,9 @@ def export(ctx: click.Context, format_: str | None, output: str | None) -> None:
                 handle.write(text)
     except Exception as error:  # one line, never a traceback
         _fail(ctx, error)
+
+
+# The operators' verbs (list, pause, resume, pin, preview fire times, import) live in their own
+# module, so this one stays the group, its error translation and the schema's commands.
+for _command in OPERATOR_COMMANDS:
+    quartz.add_command(_command)

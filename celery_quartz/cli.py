@@ -240,3 +240,56 @@ def export(ctx: click.Context, format_: str | None, output: str | None) -> None:
 # module, so this one stays the group, its error translation and the schema's commands.
 for _command in OPERATOR_COMMANDS:
     quartz.add_command(_command)
+
+
+# -- importers --------------------------------------------------------------------------------
+
+
+@quartz.group(name="import")
+def import_() -> None:
+    """Import another scheduler's periodic tasks (see docs/migrating.md)."""
+
+
+def _run_import(
+    ctx: click.Context, source: str, group: str, read: Any, dry_run: bool, as_json: bool
+) -> None:
+    """Read the source, then apply (or, with ``dry_run``, show) the import; one transaction."""
+    from celery_quartz.clock import SystemClock
+    from celery_quartz.importers import run_import
+
+    app = ctx.find_root().obj.app
+    settings = _settings(ctx)
+    now = SystemClock().now()
+    entries = read(now)
+    store = open_store(settings, upgrade_schema=True)
+    try:
+        report = run_import(
+            app, store, source=source, group=group, entries=entries, now=now, dry_run=dry_run
+        )
+    finally:
+        store.dispose()
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+        return
+    for line in report.lines():
+        click.echo(line)
+    click.echo(("would change " if dry_run else "") + report.summary())
+
+
+@import_.command(name="django-celery-beat")
+@click.option("--url", required=True, help="SQLAlchemy URL of django-celery-beat's database.")
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def import_django_celery_beat(ctx: click.Context, url: str, dry_run: bool, as_json: bool) -> None:
+    """Import django-celery-beat's periodic tasks into the group django_celery_beat."""
+    from celery_quartz.importers import django_celery_beat as source
+
+    def read(now: Any) -> Any:
+        engine = source.open_source(url)
+        try:
+            return source.read_entries(engine, now)
+        finally:
+            engine.dispose()
+
+    _run_import(ctx, "django-celery-beat", source.GROUP, read, dry_run, as_json)

@@ -293,3 +293,32 @@ def import_django_celery_beat(ctx: click.Context, url: str, dry_run: bool, as_js
             engine.dispose()
 
     _run_import(ctx, "django-celery-beat", source.GROUP, read, dry_run, as_json)
+
+
+@import_.command(name="redbeat")
+@click.option("--redis-url", help="Redis URL (default: the app's redbeat_redis_url or broker).")
+@click.option("--key-prefix", default="redbeat:", show_default=True, help="redbeat_key_prefix.")
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def import_redbeat(
+    ctx: click.Context, redis_url: str | None, key_prefix: str, dry_run: bool, as_json: bool
+) -> None:
+    """Import celery-redbeat's entries into the group redbeat."""
+    from celery_quartz.importers import redbeat as source
+
+    app = ctx.find_root().obj.app
+    url = redis_url or app.conf.get("redbeat_redis_url") or app.conf.broker_url
+    if not url or not str(url).startswith(("redis://", "rediss://", "unix://")):
+        raise click.UsageError(f"give --redis-url (no Redis URL configured: {url!r})")
+
+    def read(now: Any) -> Any:
+        import redis
+
+        client = redis.Redis.from_url(url)
+        try:
+            return source.read_entries(client, key_prefix, str(app.conf.timezone or "UTC"))
+        finally:
+            client.close()
+
+    _run_import(ctx, "redbeat", source.GROUP, read, dry_run, as_json)

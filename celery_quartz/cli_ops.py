@@ -391,6 +391,8 @@ def nodes(ctx: click.Context, kind: str | None, check: bool, as_json: bool) -> N
         views = [v for v in store.list_nodes() if kind is None or v.kind == kind]
     if as_json:
         click.echo(json.dumps({"items": [node_dict(v) for v in views]}, indent=2))
+    elif not views:
+        click.echo("no scheduler or worker has checked in")
     else:
         _table(
             ["kind", "instance", "alive", "last check-in", "host", "pid", "queues"],

@@ -196,3 +196,49 @@ def test_fire_times_of_a_stored_trigger(app: Celery) -> None:
     assert result.exit_code == 0, result.output
     times = json.loads(result.output)["fire_times_utc"]
     assert len(times) == 3  # the first and two repeats
+
+
+def test_firings_lists_what_is_in_flight(app: Celery) -> None:
+    from datetime import datetime, timezone
+
+    client = Quartz(app)
+    now = datetime.now(timezone.utc)
+    client.schedule_job(
+        Job(key=JobKey("once"), task="tasks.report"),
+        SimpleTrigger(
+            key=TriggerKey("once"), start_at=now, repeat_count=0, repeat_interval=timedelta(0)
+        ),
+    )
+    store = client.store
+    acquired = store.acquire_next_triggers(
+        "node-a", no_later_than=now + timedelta(seconds=1), max_count=10, time_window=0
+    )
+    fired = store.fire("node-a", acquired)
+    store.dispose()
+    result = run(app, "firings", "--scheduler", "node-a", "--json")
+    assert result.exit_code == 0, result.output
+    items = json.loads(result.output)["items"]
+    assert [(f["fire_instance_id"], f["trigger_name"]) for f in items] == [
+        (fired[0].fire_instance_id, "once")
+    ]
+    assert run(app, "firings", "--scheduler", "node-b", "--json").output.count("fire_instance") == 0
+
+
+def test_nodes_shows_liveness_and_check_fails_on_a_dead_one(app: Celery) -> None:
+    from celery_quartz.clock import FakeClock
+    from celery_quartz.config import Settings
+    from celery_quartz.store import open_store
+
+    long_ago = open_store(Settings.from_app(app), clock=FakeClock(), upgrade_schema=True)
+    long_ago.check_in("celery@gone", interval=1, kind="worker", queues=["celery"])
+    long_ago.dispose()
+    store = open_store(Settings.from_app(app))
+    store.check_in("node-a", interval=60, hostname="h1", pid=42)
+    store.dispose()
+    nodes = {n["instance_name"]: n for n in json.loads(run(app, "nodes", "--json").output)["items"]}
+    assert nodes["node-a"]["alive"] is True
+    assert nodes["celery@gone"]["alive"] is False
+    assert run(app, "nodes", "--kind", "scheduler", "--check").exit_code == 0
+    result = run(app, "nodes", "--check")
+    assert result.exit_code == 1
+    assert "NO" in result.output

@@ -16,6 +16,7 @@ import click
 from celery_quartz.cli_ops import OPERATOR_COMMANDS
 from celery_quartz.clock import from_millis
 from celery_quartz.config import Settings
+from celery_quartz.errors import ConfigurationError
 from celery_quartz.store import migrate, open_store
 from celery_quartz.store.engine import create_store_engine
 
@@ -286,9 +287,17 @@ def import_django_celery_beat(ctx: click.Context, url: str, dry_run: bool, as_js
     from celery_quartz.importers import django_celery_beat as source
 
     def read(now: Any) -> Any:
+        from sqlalchemy.exc import DBAPIError
+
         engine = source.open_source(url)
         try:
             return source.read_entries(engine, now)
+        except DBAPIError as error:  # named as the source's, not the store's (describe_error)
+            shown = engine.url.render_as_string(hide_password=True)
+            cause = " ".join(str(error.orig or error).split())
+            raise ConfigurationError(
+                f"cannot read django-celery-beat at {shown!r}: {cause}"
+            ) from None
         finally:
             engine.dispose()
 
@@ -318,7 +327,23 @@ def import_redbeat(
         client = redis.Redis.from_url(url)
         try:
             return source.read_entries(client, key_prefix, str(app.conf.timezone or "UTC"))
+        except redis.RedisError as error:
+            shown = _without_password(str(url))
+            raise ConfigurationError(
+                f"cannot read redbeat's entries at {shown!r}: {error}"
+            ) from None
         finally:
             client.close()
 
     _run_import(ctx, "redbeat", source.GROUP, read, dry_run, as_json)
+
+
+def _without_password(url: str) -> str:
+    """A URL as it may be printed: its password replaced by ``***``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

@@ -179,7 +179,7 @@ def build(
             if first_fire is None:
                 raise ValidationError("a one-off task whose schedule never fires")
             trigger = _once(trigger_key, first_fire)
-    trigger.description = trigger.description or entry.description
+    trigger.description = entry.description
     trigger.end_at = entry.end_at
     trigger.job_key = key
     trigger.validate()

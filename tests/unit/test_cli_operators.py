@@ -242,3 +242,14 @@ def test_nodes_shows_liveness_and_check_fails_on_a_dead_one(app: Celery) -> None
     result = run(app, "nodes", "--check")
     assert result.exit_code == 1
     assert "NO" in result.output
+
+
+def test_an_unreachable_import_source_is_named_as_the_source(app: Celery) -> None:
+    result = run(
+        app, "import", "django-celery-beat", "--url", "postgresql://u:pw@127.0.0.1:1/django"
+    )
+    assert result.exit_code == 1
+    assert result.output.startswith("error: cannot read django-celery-beat at 'postgresql://u:***@")
+    redbeat = run(app, "import", "redbeat", "--redis-url", "redis://:pw@127.0.0.1:1/0")
+    assert redbeat.exit_code == 1
+    assert redbeat.output.startswith("error: cannot read redbeat's entries at 'redis://:***@")

@@ -22,6 +22,7 @@ from celery_quartz.cli import quartz
 from celery_quartz.config import Settings
 from celery_quartz.keys import TriggerKey
 from celery_quartz.store import open_store
+from celery_quartz.triggers.base import Trigger
 from tests.services import PostgresServer
 
 UTC = timezone.utc
@@ -137,6 +138,8 @@ def _create_tasks(alias: str, now: datetime) -> None:
     create(name="tomorrow once", task="tasks.once", clocked=tomorrow, one_off=True)
     create(name="at sunrise", task="tasks.report", solar=sunrise)
     create(name="both days", task="tasks.report", crontab=both_days)
+    create(name="expired", task="tasks.report", crontab=weekdays, expires=now - timedelta(days=1))
+    create(name="next quarter once", task="tasks.once", crontab=quarterly, one_off=True)
     create(
         name="with headers",
         task="tasks.report",
@@ -156,13 +159,18 @@ def _celery_times(schedule: Any, last_run: datetime, count: int) -> list[datetim
     return times
 
 
-def _quartz_times(app: Celery, name: str, group: str, count: int) -> list[datetime]:
+def _stored(app: Celery, name: str, group: str) -> Trigger:
     store = open_store(Settings.from_app(app))
     try:
         trigger = store.retrieve_trigger(TriggerKey(name, group))
     finally:
         store.dispose()
     assert trigger is not None, name
+    return trigger
+
+
+def _quartz_times(app: Celery, name: str, group: str, count: int) -> list[datetime]:
+    trigger = _stored(app, name, group)
     times = []
     while trigger.next_fire_time is not None and len(times) < count:
         times.append(trigger.next_fire_time)
@@ -185,12 +193,14 @@ def test_tasks_import_with_django_celery_beat_fire_times(
     report = json.loads(dry.output)
     assert sorted(report["added"]) == [
         "every 90 minutes",
+        "next quarter once",
         "paused report",
         "quarter hour",
         "tomorrow once",
         "weekday report",
     ]
-    assert sorted(report["skipped"]) == ["at sunrise", "both days", "with headers"]
+    assert sorted(report["skipped"]) == ["at sunrise", "both days", "expired", "with headers"]
+    assert report["skipped"]["expired"].startswith("expired at")
     assert "solar" in report["skipped"]["at sunrise"]
     assert "day_of_week" in report["skipped"]["both days"]
     assert "headers" in report["skipped"]["with headers"]
@@ -198,16 +208,24 @@ def test_tasks_import_with_django_celery_beat_fire_times(
     assert json.loads(empty.output)["items"] == []  # the dry run wrote nothing
 
     applied = run(app, "import", "django-celery-beat", "--url", url)
+    imported = datetime.now(UTC)
     assert applied.exit_code == 0, applied.output
-    assert "5 added" in applied.output.splitlines()[-1]
+    assert "6 added" in applied.output.splitlines()[-1]
 
     tasks = {t.name: t for t in PeriodicTask.objects.using(alias).all()}
     for name in ("weekday report", "quarter hour"):
-        expected = _celery_times(tasks[name].schedule, now, 6)
+        # From when the import stored the trigger, as django-celery-beat would count from then.
+        imported_at = _stored(app, name, "django_celery_beat").start_at
+        assert imported_at is not None and imported_at >= now
+        expected = _celery_times(tasks[name].schedule, imported_at, 6)
         assert _quartz_times(app, name, "django_celery_beat", 6) == expected, name
     interval = tasks["every 90 minutes"]
     expected = _celery_times(interval.schedule, interval.last_run_at, 4)
     assert _quartz_times(app, "every 90 minutes", "django_celery_beat", 4) == expected
+    # Once, at the next quarter hour after the import (which ran between now and imported).
+    once = tasks["next quarter once"].schedule
+    possible = [_celery_times(once, now, 1), _celery_times(once, imported, 1)]
+    assert _quartz_times(app, "next quarter once", "django_celery_beat", 3) in possible
     assert _quartz_times(app, "tomorrow once", "django_celery_beat", 3) == [
         now + timedelta(days=1)
     ]

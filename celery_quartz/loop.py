@@ -370,8 +370,9 @@ class SchedulingLoop:
         if self.cluster.check_in_due(now):
             self.cluster.check_in()
             self._recover()
-        if self.scheduling_files is not None:
-            # Beside the check-in, so a database error here is retried like the step's own.
+        if self.scheduling_files is not None and self.status is SchedulerStatus.RUNNING:
+            # Beside the check-in, so a database error here is retried like the step's own;
+            # only while running: a standby (a non-clustered follower) writes nothing.
             self.scheduling_files.maybe_reload()
         if self._next_misfire_scan is not None and now >= self._next_misfire_scan:
             self._scan_misfires(now)

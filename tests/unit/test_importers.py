@@ -10,7 +10,7 @@ from celery import Celery
 from celery.schedules import crontab, schedule
 
 from celery_quartz.clock import FakeClock
-from celery_quartz.importers import SourceEntry, run_import
+from celery_quartz.importers import ImportReport, SourceEntry, run_import
 from celery_quartz.importers.redbeat import _entry as redbeat_entry
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store import MemoryStore
@@ -30,7 +30,9 @@ def _entry(name: str, **fields: object) -> SourceEntry:
     return SourceEntry(name=name, **values)
 
 
-def _import(app: Celery, store: MemoryStore, entries: list[SourceEntry], dry_run: bool = False):  # type: ignore[no-untyped-def]
+def _import(
+    app: Celery, store: MemoryStore, entries: list[SourceEntry], dry_run: bool = False
+) -> ImportReport:
     return run_import(
         app, store, source="test", group=GROUP, entries=entries, now=T0, dry_run=dry_run
     )

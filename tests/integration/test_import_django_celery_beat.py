@@ -171,7 +171,7 @@ def _stored(app: Celery, name: str, group: str) -> Trigger:
 
 def _quartz_times(app: Celery, name: str, group: str, count: int) -> list[datetime]:
     trigger = _stored(app, name, group)
-    times = []
+    times: list[datetime] = []
     while trigger.next_fire_time is not None and len(times) < count:
         times.append(trigger.next_fire_time)
         trigger.triggered()

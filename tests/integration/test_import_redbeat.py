@@ -100,7 +100,7 @@ def _quartz_times(app: Celery, name: str, group: str, count: int) -> list[dateti
     finally:
         store.dispose()
     assert trigger is not None, name
-    times = []
+    times: list[datetime] = []
     while trigger.next_fire_time is not None and len(times) < count:
         times.append(trigger.next_fire_time)
         trigger.triggered()

@@ -1,8 +1,8 @@
 """``celery beat -S celery_quartz.Scheduler``: a thin adapter from beat's ``tick()`` to our loop.
 
 Everything that decides what fires lives in :class:`~celery_quartz.loop.SchedulingLoop`; this
-class only builds it from the app's ``quartz_*`` settings, imports ``beat_schedule`` at start,
-and hands beat the number of seconds to sleep.
+class only builds it from the app's ``quartz_*`` settings, imports ``beat_schedule`` and loads
+the scheduling files at start, and hands beat the number of seconds to sleep.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from celery_quartz.leadership import SchedulerLeadership
 from celery_quartz.lifecycle import SchedulerStatus, check_clustering
 from celery_quartz.loop import SchedulingLoop
 from celery_quartz.publisher import Publisher
+from celery_quartz.scheduling_files import SchedulingFilesWatcher
 from celery_quartz.store import open_store
 
 logger = logging.getLogger(__name__)
@@ -57,6 +58,17 @@ class Scheduler(beat.Scheduler):
                 self.app, store, self._clock, entries, max_data_bytes=settings.max_job_data_bytes
             )
         self.data = {}
+        # Scheduling files (quartz_scheduling_files) after beat_schedule, before the loop: a bad
+        # file stops the start. Every node loads them; the load is one transaction under the
+        # TRIGGER_ACCESS lock and idempotent, so they are applied once per cluster.
+        watcher = SchedulingFilesWatcher(
+            self.app,
+            store,
+            settings.scheduling_file_paths,
+            scan_interval=settings.scheduling_files_scan_interval,
+            clock=self._clock,
+        )
+        watcher.load_at_start()
         self.loop = SchedulingLoop(
             store,
             Publisher(self.app, batch_size=settings.batch_size, clock=self._clock),
@@ -65,6 +77,7 @@ class Scheduler(beat.Scheduler):
             settings.resolve_instance_id(),
             task_exists=self.app.tasks.__contains__,
             router=settings.router(self.app.conf.task_default_queue or "celery"),
+            scheduling_files=watcher if watcher.paths else None,
         )
         if settings.election:
             # Built, initialised and bound, left in CREATED: the election starts it.

@@ -13,8 +13,10 @@ from typing import Any
 
 import click
 
+from celery_quartz.cli_ops import OPERATOR_COMMANDS
 from celery_quartz.clock import from_millis
 from celery_quartz.config import Settings
+from celery_quartz.errors import ConfigurationError
 from celery_quartz.store import migrate, open_store
 from celery_quartz.store.engine import create_store_engine
 
@@ -26,7 +28,71 @@ def _settings(ctx: click.Context) -> Settings:
     return Settings.from_app(app)
 
 
-@click.group(name="quartz")
+class _QuartzGroup(click.Group):
+    """Every verb's errors, translated in one place: a store that cannot be reached, tables
+    not created, a bad URL and our own errors become one line naming the problem (exit 1),
+    never a traceback; the traceback goes to the debug log."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as error:
+            logger.debug("quartz command failed", exc_info=error)
+            click.echo(f"error: {describe_error(error, ctx)}", err=True)
+            ctx.exit(1)
+
+
+def describe_error(error: BaseException, ctx: click.Context | None = None) -> str:
+    """One line naming what went wrong, for an operator."""
+    from sqlalchemy import exc as sa_exc
+
+    from celery_quartz.errors import QuartzError
+
+    url = _shown_url(ctx)
+    if isinstance(error, (sa_exc.OperationalError, sa_exc.ProgrammingError)):
+        cause = " ".join(str(getattr(error, "orig", error) or error).split())
+        if _missing_table(cause):
+            return (
+                f"the store's tables are missing at {url} ({cause}); create them with "
+                f"`celery -A <app> quartz schema upgrade`"
+            )
+        return f"cannot use the store at {url}: {cause}"
+    if isinstance(error, (sa_exc.ArgumentError, sa_exc.NoSuchModuleError)):
+        return f"quartz_store_url {url} is not usable: {' '.join(str(error).split())}"
+    if isinstance(error, sa_exc.DBAPIError):
+        cause = " ".join(str(getattr(error, "orig", error) or error).split())
+        return f"the store at {url} refused: {cause}"
+    if isinstance(error, QuartzError):
+        return " ".join(str(error).split())
+    return " ".join(f"{type(error).__name__}: {error}".split())
+
+
+def _missing_table(cause: str) -> bool:
+    lowered = cause.lower()
+    # SQLite: "no such table: quartz_…"; PostgreSQL: 'relation "quartz_…" does not exist'.
+    return "no such table" in lowered or ("relation" in lowered and "does not exist" in lowered)
+
+
+def _shown_url(ctx: click.Context | None) -> str:
+    """The store URL without its password, or a neutral word when the settings do not read."""
+    try:
+        app = ctx.find_root().obj.app if ctx is not None else None
+        url = str(app.conf.get("quartz_store_url") or Settings.store_url) if app else ""
+    except Exception:
+        return "the configured store"
+    if not url:
+        return "the configured store"
+    try:
+        from sqlalchemy.engine import make_url
+
+        return repr(make_url(url).render_as_string(hide_password=True))
+    except Exception:
+        return repr(url)
+
+
+@click.group(name="quartz", cls=_QuartzGroup)
 def quartz() -> None:
     """celery-quartz: the clustered scheduler's store and state."""
 
@@ -105,10 +171,7 @@ def status(ctx: click.Context) -> None:
 def _fail(ctx: click.Context, error: BaseException) -> None:
     """One line naming the problem, exit code 1; the traceback only in the debug log."""
     logger.debug("quartz command failed", exc_info=error)
-    from celery_quartz.errors import QuartzError
-
-    message = str(error) if isinstance(error, QuartzError) else f"{type(error).__name__}: {error}"
-    click.echo(f"error: {' '.join(message.split())}", err=True)
+    click.echo(f"error: {describe_error(error, ctx)}", err=True)
     ctx.exit(1)
 
 
@@ -232,3 +295,115 @@ def dashboard(
         forwarded_allow_ips=settings.dashboard_forwarded_allow_ips,
         log_level="info",
     )
+
+
+# The operators' verbs (list, pause, resume, pin, preview fire times, import) live in their own
+# module, so this one stays the group, its error translation and the schema's commands.
+for _command in OPERATOR_COMMANDS:
+    quartz.add_command(_command)
+
+
+# -- importers --------------------------------------------------------------------------------
+
+
+@quartz.group(name="import")
+def import_() -> None:
+    """Import another scheduler's periodic tasks (see docs/migrating.md)."""
+
+
+def _run_import(
+    ctx: click.Context, source: str, group: str, read: Any, dry_run: bool, as_json: bool
+) -> None:
+    """Read the source, then apply (or, with ``dry_run``, show) the import; one transaction."""
+    from celery_quartz.clock import SystemClock
+    from celery_quartz.importers import run_import
+
+    app = ctx.find_root().obj.app
+    settings = _settings(ctx)
+    now = SystemClock().now()
+    entries = read(now)
+    store = open_store(settings, upgrade_schema=True)
+    try:
+        report = run_import(
+            app, store, source=source, group=group, entries=entries, now=now, dry_run=dry_run
+        )
+    finally:
+        store.dispose()
+    if as_json:
+        click.echo(json.dumps(report.as_dict(), indent=2))
+        return
+    for line in report.lines():
+        click.echo(line)
+    click.echo(("would change " if dry_run else "") + report.summary())
+
+
+@import_.command(name="django-celery-beat")
+@click.option("--url", required=True, help="SQLAlchemy URL of django-celery-beat's database.")
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def import_django_celery_beat(ctx: click.Context, url: str, dry_run: bool, as_json: bool) -> None:
+    """Import django-celery-beat's periodic tasks into the group django_celery_beat."""
+    from celery_quartz.importers import django_celery_beat as source
+
+    def read(now: Any) -> Any:
+        from sqlalchemy.exc import DBAPIError
+
+        engine = source.open_source(url)
+        try:
+            return source.read_entries(engine, now)
+        except DBAPIError as error:  # named as the source's, not the store's (describe_error)
+            shown = engine.url.render_as_string(hide_password=True)
+            cause = " ".join(str(error.orig or error).split())
+            raise ConfigurationError(
+                f"cannot read django-celery-beat at {shown!r}: {cause}"
+            ) from None
+        finally:
+            engine.dispose()
+
+    _run_import(ctx, "django-celery-beat", source.GROUP, read, dry_run, as_json)
+
+
+@import_.command(name="redbeat")
+@click.option("--redis-url", help="Redis URL (default: the app's redbeat_redis_url or broker).")
+@click.option("--key-prefix", default="redbeat:", show_default=True, help="redbeat_key_prefix.")
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def import_redbeat(
+    ctx: click.Context, redis_url: str | None, key_prefix: str, dry_run: bool, as_json: bool
+) -> None:
+    """Import celery-redbeat's entries into the group redbeat."""
+    from celery_quartz.importers import redbeat as source
+
+    app = ctx.find_root().obj.app
+    url = redis_url or app.conf.get("redbeat_redis_url") or app.conf.broker_url
+    if not url or not str(url).startswith(("redis://", "rediss://", "unix://")):
+        raise click.UsageError(f"give --redis-url (no Redis URL configured: {url!r})")
+
+    def read(now: Any) -> Any:
+        import redis
+
+        client = redis.Redis.from_url(url)
+        try:
+            return source.read_entries(client, key_prefix, str(app.conf.timezone or "UTC"))
+        except redis.RedisError as error:
+            shown = _without_password(str(url))
+            raise ConfigurationError(
+                f"cannot read redbeat's entries at {shown!r}: {error}"
+            ) from None
+        finally:
+            client.close()
+
+    _run_import(ctx, "redbeat", source.GROUP, read, dry_run, as_json)
+
+
+def _without_password(url: str) -> str:
+    """A URL as it may be printed: its password replaced by ``***``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

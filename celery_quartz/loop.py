@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 from sqlalchemy.exc import DBAPIError
 
@@ -49,6 +50,17 @@ _UNSERVED_LOG_INTERVAL_MS = 60_000
 _STORE_RETRY = 1.0
 
 
+class ReloadsFiles(Protocol):
+    """What the loop needs of the scheduling files' watcher
+    (:class:`celery_quartz.scheduling_files.SchedulingFilesWatcher`, built by beat): the loop
+    does not import the adapter that reads files."""
+
+    @property
+    def next_scan(self) -> datetime | None: ...
+
+    def maybe_reload(self) -> Any: ...
+
+
 class SchedulingLoop:
     """One scheduler instance's loop over a store (Quartz's QuartzSchedulerThread)."""
 
@@ -62,8 +74,11 @@ class SchedulingLoop:
         *,
         task_exists: Callable[[str], bool] | None = None,
         router: Router | None = None,
+        scheduling_files: ReloadsFiles | None = None,
     ) -> None:
         self.store = store
+        #: Reloads ``quartz_scheduling_files`` when they change (beat builds it; None: no files).
+        self.scheduling_files = scheduling_files
         self.publisher = publisher
         self.settings = settings
         self.clock = clock
@@ -355,6 +370,10 @@ class SchedulingLoop:
         if self.cluster.check_in_due(now):
             self.cluster.check_in()
             self._recover()
+        if self.scheduling_files is not None and self.status is SchedulerStatus.RUNNING:
+            # Beside the check-in, so a database error here is retried like the step's own;
+            # only while running: a standby (a non-clustered follower) writes nothing.
+            self.scheduling_files.maybe_reload()
         if self._next_misfire_scan is not None and now >= self._next_misfire_scan:
             self._scan_misfires(now)
         if self._unpublished:
@@ -515,7 +534,12 @@ class SchedulingLoop:
             logger.debug("handled %d misfired trigger(s)", handled)
 
     def _until_housekeeping(self, now: datetime) -> float:
-        due = [d for d in (self.cluster.next_check_in, self._next_misfire_scan) if d is not None]
+        files_scan = self.scheduling_files.next_scan if self.scheduling_files else None
+        due = [
+            d
+            for d in (self.cluster.next_check_in, self._next_misfire_scan, files_scan)
+            if d is not None
+        ]
         if not due:
             return 0.0
         return max(0.0, (min(to_millis(d) for d in due) - to_millis(now)) / 1000)

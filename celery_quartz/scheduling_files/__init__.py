@@ -234,6 +234,11 @@ class SchedulingFilesWatcher:
         self._digests = digests
         return result
 
+    @property
+    def next_scan(self) -> datetime | None:
+        """When :meth:`maybe_reload` next looks at the files (None: it never does)."""
+        return self._next_scan
+
     def _schedule_next(self) -> None:
         if self.scan_interval > 0:
             self._next_scan = self.clock.now() + timedelta(seconds=self.scan_interval)

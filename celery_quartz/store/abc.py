@@ -575,6 +575,12 @@ class StoreReader(abc.ABC):
     def firing_states(self) -> dict[str, str]:
         """Every fired row: fire instance id → state (diagnostics and tests)."""
 
+    @abc.abstractmethod
+    def definition_hashes(self, group: str) -> dict[JobKey, str | None]:
+        """The jobs of ``group`` and the definition hash each was imported with (None when it
+        was stored otherwise): what an import's dry run compares against (see
+        :meth:`JobStore.sync_job_group`)."""
+
 
 class SchedulerStore(SchedulingStore, ClusterStore, StoreReader):
     """What a scheduler process holds: the loop's and the cluster manager's roles, and the

@@ -5,7 +5,9 @@ Configured from the environment (set by :mod:`tests.integration.processes`):
 ``CQ_CHECKIN_THRESHOLD``, ``CQ_BEAT_SCHEDULE`` (JSON: name -> {"task", "schedule" seconds});
 ``CQ_CLUSTERED=0`` with ``CQ_ELECTION``, ``CQ_ELECTION_REDIS_URL``, ``CQ_ELECTION_LOCK_TIMEOUT``,
 ``CQ_ELECTION_RETRY``, ``CQ_INSTANCE_ID`` for a non-clustered scheduler under an election;
-``CQ_EXECUTION_LIMITS`` (JSON, the mapping form of ``quartz_execution_limits``).
+``CQ_EXECUTION_LIMITS`` (JSON, the mapping form of ``quartz_execution_limits``);
+``CQ_SCHEDULING_FILES`` (paths joined by ``os.pathsep``) and ``CQ_SCHEDULING_FILES_SCAN``
+(seconds) for ``quartz_scheduling_files``.
 
 The task ``ledger.record`` writes one row per execution start into a ledger table whose primary
 key is the occurrence (trigger group, trigger name, scheduled fire time): a second execution of
@@ -120,6 +122,11 @@ app.conf.worker_prefetch_multiplier = 1
 app.conf.worker_direct = True
 if os.environ.get("CQ_EXECUTION_LIMITS"):
     app.conf.quartz_execution_limits = json.loads(os.environ["CQ_EXECUTION_LIMITS"])
+if os.environ.get("CQ_SCHEDULING_FILES"):
+    app.conf.quartz_scheduling_files = os.environ["CQ_SCHEDULING_FILES"].split(os.pathsep)
+    app.conf.quartz_scheduling_files_scan_interval = float(
+        os.environ.get("CQ_SCHEDULING_FILES_SCAN", "0")
+    )
 app.conf.beat_schedule = {
     name: {"task": spec["task"], "schedule": float(spec["schedule"])}
     for name, spec in json.loads(os.environ.get("CQ_BEAT_SCHEDULE", "{}")).items()

@@ -391,6 +391,17 @@ class ReadsSql(SqlBase, StoreReader):
             ),
         )
 
+    def definition_hashes(self, group: str) -> dict[JobKey, str | None]:
+        """The jobs of ``group`` with the definition hash stored beside each (None: none)."""
+        j = self.tables.jobs
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(j.c.job_name, j.c.job_group, j.c.definition_hash).where(
+                    self._scoped(j), j.c.job_group == group
+                )
+            ).all()
+        return {JobKey.stored(r.job_name, r.job_group): r.definition_hash for r in rows}
+
 
 def scheduler_names(engine: Engine, tables: Tables) -> list[str]:
     """Every scheduler name with rows in ``tables`` (jobs, triggers or check-ins), sorted: what

@@ -1,0 +1,260 @@
+"""``celery quartz import django-celery-beat``: tasks created through django-celery-beat's own
+ORM (Django configured in this process, its migrations run on SQLite and on PostgreSQL) are
+imported with the fire times django-celery-beat's schedules compute, idempotently; what cannot
+be represented is reported by name and skipped."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from celery import Celery
+from click.testing import CliRunner, Result
+from sqlalchemy.engine import make_url
+
+from celery_quartz.cli import quartz
+from celery_quartz.config import Settings
+from celery_quartz.keys import TriggerKey
+from celery_quartz.store import open_store
+from celery_quartz.triggers.base import Trigger
+from tests.services import PostgresServer
+
+UTC = timezone.utc
+TASKS = ("tasks.report", "tasks.cleanup", "tasks.once")
+
+
+@pytest.fixture(scope="module")
+def django_databases(
+    postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    """Django configured once for this process, with django_celery_beat's tables migrated on a
+    SQLite file ("default") and on a PostgreSQL database ("pg"); alias -> SQLAlchemy URL."""
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
+
+    sqlite_path = tmp_path_factory.mktemp("django") / "beat.sqlite3"
+    pg_url = postgres.create_database("django_celery_beat_source")
+    pg = make_url(pg_url)
+    if not settings.configured:
+        settings.configure(
+            INSTALLED_APPS=["django_celery_beat"],
+            DATABASES={
+                "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(sqlite_path)},
+                "pg": {
+                    "ENGINE": "django.db.backends.postgresql",
+                    "NAME": pg.database,
+                    "USER": pg.username,
+                    "HOST": pg.host,
+                    "PORT": pg.port,
+                },
+            },
+            USE_TZ=True,
+            TIME_ZONE="UTC",
+        )
+        django.setup()
+    for alias in ("default", "pg"):
+        call_command("migrate", database=alias, verbosity=0)
+    return {"default": f"sqlite:///{sqlite_path}", "pg": pg_url}
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[Celery]:
+    app = Celery("import", set_as_current=False)
+    app.conf.quartz_store_url = f"sqlite:///{tmp_path / 'quartz.db'}"
+    for name in TASKS:
+
+        def task() -> None: ...
+
+        app.task(name=name, shared=False)(task)
+    yield app
+    app.close()
+
+
+def run(app: Celery, *args: str) -> Result:
+    return CliRunner().invoke(quartz, list(args), obj=SimpleNamespace(app=app))
+
+
+def _create_tasks(alias: str, now: datetime) -> None:
+    """The source scheduler's tasks, through django-celery-beat's own models."""
+    from django_celery_beat.models import (
+        ClockedSchedule,
+        CrontabSchedule,
+        IntervalSchedule,
+        PeriodicTask,
+        SolarSchedule,
+    )
+
+    db = alias
+    # Every database emptied: the model's save() checks a task name's uniqueness on "default".
+    for each in ("default", "pg"):
+        for model in (
+            PeriodicTask,
+            CrontabSchedule,
+            IntervalSchedule,
+            ClockedSchedule,
+            SolarSchedule,
+        ):
+            model.objects.using(each).all().delete()
+    weekdays = CrontabSchedule.objects.using(db).create(
+        minute="30", hour="2", day_of_week="1-5", timezone=ZoneInfo("Europe/Helsinki")
+    )
+    quarterly = CrontabSchedule.objects.using(db).create(
+        minute="*/15", hour="*", timezone=ZoneInfo("America/New_York")
+    )
+    both_days = CrontabSchedule.objects.using(db).create(
+        minute="0", hour="3", day_of_month="1", day_of_week="1", timezone=ZoneInfo("UTC")
+    )
+    every_90 = IntervalSchedule.objects.using(db).create(every=90, period="minutes")
+    tomorrow = ClockedSchedule.objects.using(db).create(clocked_time=now + timedelta(days=1))
+    sunrise = SolarSchedule.objects.using(db).create(
+        event="sunrise", latitude="60.17", longitude="24.94"
+    )
+    create = PeriodicTask.objects.using(db).create
+    create(
+        name="weekday report",
+        task="tasks.report",
+        crontab=weekdays,
+        kwargs=json.dumps({"kind": "daily"}),
+        queue="reports",
+        priority=5,
+        expires=now + timedelta(days=400),
+    )
+    create(name="quarter hour", task="tasks.cleanup", crontab=quarterly, expire_seconds=300)
+    create(
+        name="every 90 minutes",
+        task="tasks.cleanup",
+        interval=every_90,
+        args=json.dumps([1, "two"]),
+        last_run_at=now - timedelta(minutes=30),
+    )
+    create(name="paused report", task="tasks.report", crontab=weekdays, enabled=False)
+    create(name="tomorrow once", task="tasks.once", clocked=tomorrow, one_off=True)
+    create(name="at sunrise", task="tasks.report", solar=sunrise)
+    create(name="both days", task="tasks.report", crontab=both_days)
+    create(name="expired", task="tasks.report", crontab=weekdays, expires=now - timedelta(days=1))
+    create(name="next quarter once", task="tasks.once", crontab=quarterly, one_off=True)
+    create(
+        name="with headers",
+        task="tasks.report",
+        crontab=weekdays,
+        headers=json.dumps({"tenant": "a"}),
+    )
+
+
+def _celery_times(schedule: Any, last_run: datetime, count: int) -> list[datetime]:
+    """The next runs as Celery computes them: beat runs an entry when ``remaining_estimate``
+    reaches zero, then counts from that run."""
+    times = []
+    for _ in range(count):
+        schedule.nowfun = lambda last=last_run: last
+        last_run = last_run + schedule.remaining_estimate(last_run)
+        times.append(last_run.astimezone(UTC))
+    return times
+
+
+def _stored(app: Celery, name: str, group: str) -> Trigger:
+    store = open_store(Settings.from_app(app))
+    try:
+        trigger = store.retrieve_trigger(TriggerKey(name, group))
+    finally:
+        store.dispose()
+    assert trigger is not None, name
+    return trigger
+
+
+def _quartz_times(app: Celery, name: str, group: str, count: int) -> list[datetime]:
+    trigger = _stored(app, name, group)
+    times: list[datetime] = []
+    while trigger.next_fire_time is not None and len(times) < count:
+        times.append(trigger.next_fire_time)
+        trigger.triggered()
+    return times
+
+
+@pytest.mark.parametrize("alias", ["default", "pg"])
+def test_tasks_import_with_django_celery_beat_fire_times(
+    app: Celery, django_databases: dict[str, str], alias: str
+) -> None:
+    from django_celery_beat.models import PeriodicTask
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    _create_tasks(alias, now)
+    url = django_databases[alias]
+
+    dry = run(app, "import", "django-celery-beat", "--url", url, "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    report = json.loads(dry.output)
+    assert sorted(report["added"]) == [
+        "every 90 minutes",
+        "next quarter once",
+        "paused report",
+        "quarter hour",
+        "tomorrow once",
+        "weekday report",
+    ]
+    assert sorted(report["skipped"]) == ["at sunrise", "both days", "expired", "with headers"]
+    assert report["skipped"]["expired"].startswith("expired at")
+    assert "solar" in report["skipped"]["at sunrise"]
+    assert "day_of_week" in report["skipped"]["both days"]
+    assert "headers" in report["skipped"]["with headers"]
+    empty = run(app, "jobs", "--group", "django_celery_beat", "--json")
+    assert json.loads(empty.output)["items"] == []  # the dry run wrote nothing
+
+    applied = run(app, "import", "django-celery-beat", "--url", url)
+    imported = datetime.now(UTC)
+    assert applied.exit_code == 0, applied.output
+    assert "6 added" in applied.output.splitlines()[-1]
+
+    tasks = {t.name: t for t in PeriodicTask.objects.using(alias).all()}
+    for name in ("weekday report", "quarter hour"):
+        # From when the import stored the trigger, as django-celery-beat would count from then.
+        imported_at = _stored(app, name, "django_celery_beat").start_at
+        assert imported_at is not None and imported_at >= now
+        expected = _celery_times(tasks[name].schedule, imported_at, 6)
+        assert _quartz_times(app, name, "django_celery_beat", 6) == expected, name
+    interval = tasks["every 90 minutes"]
+    expected = _celery_times(interval.schedule, interval.last_run_at, 4)
+    assert _quartz_times(app, "every 90 minutes", "django_celery_beat", 4) == expected
+    # Once, at the next quarter hour after the import (which ran between now and imported).
+    once = tasks["next quarter once"].schedule
+    possible = [_celery_times(once, now, 1), _celery_times(once, imported, 1)]
+    assert _quartz_times(app, "next quarter once", "django_celery_beat", 3) in possible
+    assert _quartz_times(app, "tomorrow once", "django_celery_beat", 3) == [
+        now + timedelta(days=1)
+    ]
+
+    triggers = json.loads(run(app, "triggers", "--json").output)["items"]
+    states = {t["name"]: (t["group"], t["state"]) for t in triggers}
+    assert states["paused report"] == ("django_celery_beat.disabled", "PAUSED")
+    assert states["weekday report"] == ("django_celery_beat", "WAITING")
+    jobs = {j["name"]: j for j in json.loads(run(app, "jobs", "--json").output)["items"]}
+    assert jobs["weekday report"]["kwargs"] == {"kind": "daily"}
+    assert jobs["weekday report"]["options"]["queue"] == "reports"
+    assert jobs["weekday report"]["options"]["priority"] == 5
+    assert jobs["quarter hour"]["options"]["expires"] == 300
+    assert jobs["every 90 minutes"]["args"] == [1, "two"]
+
+    again = run(app, "import", "django-celery-beat", "--url", url, "--json")
+    assert json.loads(again.output)["unchanged"] and not json.loads(again.output)["added"]
+    assert json.loads(again.output)["updated"] == []
+
+    PeriodicTask.objects.using(alias).filter(name="paused report").update(enabled=True)
+    PeriodicTask.objects.using(alias).filter(name="quarter hour").delete()
+    changed = json.loads(run(app, "import", "django-celery-beat", "--url", url, "--json").output)
+    assert changed["updated"] == ["paused report"]
+    assert changed["removed"] == ["quarter hour"]
+    triggers = json.loads(run(app, "triggers", "--group", "django_celery_beat", "--json").output)
+    assert "paused report" in [t["name"] for t in triggers["items"]]
+
+
+def test_a_database_without_django_celery_beat_says_so(app: Celery, tmp_path: Path) -> None:
+    result = run(app, "import", "django-celery-beat", "--url", f"sqlite:///{tmp_path / 'x.db'}")
+    assert result.exit_code == 1
+    assert "no table django_celery_beat_periodictask" in result.output

@@ -1,0 +1,255 @@
+"""``celery -A proj quartz`` operators' verbs: listings, control, fire-time previews, and store
+errors as one line naming the problem (never a traceback)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from celery import Celery
+from click.testing import CliRunner, Result
+
+from celery_quartz import Quartz
+from celery_quartz.cli import quartz
+from celery_quartz.job import Job
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.triggers import CronTrigger, SimpleTrigger
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[Celery]:
+    app = Celery("cli", set_as_current=False)
+    app.conf.quartz_store_url = f"sqlite:///{tmp_path / 'quartz.db'}"
+
+    def task() -> None: ...
+
+    app.task(name="tasks.report", shared=False)(task)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def scheduled(app: Celery) -> Celery:
+    client = Quartz(app)
+    for i in range(3):
+        client.schedule_job(
+            Job(key=JobKey(f"report-{i}", "nightly"), task="tasks.report"),
+            CronTrigger(
+                key=TriggerKey(f"report-{i}", "nightly"),
+                expression="0 0 2 ? * MON-FRI",
+                time_zone="Europe/Helsinki",
+            ),
+        )
+    client.store.dispose()
+    return app
+
+
+def run(app: Celery, *args: str) -> Result:
+    return CliRunner().invoke(quartz, list(args), obj=SimpleNamespace(app=app))
+
+
+def test_status_on_a_store_without_tables_names_the_upgrade_command(app: Celery) -> None:
+    result = run(app, "status")
+    assert result.exit_code == 1
+    assert "tables are missing" in result.output
+    assert "quartz schema upgrade" in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_every_reading_verb_says_the_tables_are_missing(app: Celery) -> None:
+    for verb in ("jobs", "triggers", "firings", "nodes"):
+        result = run(app, verb)
+        assert result.exit_code == 1, verb
+        assert "quartz schema upgrade" in result.output, verb
+
+
+def test_an_unreachable_database_is_one_line(app: Celery) -> None:
+    app.conf.quartz_store_url = "postgresql://user:secret@127.0.0.1:1/none"
+    result = run(app, "triggers")
+    assert result.exit_code == 1
+    assert result.output.startswith("error: cannot use the store at 'postgresql://user:***@")
+    assert "secret" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_wrong_url_is_one_line(app: Celery) -> None:
+    app.conf.quartz_store_url = "mysql://x/y"
+    result = run(app, "jobs")
+    assert result.exit_code == 1
+    assert "backend 'mysql' is not supported" in result.output
+
+
+def test_triggers_pages_with_the_printed_cursor(scheduled: Celery) -> None:
+    first = json.loads(run(scheduled, "triggers", "--limit", "2", "--json").output)
+    assert [t["name"] for t in first["items"]] == ["report-0", "report-1"]
+    assert first["items"][0]["state"] == "WAITING"
+    second = json.loads(
+        run(scheduled, "triggers", "--limit", "2", "--after", first["next_after"], "--json").output
+    )
+    assert [t["name"] for t in second["items"]] == ["report-2"]
+    assert second["next_after"] is None
+    table = run(scheduled, "triggers", "--limit", "2")
+    assert "more: --after " + first["next_after"] in table.output
+
+
+def test_jobs_lists_as_a_table_and_as_json(scheduled: Celery) -> None:
+    table = run(scheduled, "jobs", "--group", "nightly")
+    assert table.exit_code == 0
+    assert table.output.splitlines()[0].split()[:3] == ["GROUP", "NAME", "TASK"]
+    as_json = json.loads(run(scheduled, "jobs", "--json").output)
+    assert as_json["items"][0]["task"] == "tasks.report"
+
+
+def test_pause_and_resume_a_trigger_job_and_group(scheduled: Celery) -> None:
+    assert run(scheduled, "pause", "trigger", "report-0", "-g", "nightly").exit_code == 0
+    paused = json.loads(run(scheduled, "triggers", "--state", "paused", "--json").output)
+    assert [t["name"] for t in paused["items"]] == ["report-0"]
+    assert run(scheduled, "pause", "group", "nightly").exit_code == 0
+    assert (
+        len(json.loads(run(scheduled, "triggers", "--state", "PAUSED", "--json").output)["items"])
+        == 3
+    )
+    assert run(scheduled, "resume", "group", "nightly").exit_code == 0
+    assert run(scheduled, "resume", "trigger", "report-0", "-g", "nightly").exit_code == 0
+    assert run(scheduled, "pause", "job", "report-1", "-g", "nightly").exit_code == 0
+    assert run(scheduled, "resume", "job", "report-1", "-g", "nightly").exit_code == 0
+    assert (
+        json.loads(run(scheduled, "triggers", "--state", "PAUSED", "--json").output)["items"] == []
+    )
+
+
+def test_a_missing_trigger_is_one_line_and_exit_1(scheduled: Celery) -> None:
+    result = run(scheduled, "pause", "trigger", "nope")
+    assert result.exit_code == 1
+    assert result.output == "error: trigger DEFAULT.nope is not stored\n"
+
+
+def test_trigger_job_unschedule_delete_and_pin(scheduled: Celery) -> None:
+    fired = json.loads(run(scheduled, "trigger-job", "report-0", "-g", "nightly", "--json").output)
+    assert fired["done"] == "triggered"
+    assert run(scheduled, "pin", "report-1", "worker@a", "-g", "nightly").exit_code == 0
+    pinned = json.loads(run(scheduled, "triggers", "--node", "worker@a", "--json").output)
+    assert [t["name"] for t in pinned["items"]] == ["report-1"]
+    assert run(scheduled, "pin", "report-1", "", "-g", "nightly").exit_code == 0
+    assert (
+        json.loads(run(scheduled, "triggers", "--node", "worker@a", "--json").output)["items"] == []
+    )
+    assert run(scheduled, "unschedule", "report-2", "-g", "nightly").exit_code == 0
+    assert run(scheduled, "unschedule", "report-2", "-g", "nightly").exit_code == 1
+    assert run(scheduled, "delete-job", "report-1", "-g", "nightly").exit_code == 0
+    assert run(scheduled, "reset-trigger", "report-0", "-g", "nightly").exit_code == 1
+
+
+def test_cron_previews_in_a_time_zone() -> None:
+    result = CliRunner().invoke(
+        quartz,
+        [
+            "cron",
+            "0 0 2 ? * MON-FRI",
+            "-n",
+            "3",
+            "--tz",
+            "Europe/Helsinki",
+            "--after",
+            "2026-03-26T23:00:00+00:00",
+            "--json",
+        ],
+        obj=SimpleNamespace(app=None),
+    )
+    assert result.exit_code == 0, result.output
+    # Friday, then Monday and Tuesday after the spring-forward weekend (EET -> EEST).
+    assert json.loads(result.output)["fire_times"] == [
+        "2026-03-27T02:00:00+02:00",
+        "2026-03-30T02:00:00+03:00",
+        "2026-03-31T02:00:00+03:00",
+    ]
+
+
+def test_cron_reads_a_unix_line_and_refuses_a_bad_one_as_usage() -> None:
+    ok = CliRunner().invoke(
+        quartz,
+        ["cron", "30 2 * * 0", "--unix", "-n", "1", "--after", "2026-11-30T00:00:00+00:00"],
+        obj=SimpleNamespace(app=None),
+    )
+    assert ok.exit_code == 0, ok.output
+    assert ok.output.startswith("Sun 2026-12-06T02:30:00+00:00")
+    bad = CliRunner().invoke(quartz, ["cron", "0 0 2 * * MON"], obj=SimpleNamespace(app=None))
+    assert bad.exit_code == 2
+    assert "exactly one of the two day fields" in bad.output
+
+
+def test_fire_times_of_a_stored_trigger(app: Celery) -> None:
+    client = Quartz(app)
+    client.schedule_job(
+        Job(key=JobKey("tick"), task="tasks.report"),
+        SimpleTrigger(
+            key=TriggerKey("tick"), repeat_interval=timedelta(minutes=10), repeat_count=2
+        ),
+    )
+    client.store.dispose()
+    result = run(app, "fire-times", "tick", "-n", "5", "--json")
+    assert result.exit_code == 0, result.output
+    times = json.loads(result.output)["fire_times_utc"]
+    assert len(times) == 3  # the first and two repeats
+
+
+def test_firings_lists_what_is_in_flight(app: Celery) -> None:
+    from datetime import datetime, timezone
+
+    client = Quartz(app)
+    now = datetime.now(timezone.utc)
+    client.schedule_job(
+        Job(key=JobKey("once"), task="tasks.report"),
+        SimpleTrigger(
+            key=TriggerKey("once"), start_at=now, repeat_count=0, repeat_interval=timedelta(0)
+        ),
+    )
+    store = client.store
+    acquired = store.acquire_next_triggers(
+        "node-a", no_later_than=now + timedelta(seconds=1), max_count=10, time_window=0
+    )
+    fired = store.fire("node-a", acquired)
+    store.dispose()
+    result = run(app, "firings", "--scheduler", "node-a", "--json")
+    assert result.exit_code == 0, result.output
+    items = json.loads(result.output)["items"]
+    assert [(f["fire_instance_id"], f["trigger_name"]) for f in items] == [
+        (fired[0].fire_instance_id, "once")
+    ]
+    assert run(app, "firings", "--scheduler", "node-b", "--json").output.count("fire_instance") == 0
+
+
+def test_nodes_shows_liveness_and_check_fails_on_a_dead_one(app: Celery) -> None:
+    from celery_quartz.clock import FakeClock
+    from celery_quartz.config import Settings
+    from celery_quartz.store import open_store
+
+    long_ago = open_store(Settings.from_app(app), clock=FakeClock(), upgrade_schema=True)
+    long_ago.check_in("celery@gone", interval=1, kind="worker", queues=["celery"])
+    long_ago.dispose()
+    store = open_store(Settings.from_app(app))
+    store.check_in("node-a", interval=60, hostname="h1", pid=42)
+    store.dispose()
+    nodes = {n["instance_name"]: n for n in json.loads(run(app, "nodes", "--json").output)["items"]}
+    assert nodes["node-a"]["alive"] is True
+    assert nodes["celery@gone"]["alive"] is False
+    assert run(app, "nodes", "--kind", "scheduler", "--check").exit_code == 0
+    result = run(app, "nodes", "--check")
+    assert result.exit_code == 1
+    assert "NO" in result.output
+
+
+def test_an_unreachable_import_source_is_named_as_the_source(app: Celery) -> None:
+    result = run(
+        app, "import", "django-celery-beat", "--url", "postgresql://u:pw@127.0.0.1:1/django"
+    )
+    assert result.exit_code == 1
+    assert result.output.startswith("error: cannot read django-celery-beat at 'postgresql://u:***@")
+    redbeat = run(app, "import", "redbeat", "--redis-url", "redis://:pw@127.0.0.1:1/0")
+    assert redbeat.exit_code == 1
+    assert redbeat.output.startswith("error: cannot read redbeat's entries at 'redis://:***@")

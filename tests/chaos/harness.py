@@ -308,9 +308,10 @@ def run_outage(
     Afterwards every must-run occurrence due has run, or was dropped by a logged misfire decision
     its instruction allows, nothing is left in flight, every process is still alive, and
     occurrences due after the outage ran (the processes recovered by themselves). ``after``
-    (default: twice the misfire threshold plus 20 s) is how long everyone runs once it is back:
-    a firing published again after its first expiry may expire a second time (its message
-    stuck where a broken broker connection left it), and is resolved only then.
+    (default: the misfire threshold plus 20 s) is how long everyone runs once it is back; then
+    the triggers are paused and the schedulers run on until nothing is in flight (a firing
+    published again after its first expiry may expire a second time, its message stuck where a
+    broken broker connection left it, and is resolved only then).
     """
     if service not in ("postgresql", "redis"):
         raise ValueError(f"service is postgresql or redis, not {service!r}")
@@ -334,8 +335,12 @@ def run_outage(
         _supervise(procs, down, report)
         server.start(keep_port=True)
         back = datetime.now(timezone.utc)
-        _supervise(procs, 2 * misfire_threshold + 20 if after is None else after, report)
+        _supervise(procs, misfire_threshold + 20 if after is None else after, report)
         chaos_ended = datetime.now(timezone.utc)
+        # No new firings from here; the schedulers keep running until every firing in flight
+        # ended or was resolved (one published again during the outage may expire once more).
+        Quartz(ledger_app.app, store=store).pause_trigger_group(GROUP)
+        _supervise(procs, 0, report, until_idle=store, timeout=3 * misfire_threshold + 30)
         report.died = [n for n in SCHEDULERS if procs.procs[n].poll() is not None]
         _drain(procs, store, report, timeout=90)
         owed_from = {}
@@ -360,10 +365,20 @@ def run_outage(
     return report
 
 
-def _supervise(procs: Processes, seconds: float, report: OutageReport) -> None:
-    """Wait ``seconds``, starting again any worker that exits, as systemd or Kubernetes would."""
-    until = time.monotonic() + seconds
+def _supervise(
+    procs: Processes,
+    seconds: float,
+    report: OutageReport,
+    *,
+    until_idle: SqlStore | None = None,
+    timeout: float = 0.0,
+) -> None:
+    """Wait ``seconds`` (or, with ``until_idle``, until that store has no firing in flight, at
+    most ``timeout``), starting again any worker that exits, as systemd or Kubernetes would."""
+    until = time.monotonic() + (timeout if until_idle is not None else seconds)
     while time.monotonic() < until:
+        if until_idle is not None and not until_idle.firing_states():
+            return
         for name in WORKERS:
             if procs.procs[name].poll() is not None:
                 report.worker_restarts.append(name)

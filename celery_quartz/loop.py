@@ -111,6 +111,9 @@ class SchedulingLoop:
         self._store_down = False
         #: Firings this loop has published (for the log and for tests).
         self.fired_count = 0
+        #: When the last claim of the store answered (None before the first): the health check
+        #: reports the time since.
+        self.last_acquisition: datetime | None = None
         #: Lifecycle status (see :mod:`celery_quartz.lifecycle`).
         self.status = SchedulerStatus.CREATED
         #: Whether run_once() starts a CREATED scheduler by itself (off: an election or the
@@ -393,6 +396,7 @@ class SchedulingLoop:
                 router=self.router,
             )
             self._published = []
+            self.last_acquisition = self.clock.now()
             if claim.unserved:
                 self._log_unserved(claim.unserved)
             if claim.firings:

@@ -6,11 +6,12 @@ the worker, and the health endpoint over HTTP."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -306,9 +307,7 @@ def test_a_failed_execution_is_tagged_with_its_error_type_and_records_the_except
     assert [e.name for e in span.events] == ["exception"]
 
 
-def test_a_refused_start_is_a_veto_span(
-    worker_app: tuple[Celery, SqlStore], instance: str
-) -> None:
+def test_a_refused_start_is_a_veto_span(worker_app: tuple[Celery, SqlStore], instance: str) -> None:
     app, store = worker_app
     firing = _fire(store, instance)
     _deliver(app, firing)
@@ -398,3 +397,69 @@ def test_overdue_triggers_past_the_threshold_make_the_report_degraded(
     report = health_check(loop)
     assert report.status is HealthStatus.DEGRADED
     assert report.data["overdue"] == 2
+
+
+# -- with opentelemetry-instrumentation-celery: one trace, no duplicate -------------------------
+
+
+def test_with_the_celery_instrumentation_our_spans_join_its_trace(
+    worker_app: tuple[Celery, SqlStore], instance: str
+) -> None:
+    """Beat's loop publishes through the instrumented Celery path; an in-process worker (a real
+    consumer, so the message's headers reach the request as Celery delivers them) runs it."""
+    from celery.contrib.testing.worker import start_worker
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+    hooked, worker_store = worker_app
+    hooked.conf.broker_url = "memory://"
+    hooked.conf.task_default_queue = queue = f"unit-{uuid.uuid4().hex}"
+    now = datetime.now(timezone.utc)
+    clock = FakeClock(now)
+    observed = InstrumentedStore(
+        SqlStore(str(worker_store.engine.url), scheduler_name="t", clock=clock),
+        instance_id=instance,
+        clock=clock,
+    )
+    job = Job(key=JobKey("report"), task="tasks.report")
+    trigger = SimpleTrigger(key=TriggerKey("nightly"), job_key=job.key, start_at=now)
+    worker_store.store_jobs_and_triggers([(job, [trigger])])
+    loop = SchedulingLoop(
+        observed,  # type: ignore[arg-type]
+        Publisher(hooked, hooks=PublishTracing(instance)),
+        _settings(scheduler_name="t"),
+        clock,
+        instance,
+    )
+    instrumentor = CeleryInstrumentor()
+    instrumentor.instrument()
+    try:
+        with start_worker(hooked, pool="solo", perform_ping_check=False, queues=[queue]):
+            loop.run_once()
+            deadline = time.monotonic() + 20
+            while worker_store.firing_states() and time.monotonic() < deadline:
+                time.sleep(0.1)
+    finally:
+        instrumentor.uninstrument()
+        observed.wrapped.dispose()
+    assert worker_store.firing_states() == {}
+    [publish] = [
+        s
+        for s in spans("quartz.firing.publish")
+        if (s.attributes or {}).get("quartz.scheduler.id") == instance
+    ]
+    in_trace = [s for s in spans() if s.context.trace_id == publish.context.trace_id]
+    names = sorted(s.name for s in in_trace if not s.name.startswith("quartz.jobstore"))
+    # Theirs: a publish span (a child of ours) and a run span; ours: the publish and the
+    # execution, a child of their run span. One of each, in one trace.
+    assert names == sorted(
+        [
+            "quartz.firing.publish",
+            "apply_async/tasks.report",
+            "run/tasks.report",
+            "quartz.job.execute",
+        ]
+    )
+    by_name = {s.name: s for s in in_trace}
+    assert by_name["apply_async/tasks.report"].parent.span_id == publish.context.span_id
+    run = by_name["run/tasks.report"]
+    assert by_name["quartz.job.execute"].parent.span_id == run.context.span_id

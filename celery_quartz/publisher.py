@@ -134,10 +134,15 @@ class Publisher:
                         args=firing.args,
                         kwargs=firing.kwargs,
                         task_id=firing.fire_instance_id,
-                        headers={HEADER: firing.header(), **extra.get(firing.fire_instance_id, {})},
+                        # kwargsrepr as a header: Celery lays custom headers over its own
+                        # (as an option it would also land in the message's properties).
+                        headers={
+                            HEADER: firing.header(),
+                            "kwargsrepr": kwargs_repr(firing),
+                            **extra.get(firing.fire_instance_id, {}),
+                        },
                         serializer="json",
                         producer=producer,
-                        kwargsrepr=kwargs_repr(firing),
                         **publish_options(firing),
                     )
 

@@ -132,6 +132,18 @@ app.conf.beat_schedule = {
     for name, spec in json.loads(os.environ.get("CQ_BEAT_SCHEDULE", "{}")).items()
 }
 
+if os.environ.get("CQ_HEALTH_PORT"):
+    app.conf.quartz_health_port = int(os.environ["CQ_HEALTH_PORT"])
+if os.environ.get("CQ_SEND_EVENTS"):
+    app.conf.worker_send_task_events = True
+    app.conf.task_send_sent_event = True
+if os.environ.get("CQ_OTEL_DIR"):
+    # An OpenTelemetry SDK writing spans and metrics as JSON lines, one file per process
+    # (tests/integration/test_observability.py reads them back).
+    from tests.integration.otel_files import configure_sdk
+
+    configure_sdk(os.environ["CQ_OTEL_DIR"])
+
 if os.environ.get("CQ_QUARTZ_DEBUG"):
     # Every firing published and started, named, for reading a chaos run's logs afterwards.
     @after_setup_logger.connect(weak=False)

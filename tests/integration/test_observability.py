@@ -1,0 +1,206 @@
+"""Observability with real processes against PostgreSQL and Redis: metrics and spans from a real
+beat and a real worker (each configured with an SDK writing JSON lines, read back here), the
+health endpoint over HTTP, and a real Flower naming each firing."""
+
+from __future__ import annotations
+
+import json
+import socket
+import urllib.error
+import urllib.request
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, func, select
+
+from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
+from celery_quartz.triggers import REPEAT_INDEFINITELY
+from tests.integration import ledger_app
+from tests.integration.otel_files import read_points, read_spans
+from tests.integration.processes import processes, wait_for
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        body = error.read()
+        try:
+            return error.code, json.loads(body)
+        except ValueError:
+            return error.code, body.decode(errors="replace")
+    except OSError:
+        return 0, None
+
+
+def _ledger_rows(url: str) -> int:
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        n = conn.execute(select(func.count()).select_from(ledger_app.ledger)).scalar_one()
+    engine.dispose()
+    return int(n)
+
+
+def _every_second(store: Any, name: str = "tick") -> None:
+    Quartz(ledger_app.app, store=store).schedule_job(
+        Job(key=JobKey(name, "obs"), task="ledger.record"),
+        SimpleTrigger(
+            key=TriggerKey(name, "obs"),
+            start_at=datetime.now(timezone.utc) + timedelta(seconds=1),
+            repeat_interval=timedelta(seconds=1),
+            repeat_count=REPEAT_INDEFINITELY,
+        ),
+    )
+
+
+def _attrs(span: dict[str, Any]) -> dict[str, Any]:
+    return span.get("attributes") or {}
+
+
+def test_beat_and_worker_export_the_instruments_and_one_trace_per_firing(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    store = ledger_app.prepared_store(pg_url)
+    _every_second(store)
+    otel = tmp_path / "otel"
+    otel.mkdir()
+    health_port = _free_port()
+    env = ledger_app.environment(
+        pg_url, redis_url, OTEL_DIR=str(otel), HEALTH_PORT=str(health_port)
+    )
+    with processes(tmp_path, env) as procs:
+        procs.beat("beat1")
+        procs.worker("worker1", concurrency=1, extra=["-P", "solo"])
+        wait_for(lambda: _ledger_rows(pg_url) >= 3, timeout=60, message="three executions")
+        code, body = _get(f"http://127.0.0.1:{health_port}/healthz")
+        assert (code, body["status"]) == (200, "healthy"), body
+        assert body["data"]["last_acquisition_age"] is not None
+        assert body["data"]["overdue"] == 0
+        assert _get(f"http://127.0.0.1:{health_port}/livez")[0] == 200
+        # The gauges and a few more exports.
+        wait_for(
+            lambda: "quartz.trigger.count" in read_points(otel),
+            timeout=30,
+            message="the store gauges",
+        )
+        procs.assert_running("beat1", "worker1")
+    store.dispose()
+
+    spans = read_spans(otel)
+    published = {
+        _attrs(s)["quartz.fire_instance_id"]: s
+        for s in spans
+        if s["name"] == "quartz.firing.publish"
+    }
+    executed = [s for s in spans if s["name"] == "quartz.job.execute"]
+    assert len(executed) >= 3
+    for span in executed:
+        attributes = _attrs(span)
+        assert attributes["quartz.job.name"] == "tick"
+        assert attributes["quartz.trigger.group"] == "obs"
+        assert attributes["quartz.job.task"] == "ledger.record"
+        parent = published[attributes["quartz.fire_instance_id"]]
+        # One trace from beat's publication to the worker's execution.
+        assert span["context"]["trace_id"] == parent["context"]["trace_id"]
+        assert span["parent_id"] == parent["context"]["span_id"]
+    assert any(s["name"] == "quartz.jobstore.claim" for s in spans)
+
+    points = read_points(otel)
+    for name in (
+        "quartz.trigger.acquisition.duration",
+        "quartz.trigger.acquired",
+        "quartz.cluster.checkin.duration",
+        "quartz.jobstore.operation.duration",
+        "quartz.job.execution.duration",
+        "quartz.job.execution.active",
+    ):
+        assert name in points, name
+        for point in points[name]:
+            assert point["attributes"]["quartz.scheduler.name"] == "ledger_app"
+            assert point["attributes"]["quartz.scheduler.id"]
+    beat_pids = {p["_pid"] for p in points["quartz.trigger.acquired"]}
+    worker_pids = {p["_pid"] for p in points["quartz.job.execution.duration"]}
+    assert beat_pids.isdisjoint(worker_pids)  # execution in the worker, the rest in beat
+    assert max(p["count"] for p in points["quartz.job.execution.duration"]) >= 3
+    states = {p["attributes"]["quartz.trigger.state"] for p in points["quartz.trigger.count"]}
+    assert states & {"WAITING", "ACQUIRED"}
+
+
+def test_the_health_endpoint_reports_standby_and_goes_with_the_process(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """A non-clustered replica that is not elected stays in rotation (200, degraded)."""
+    ledger_app.prepared_store(pg_url).dispose()
+    leader_port, replica_port = _free_port(), _free_port()
+    common = {"CLUSTERED": "0", "ELECTION": "postgresql", "INSTANCE_ID": "the-leader"}
+    with processes(tmp_path, ledger_app.environment(pg_url, redis_url, **common)) as procs:
+        procs.env["CQ_HEALTH_PORT"] = str(leader_port)
+        procs.beat("leader")
+        wait_for(
+            lambda: (
+                _get(f"http://127.0.0.1:{leader_port}/healthz")[0] == 200
+                and _get(f"http://127.0.0.1:{leader_port}/healthz")[1]["status"] == "healthy"
+            ),
+            timeout=30,
+            message="the leader to be healthy",
+        )
+        procs.env["CQ_HEALTH_PORT"] = str(replica_port)
+        procs.beat("replica")
+        wait_for(
+            lambda: _get(f"http://127.0.0.1:{replica_port}/healthz")[0] == 200,
+            timeout=30,
+            message="the replica's endpoint",
+        )
+        code, body = _get(f"http://127.0.0.1:{replica_port}/healthz")
+        assert (code, body["status"]) == (200, "degraded"), body
+        procs.stop("leader")
+        # Shut down: the endpoint goes with the process; the replica takes over.
+        assert _get(f"http://127.0.0.1:{leader_port}/livez")[0] == 0
+        wait_for(
+            lambda: _get(f"http://127.0.0.1:{replica_port}/healthz")[1]["status"] == "healthy",
+            timeout=30,
+            message="the replica to lead",
+        )
+
+
+@pytest.mark.parametrize("sent_events", [False, True], ids=["redis-path", "task-sent-events"])
+def test_flower_names_each_firings_job_trigger_and_scheduled_time(
+    tmp_path: Path, pg_url: str, redis_url: str, sent_events: bool
+) -> None:
+    """Without task-sent events beat takes the Redis path; with them, Celery's (which sends
+    them). Either way Flower lists each firing under its task name, with its identity."""
+    store = ledger_app.prepared_store(pg_url)
+    _every_second(store, "flowered")
+    flower_port = _free_port()
+    settings = {"SEND_EVENTS": "1"} if sent_events else {}
+    env = {
+        **ledger_app.environment(pg_url, redis_url, **settings),
+        "FLOWER_UNAUTHENTICATED_API": "1",
+    }
+    with processes(tmp_path, env) as procs:
+        procs.flower("flower", flower_port)
+        procs.worker("worker1", concurrency=1, extra=["-E"])
+        procs.beat("beat1")
+        url = f"http://127.0.0.1:{flower_port}/api/tasks?taskname=ledger.record"
+
+        def tasks() -> dict[str, Any]:
+            code, body = _get(url)
+            return body if code == 200 and isinstance(body, dict) else {}
+
+        wait_for(lambda: len(tasks()) >= 3, timeout=60, message="Flower to list three firings")
+        store.dispose()
+        listed = tasks()
+    for task in listed.values():
+        assert task["name"] == "ledger.record"
+        assert "quartz job=obs.flowered trigger=obs.flowered scheduled=" in task["kwargs"], task
+    if sent_events:
+        assert all(task["sent"] for task in listed.values())

@@ -16,6 +16,8 @@ the store does not answer             unhealthy
 clustered, own check-in too old       degraded
 an execution group no live worker     degraded (``data["unserved"]`` says which)
 serves
+a queue it publishes to that no       degraded (``data["unhooked_queues"]``)
+worker with the hooks checks in for
 more overdue triggers than            degraded (``quartz_health_overdue_threshold``; off by
 ``quartz_health_overdue_threshold``   default)
 ====================================  ===========
@@ -113,6 +115,15 @@ def health_check(scheduler: Any) -> HealthReport:
         return HealthReport(
             HealthStatus.DEGRADED,
             f"{len(unserved)} execution group(s) have no live worker to run them",
+            data,
+        )
+    unhooked = sorted(getattr(loop, "unhooked_queues", ()))
+    if unhooked:
+        data["unhooked_queues"] = unhooked
+        return HealthReport(
+            HealthStatus.DEGRADED,
+            f"no worker with the celery-quartz hooks checks in for queue(s) "
+            f"{', '.join(map(repr, unhooked))}",
             data,
         )
     threshold = loop.settings.health_overdue_threshold

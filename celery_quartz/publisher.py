@@ -82,6 +82,11 @@ class Publisher:
         #: Told of every batch (None: nothing is, and nothing is added to the messages).
         self.hooks = hooks
         self._redis: RedisPath | bool | None = False  # False: not decided yet
+        #: The queues this publisher has sent firings to (the loop checks that a worker with
+        #: the hooks consumes each of them).
+        self.queues: set[str] = set()
+        # Queue name by (task, queue option), as Celery's router routes it.
+        self._routes: dict[tuple[str, str | None], str | None] = {}
 
     def publish(self, firings: Sequence[Firing]) -> None:
         """Publish every firing; raises (the broker's error) if any could not be handed over.
@@ -112,12 +117,30 @@ class Publisher:
                 fast.append(firing)
             else:
                 slow.append(firing)
+        for firing in firings:
+            queue = self.queue_of(firing)
+            if queue is not None:
+                self.queues.add(queue)
         if slow:
             self._publish_through_celery(slow, extra)
         if fast:
             assert isinstance(self._redis, RedisPath)
             self._redis.publish(fast, extra)
         logger.debug("published %d firing(s) (%d straight to Redis)", len(firings), len(fast))
+
+    def queue_of(self, firing: Firing) -> str | None:
+        """The name of the queue ``firing`` is sent to (its route, its job's ``queue`` option,
+        or Celery's routing of its task); None when Celery's router names none."""
+        if firing.node is not None:
+            return str(worker_direct(firing.node).name)
+        wanted = firing.queue or firing.options.get("queue")
+        if isinstance(wanted, str):
+            return wanted
+        key = (firing.task, None)
+        if key not in self._routes:
+            queue = self.app.amqp.router.route({}, firing.task).get("queue")
+            self._routes[key] = None if queue is None else str(queue.name)
+        return self._routes[key]
 
     def _publish_through_celery(
         self, firings: Sequence[Firing], extra: dict[str, dict[str, str]]

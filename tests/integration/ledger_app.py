@@ -206,7 +206,7 @@ def _write(statement: object) -> None:
 @app.task(name="ledger.record")
 def record(sleep: float = 0.0) -> None:
     """One row per execution start of an occurrence; a second start cannot insert."""
-    ctx = celery_quartz.current_context()
+    ctx = celery_quartz.current_context() or _unhooked_context()
     assert ctx is not None, "ledger.record runs only as a celery-quartz firing"
     trigger, scheduled = ctx.occurrence
     row = {
@@ -243,6 +243,19 @@ def record(sleep: float = 0.0) -> None:
             )
 
 
+def _unhooked_context() -> celery_quartz.JobExecutionContext | None:
+    """A worker without the hooks (``CQ_NO_HOOKS``) still runs the firing: read it from the
+    message, as the hooks would have."""
+    from celery import current_task
+
+    from celery_quartz.context import firing_header
+
+    header = firing_header(current_task.request)
+    if header is None:
+        return None
+    return celery_quartz.JobExecutionContext.from_header(header, current_task.request.hostname)
+
+
 @app.task(name="ledger.flaky")
 def flaky(failures: int = 0) -> None:
     """Record this execution start, then fail unless ``failures`` attempts have failed before."""
@@ -270,4 +283,5 @@ def noop() -> None:
     """A task that records nothing (for beat_schedule import tests)."""
 
 
-celery_quartz.install(app)
+if not os.environ.get("CQ_NO_HOOKS"):
+    celery_quartz.install(app)

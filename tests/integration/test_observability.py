@@ -5,7 +5,9 @@ health endpoint over HTTP, and a real Flower naming each firing."""
 from __future__ import annotations
 
 import json
+import re
 import socket
+import time
 import urllib.error
 import urllib.request
 from datetime import datetime, timedelta, timezone
@@ -204,3 +206,59 @@ def test_flower_names_each_firings_job_trigger_and_scheduled_time(
         assert "quartz job=obs.flowered trigger=obs.flowered scheduled=" in task["kwargs"], task
     if sent_events:
         assert all(task["sent"] for task in listed.values())
+
+
+def test_a_worker_without_the_hooks_is_noticed_and_no_occurrence_runs_twice(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """A worker started without ``celery_quartz.install(app)`` runs each firing but never
+    records its start: the firing then looks expired and unstarted. Beat warns about the queue,
+    reports degraded health, and drops the expired firings instead of publishing them again
+    (each would run a second time)."""
+    store = ledger_app.prepared_store(pg_url)
+    now = datetime.now(timezone.utc)
+    quartz = Quartz(ledger_app.app, store=store)
+    # One-shot triggers: their smart policy (fire now) would publish an expired firing again.
+    quartz.schedule_jobs(
+        [
+            (
+                Job(key=JobKey(f"once-{i}", "obs"), task="ledger.record"),
+                [
+                    SimpleTrigger(
+                        key=TriggerKey(f"once-{i}", "obs"),
+                        start_at=now + timedelta(seconds=2 + i),
+                        repeat_count=0,
+                        repeat_interval=timedelta(0),
+                    )
+                ],
+            )
+            for i in range(5)
+        ]
+    )
+    health_port = _free_port()
+    env = ledger_app.environment(
+        pg_url, redis_url, MISFIRE_THRESHOLD="3", HEALTH_PORT=str(health_port)
+    )
+    with processes(tmp_path, env) as procs:
+        procs.beat("beat1")
+        procs.env["CQ_NO_HOOKS"] = "1"
+        procs.env.pop("CQ_HEALTH_PORT")
+        procs.worker("unhooked", concurrency=1, extra=["-P", "solo"])
+        wait_for(lambda: _ledger_rows(pg_url) == 5, timeout=60, message="five executions")
+        wait_for(
+            lambda: not store.firing_states(), timeout=60, message="the firings to be resolved"
+        )
+        code, body = _get(f"http://127.0.0.1:{health_port}/healthz")
+        time.sleep(3)  # a republished firing would have been run by now
+        log = procs.log("beat1")
+    assert (code, body["status"]) == (200, "degraded"), body
+    assert body["data"]["unhooked_queues"] == ["celery"]
+    assert "no worker with the celery-quartz hooks checks in for queue 'celery'" in log
+    assert re.search(r"was not started by any worker .*: published again", log) is None
+    assert log.count("dropped: misfire: no worker with the celery-quartz hooks") == 5
+    engine = create_engine(pg_url)
+    with engine.connect() as conn:
+        dups = conn.execute(select(func.count()).select_from(ledger_app.duplicates)).scalar_one()
+    engine.dispose()
+    assert (_ledger_rows(pg_url), dups) == (5, 0)
+    store.dispose()

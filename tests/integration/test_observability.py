@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,7 +23,7 @@ from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
 from celery_quartz.triggers import REPEAT_INDEFINITELY
 from tests.integration import ledger_app
 from tests.integration.otel_files import read_points, read_spans
-from tests.integration.processes import processes, wait_for
+from tests.integration.processes import APP, processes, wait_for
 
 
 def _free_port() -> int:
@@ -262,3 +264,42 @@ def test_a_worker_without_the_hooks_is_noticed_and_no_occurrence_runs_twice(
     engine.dispose()
     assert (_ledger_rows(pg_url), dups) == (5, 0)
     store.dispose()
+
+
+def test_a_hooked_worker_answers_quartz_health_and_an_unhooked_one_does_not(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    ledger_app.prepared_store(pg_url).dispose()
+    env = ledger_app.environment(pg_url, redis_url)
+    with processes(tmp_path, env) as procs:
+        procs.worker("hooked", concurrency=1, extra=["-P", "solo"])
+        procs.env["CQ_NO_HOOKS"] = "1"
+        procs.worker("plain", concurrency=1, extra=["-P", "solo"])
+
+        def inspect() -> dict[str, Any]:
+            out = subprocess.run(
+                [sys.executable, "-m", "celery", "-A", APP, "inspect", "quartz_health", "--json"],
+                cwd=tmp_path,
+                env={**procs.env, "CQ_NO_HOOKS": ""},
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
+            try:
+                return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+            except (ValueError, IndexError):
+                return {}
+
+        def answered() -> dict[str, Any]:
+            replies = inspect()
+            hooked = [v for k, v in replies.items() if k.startswith("hooked@")]
+            return hooked[0] if hooked and hooked[0].get("checking_in") else {}
+
+        wait_for(lambda: answered(), timeout=60, message="the hooked worker's report")
+        replies = inspect()
+    [hooked] = [v for k, v in replies.items() if k.startswith("hooked@")]
+    assert hooked["status"] == "healthy" and hooked["hooks_installed"] is True
+    assert "celery" in hooked["queues"]
+    # The unhooked worker does not know the command.
+    [plain] = [v for k, v in replies.items() if k.startswith("plain@")]
+    assert "error" in plain

@@ -75,10 +75,22 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer(NAME)
 
 
+#: Histogram buckets in seconds (the SDK's default buckets suit milliseconds): store operations
+#: and check-ins at the low end, job executions up to an hour.
+SECONDS_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+)  # fmt: skip
+
+
 def _create(m: Any) -> Instruments:
+    buckets = {"explicit_bucket_boundaries_advisory": list(SECONDS_BUCKETS)}
     return Instruments(
         execution_duration=m.create_histogram(
-            "quartz.job.execution.duration", unit="s", description="Duration of job executions"
+            "quartz.job.execution.duration",
+            unit="s",
+            description="Duration of job executions",
+            **buckets,
         ),
         execution_active=m.create_up_down_counter(
             "quartz.job.execution.active",
@@ -92,12 +104,16 @@ def _create(m: Any) -> Instruments:
             "quartz.trigger.acquisition.duration",
             unit="s",
             description="Time spent acquiring the next triggers from the store",
+            **buckets,
         ),
         acquired=m.create_counter(
             "quartz.trigger.acquired", unit="{trigger}", description="Triggers acquired"
         ),
         checkin_duration=m.create_histogram(
-            "quartz.cluster.checkin.duration", unit="s", description="Duration of a check-in"
+            "quartz.cluster.checkin.duration",
+            unit="s",
+            description="Duration of a check-in",
+            **buckets,
         ),
         recovery=m.create_counter(
             "quartz.cluster.recovery.trigger",
@@ -108,6 +124,7 @@ def _create(m: Any) -> Instruments:
             "quartz.jobstore.operation.duration",
             unit="s",
             description="Duration of job store operations",
+            **buckets,
         ),
     )
 

@@ -198,5 +198,3 @@ _AFTER: dict[str, Callable[[InstrumentedStore, float, Any, dict[str, Any]], None
     "recover_worker": InstrumentedStore._recovered_worker,
     "check_ins": InstrumentedStore._read_check_ins,
 }
-
-

@@ -89,7 +89,12 @@ def health_check(scheduler: Any) -> HealthReport:
     data["last_acquisition_age"] = (
         None if last is None else round((loop.clock.now() - last).total_seconds(), 3)
     )
-    data["overdue"] = overdue = overdue_triggers(loop.store.trigger_summary())
+    try:
+        overdue: int | None = overdue_triggers(loop.store.trigger_summary())
+    except Exception as exc:  # the ping answered; a failed count is reported, not judged
+        data["overdue_error"] = f"{exc.__class__.__name__}: {exc}"
+        overdue = None
+    data["overdue"] = overdue
     if status is SchedulerStatus.CREATED:
         return HealthReport(
             HealthStatus.DEGRADED, "not started: waiting to be elected (auto-start is off)", data
@@ -127,7 +132,7 @@ def health_check(scheduler: Any) -> HealthReport:
             data,
         )
     threshold = loop.settings.health_overdue_threshold
-    if threshold is not None and overdue > threshold:
+    if threshold is not None and overdue is not None and overdue > threshold:
         return HealthReport(
             HealthStatus.DEGRADED,
             f"{overdue} trigger(s) are overdue by more than the misfire threshold "

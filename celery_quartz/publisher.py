@@ -99,13 +99,33 @@ class Publisher:
         if self.hooks is None:
             self._publish(firings, {})
             return
-        extra = self.hooks.before_publish(firings)
+        # A failing hook (instrumentation) must never keep a firing from being published.
+        try:
+            extra = self.hooks.before_publish(firings)
+        except Exception:
+            logger.exception("a publish hook failed; publishing without it")
+            extra = {}
         try:
             self._publish(firings, extra)
         except BaseException as exc:
-            self.hooks.after_publish(firings, exc)
+            self._after_publish(firings, exc)
             raise
-        self.hooks.after_publish(firings, None)
+        self._after_publish(firings, None)
+
+    def _sending(self, firing: Firing) -> AbstractContextManager[Any]:
+        assert self.hooks is not None
+        try:
+            return self.hooks.sending(firing)
+        except Exception:
+            logger.exception("a publish hook failed; sending without it")
+            return nullcontext()
+
+    def _after_publish(self, firings: Sequence[Firing], error: BaseException | None) -> None:
+        assert self.hooks is not None
+        try:
+            self.hooks.after_publish(firings, error)
+        except Exception:
+            logger.exception("a publish hook failed after publishing")
 
     def _publish(self, firings: Sequence[Firing], extra: dict[str, dict[str, str]]) -> None:
         if self._redis is False:
@@ -151,7 +171,7 @@ class Publisher:
             producer.batch(max_size=self.batch_size),
         ):
             for firing in firings:
-                with nullcontext() if hooks is None else hooks.sending(firing):
+                with nullcontext() if hooks is None else self._sending(firing):
                     self.app.send_task(
                         firing.task,
                         args=firing.args,

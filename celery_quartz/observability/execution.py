@@ -22,6 +22,7 @@ no store is read: the instrumentation costs the worker no database round trip.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from typing import Any
 
@@ -47,6 +48,8 @@ from celery_quartz.observability.instruments import (
     tracer,
 )
 
+logger = logging.getLogger(__name__)
+
 _OBSERVED = "quartz_observed"
 
 
@@ -56,6 +59,12 @@ class ExecutionInstrumentation:
     def after_start(self, task: Any, context: Any) -> None:
         if not sdk_configured():
             return
+        try:
+            self._start(task, context)
+        except Exception:  # instrumentation must never fail the job
+            logger.debug("execution instrumentation failed", exc_info=True)
+
+    def _start(self, task: Any, context: Any) -> None:
         request = task.request
         attributes = {
             SCHEDULER_NAME: context.scheduler_name,
@@ -87,6 +96,12 @@ class ExecutionInstrumentation:
     def refused(self, task: Any, task_id: str, header: dict[str, Any], reason: str) -> None:
         if not sdk_configured():
             return
+        try:
+            self._veto(task, task_id, header, reason)
+        except Exception:
+            logger.debug("veto instrumentation failed", exc_info=True)
+
+    def _veto(self, task: Any, task_id: str, header: dict[str, Any], reason: str) -> None:
         job = header.get("job") or ["", ""]
         trigger = header.get("trigger") or ["", ""]
         span = tracer().start_span(
@@ -122,6 +137,12 @@ class ExecutionInstrumentation:
         if observed is None:
             return
         setattr(request, _OBSERVED, None)
+        try:
+            self._end(observed, state, retval)
+        except Exception:
+            logger.debug("execution instrumentation failed", exc_info=True)
+
+    def _end(self, observed: Any, state: str | None, retval: Any) -> None:
         started, span, token, attributes = observed
         elapsed = time.perf_counter() - started
         failed = state == FAILURE and isinstance(retval, BaseException)

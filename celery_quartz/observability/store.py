@@ -24,6 +24,7 @@ Nothing here touches SQL; the SQL store does not know it is observed.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -46,6 +47,8 @@ from celery_quartz.store.abc import (
     StoreReader,
     WorkerStore,
 )
+
+logger = logging.getLogger(__name__)
 
 #: The role methods that are store operations.
 OPERATIONS = frozenset(
@@ -136,7 +139,10 @@ class InstrumentedStore:
             elapsed = time.perf_counter() - start
             histogram.record(elapsed, attributes)
             if after is not None:
-                after(self, elapsed, result, kwargs)
+                try:
+                    after(self, elapsed, result, kwargs)
+                except Exception:  # a measurement must never fail the operation
+                    logger.debug("recording %s failed", name, exc_info=True)
             return result
 
         return operation

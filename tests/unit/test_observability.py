@@ -463,3 +463,22 @@ def test_with_the_celery_instrumentation_our_spans_join_its_trace(
     assert by_name["apply_async/tasks.report"].parent.span_id == publish.context.span_id
     run = by_name["run/tasks.report"]
     assert by_name["quartz.job.execute"].parent.span_id == run.context.span_id
+
+
+def test_a_failing_publish_hook_does_not_keep_a_firing_from_the_broker(
+    store: MemoryStore, app: Celery, clock: FakeClock, queue: str, instance: str
+) -> None:
+    class Broken:
+        def before_publish(self, firings: Any) -> dict[str, dict[str, str]]:
+            raise RuntimeError("instrumentation bug")
+
+        def sending(self, firing: Any) -> Any:
+            raise RuntimeError("instrumentation bug")
+
+        def after_publish(self, firings: Any, error: Any) -> None:
+            raise RuntimeError("instrumentation bug")
+
+    _schedule(store)
+    loop = SchedulingLoop(store, Publisher(app, hooks=Broken()), _settings(), clock, instance)
+    loop.run_once()
+    assert loop.fired_count == 1

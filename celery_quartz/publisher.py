@@ -9,8 +9,10 @@ Two paths, one message format (Celery's task protocol 2, JSON):
   field, and a stock worker runs both).
   Taken only when nothing could tell the difference: the broker is a plain Redis URL, the job's
   options name at most a ``queue`` (and ``expires``) routed the default way (a direct exchange
-  whose routing key is the queue's name), and no one listens to Celery's publish signals or asks
-  for task-sent events. Everything else goes through Celery.
+  whose routing key is the queue's name), and no one listens to Celery's publish signals.
+  Everything else goes through Celery. With ``task_send_sent_event`` on, the Redis path sends a
+  ``task-sent`` event per firing after the batch, through Celery's event dispatcher, with the
+  fields Celery's own would carry.
 """
 
 from __future__ import annotations
@@ -250,6 +252,7 @@ class RedisPath:
         self._queues: dict[tuple[str, str | None], str | None] = {}
         self._origin = f"gen{os.getpid()}@{socket.gethostname()}"
         self._templates: dict[tuple[str, str, bool, tuple[str, ...]], str] = {}
+        self._dispatcher: Any = None
 
     @classmethod
     def for_app(cls, app: Celery, clock: Clock | None = None) -> RedisPath | None:
@@ -260,7 +263,7 @@ class RedisPath:
             return None
         if ";" in url or (conf.broker_transport_options or {}).get("global_keyprefix"):
             return None
-        if conf.task_protocol != 2 or conf.task_send_sent_event:
+        if conf.task_protocol != 2:
             return None
         if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
             return None
@@ -314,6 +317,38 @@ class RedisPath:
         for queue, messages in by_queue.items():
             pipe.lpush(queue, *messages)
         pipe.execute()
+        if self.app.conf.task_send_sent_event:
+            self._send_sent_events(firings)
+
+    def _send_sent_events(self, firings: Sequence[Firing]) -> None:
+        """A ``task-sent`` event per firing, as Celery's publishing sends it."""
+        if self._dispatcher is None:
+            # As Celery's own publishing holds one: publish() sends whatever ``enabled`` says.
+            self._dispatcher = self.app.events.Dispatcher(enabled=False)
+        dispatcher = self._dispatcher
+        with self.app.producer_or_acquire() as producer:
+            for firing in firings:
+                queue = self._queue(firing)
+                expires = _expires(firing)
+                task_id = firing.fire_instance_id
+                dispatcher.publish(
+                    "task-sent",
+                    {
+                        "uuid": task_id,
+                        "root_id": task_id,
+                        "parent_id": None,
+                        "name": firing.task,
+                        "args": _repr(firing.args) if firing.args else "()",
+                        "kwargs": kwargs_repr(firing),
+                        "retries": 0,
+                        "eta": None,
+                        "expires": None if expires is None else expires.isoformat(),
+                        "queue": queue,
+                        "exchange": "",
+                        "routing_key": queue,
+                    },
+                    producer,
+                )
 
     def envelope(
         self,

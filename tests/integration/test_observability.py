@@ -180,12 +180,12 @@ def test_the_health_endpoint_reports_standby_and_goes_with_the_process(
 def test_flower_names_each_firings_job_trigger_and_scheduled_time(
     tmp_path: Path, pg_url: str, redis_url: str, sent_events: bool
 ) -> None:
-    """Without task-sent events beat takes the Redis path; with them, Celery's (which sends
-    them). Either way Flower lists each firing under its task name, with its identity."""
+    """Beat takes the Redis fast path, with and without task-sent events (which it then sends
+    for every firing); Flower lists each firing under its task name, with its identity."""
     store = ledger_app.prepared_store(pg_url)
     _every_second(store, "flowered")
     flower_port = _free_port()
-    settings = {"SEND_EVENTS": "1"} if sent_events else {}
+    settings = {"QUARTZ_DEBUG": "1", **({"SEND_EVENTS": "1"} if sent_events else {})}
     env = {
         **ledger_app.environment(pg_url, redis_url, **settings),
         "FLOWER_UNAUTHENTICATED_API": "1",
@@ -203,6 +203,9 @@ def test_flower_names_each_firings_job_trigger_and_scheduled_time(
         wait_for(lambda: len(tasks()) >= 3, timeout=60, message="Flower to list three firings")
         store.dispose()
         listed = tasks()
+        log = procs.log("beat1")
+    # Beat took the Redis fast path, with task-sent events on as well.
+    assert re.search(r"published \d+ firing\(s\) \([1-9]\d* straight to Redis\)", log)
     for task in listed.values():
         assert task["name"] == "ledger.record"
         assert "quartz job=obs.flowered trigger=obs.flowered scheduled=" in task["kwargs"], task

@@ -18,12 +18,14 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, func, select
+from sqlalchemy.engine import make_url
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
 from celery_quartz.triggers import REPEAT_INDEFINITELY
 from tests.integration import ledger_app
 from tests.integration.otel_files import read_points, read_spans
 from tests.integration.processes import APP, processes, wait_for
+from tests.services import PostgresServer
 
 
 def _free_port() -> int:
@@ -306,3 +308,43 @@ def test_a_hooked_worker_answers_quartz_health_and_an_unhooked_one_does_not(
     # The unhooked worker does not know the command.
     [plain] = [v for k, v in replies.items() if k.startswith("plain@")]
     assert "error" in plain
+
+
+def _set_connections(postgres: PostgresServer, dbname: str, allowed: bool) -> None:
+    """Let this one database be connected to, or not (and end its sessions): the store goes
+    down for this test's processes only, not for the shared server."""
+    postgres.execute(f'ALTER DATABASE "{dbname}" WITH ALLOW_CONNECTIONS {str(allowed).lower()}')
+    if not allowed:
+        postgres.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+            [dbname],
+        )
+
+
+def test_the_health_endpoint_is_503_while_the_store_is_down_and_200_once_it_is_back(
+    tmp_path: Path, postgres: PostgresServer, pg_url: str, redis_url: str
+) -> None:
+    ledger_app.prepared_store(pg_url).dispose()
+    dbname = make_url(pg_url).database
+    assert dbname is not None
+    port = _free_port()
+    env = ledger_app.environment(pg_url, redis_url, HEALTH_PORT=str(port))
+    healthz = f"http://127.0.0.1:{port}/healthz"
+    with processes(tmp_path, env) as procs:
+        procs.beat("beat1")
+        wait_for(lambda: _get(healthz)[0] == 200, timeout=30, message="a healthy scheduler")
+        assert _get(healthz)[1]["status"] == "healthy"
+        _set_connections(postgres, dbname, allowed=False)
+        try:
+            wait_for(lambda: _get(healthz)[0] == 503, timeout=30, message="503, store down")
+            code, body = _get(healthz)
+            assert (code, body["status"]) == (503, "unhealthy")
+            assert body["description"] == "the store does not answer"
+            assert _get(f"http://127.0.0.1:{port}/livez")[0] == 200  # the process is alive
+        finally:
+            _set_connections(postgres, dbname, allowed=True)
+        wait_for(
+            lambda: _get(healthz)[1] and _get(healthz)[1].get("status") == "healthy",
+            timeout=30,
+            message="healthy again",
+        )

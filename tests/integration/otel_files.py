@@ -60,3 +60,19 @@ def read_points(directory: Path) -> dict[str, list[dict[str, Any]]]:
                         for point in metric["data"]["data_points"]:
                             found.setdefault(metric["name"], []).append({**point, "_pid": pid})
     return found
+
+
+def latest_exports(directory: Path) -> dict[str, set[str]]:
+    """The instruments with data points in each process's latest metrics export, by pid."""
+    found: dict[str, set[str]] = {}
+    for path in directory.glob("metrics-*.jsonl"):
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        names: set[str] = set()
+        if lines:
+            for resource in json.loads(lines[-1])["resource_metrics"]:
+                for scope in resource["scope_metrics"]:
+                    for metric in scope["metrics"]:
+                        if metric["data"]["data_points"]:
+                            names.add(metric["name"])
+        found[path.stem.split("-")[1]] = names
+    return found

@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
 from celery_quartz.triggers import REPEAT_INDEFINITELY
 from tests.integration import ledger_app
-from tests.integration.otel_files import read_points, read_spans
+from tests.integration.otel_files import latest_exports, read_points, read_spans
 from tests.integration.processes import APP, processes, wait_for
 from tests.services import PostgresServer
 
@@ -85,6 +85,8 @@ def test_beat_and_worker_export_the_instruments_and_one_trace_per_firing(
     )
     with processes(tmp_path, env) as procs:
         procs.beat("beat1")
+        procs.env.pop("CQ_HEALTH_PORT")
+        procs.beat("beat2")  # a second node of the cluster: it must not read the gauges too
         procs.worker("worker1", concurrency=1, extra=["-P", "solo"])
         wait_for(lambda: _ledger_rows(pg_url) >= 3, timeout=60, message="three executions")
         code, body = _get(f"http://127.0.0.1:{health_port}/healthz")
@@ -98,7 +100,13 @@ def test_beat_and_worker_export_the_instruments_and_one_trace_per_firing(
             timeout=30,
             message="the store gauges",
         )
-        procs.assert_running("beat1", "worker1")
+        time.sleep(3)  # several more collections, on both nodes
+        procs.assert_running("beat1", "beat2", "worker1")
+        # While both schedulers run, one of them reads the store gauges (the other takes over
+        # when it leaves, which the exports after this point would show).
+        latest = latest_exports(otel)
+        collectors = [pid for pid, names in latest.items() if "quartz.trigger.count" in names]
+        assert len(collectors) == 1, latest
     store.dispose()
 
     spans = read_spans(otel)
@@ -139,6 +147,17 @@ def test_beat_and_worker_export_the_instruments_and_one_trace_per_firing(
     assert max(p["count"] for p in points["quartz.job.execution.duration"]) >= 3
     states = {p["attributes"]["quartz.trigger.state"] for p in points["quartz.trigger.count"]}
     assert states & {"WAITING", "ACQUIRED"}
+    # Both schedulers measured.
+    assert (
+        len(
+            {p["attributes"]["quartz.scheduler.id"] for p in points["quartz.trigger.acquired"]}
+            | {
+                p["attributes"]["quartz.scheduler.id"]
+                for p in points["quartz.cluster.checkin.duration"]
+            }
+        )
+        == 2
+    )
 
 
 def test_the_health_endpoint_reports_standby_and_goes_with_the_process(

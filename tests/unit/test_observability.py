@@ -482,3 +482,57 @@ def test_a_failing_publish_hook_does_not_keep_a_firing_from_the_broker(
     loop = SchedulingLoop(store, Publisher(app, hooks=Broken()), _settings(), clock, instance)
     loop.run_once()
     assert loop.fired_count == 1
+
+
+_WITHOUT_SDK = """
+import sys, tempfile
+from datetime import datetime, timezone
+from celery import Celery
+from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey, install
+from celery_quartz.firing import HEADER
+from celery_quartz.observability import execution, sdk_configured
+from celery_quartz.store import SqlStore
+
+calls = []
+execution.ExecutionInstrumentation._start = lambda *a: calls.append("start")
+execution.ExecutionInstrumentation._veto = lambda *a: calls.append("veto")
+url = f"sqlite:///{tempfile.mkdtemp()}/quartz.db"
+store = SqlStore(url, scheduler_name="t")
+store.create_tables()
+app = Celery("t", set_as_current=False)
+app.conf.quartz_store_url = url
+def report():
+    return "done"
+app.task(name="tasks.report", shared=False)(report)
+install(app)
+app.finalize()
+now = datetime.now(timezone.utc)
+job = Job(key=JobKey("report"), task="tasks.report")
+store.store_jobs_and_triggers([(job, [SimpleTrigger(key=TriggerKey("t"), job_key=job.key,
+                                                     start_at=now)])])
+acquired = store.acquire_next_triggers("a", no_later_than=now, max_count=1, time_window=0)
+[firing] = store.fire("a", acquired)
+for _ in range(2):  # the second delivery is refused
+    app.tasks["tasks.report"].apply(task_id=firing.fire_instance_id,
+                                    headers={HEADER: firing.header()}, throw=False)
+assert not sdk_configured()
+assert store.firing_states() == {}, store.firing_states()
+print(calls)
+"""
+
+
+def test_without_an_sdk_the_worker_instrumentation_does_nothing(tmp_path: Path) -> None:
+    """In a process with no OpenTelemetry SDK (a fresh interpreter: this one has one), a firing
+    runs and a duplicate is refused without the middleware starting a span or a measurement."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_SDK],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

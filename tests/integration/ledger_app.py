@@ -132,6 +132,9 @@ app.conf.beat_schedule = {
     for name, spec in json.loads(os.environ.get("CQ_BEAT_SCHEDULE", "{}")).items()
 }
 
+if os.environ.get("CQ_SHUTDOWN_WAIT"):
+    app.conf.quartz_shutdown_wait_for_jobs = True
+    app.conf.quartz_shutdown_timeout = float(os.environ["CQ_SHUTDOWN_WAIT"])
 if os.environ.get("CQ_HEALTH_PORT"):
     app.conf.quartz_health_port = int(os.environ["CQ_HEALTH_PORT"])
 if os.environ.get("CQ_SEND_EVENTS"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -367,3 +368,38 @@ def test_the_health_endpoint_is_503_while_the_store_is_down_and_200_once_it_is_b
             timeout=30,
             message="healthy again",
         )
+
+
+def test_a_scheduler_shutting_down_answers_503_until_it_exits(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """A scheduler that waits at shutdown for its firings to finish (quartz_shutdown_wait_for_jobs)
+    is out of rotation meanwhile: 503, while /livez still answers."""
+    store = ledger_app.prepared_store(pg_url)
+    Quartz(ledger_app.app, store=store).schedule_job(
+        Job(key=JobKey("slow", "obs"), task="ledger.record", kwargs={"sleep": 8.0}),
+        SimpleTrigger(
+            key=TriggerKey("slow", "obs"),
+            start_at=datetime.now(timezone.utc) + timedelta(seconds=1),
+            repeat_count=0,
+            repeat_interval=timedelta(0),
+        ),
+    )
+    port = _free_port()
+    env = ledger_app.environment(pg_url, redis_url, HEALTH_PORT=str(port), SHUTDOWN_WAIT="20")
+    healthz = f"http://127.0.0.1:{port}/healthz"
+    with processes(tmp_path, env) as procs:
+        procs.beat("beat1")
+        procs.env.pop("CQ_HEALTH_PORT")
+        procs.worker("worker1", concurrency=1, extra=["-P", "solo"])
+        wait_for(lambda: _ledger_rows(pg_url) == 1, timeout=30, message="the slow job to start")
+        assert _get(healthz)[0] == 200
+        procs.procs["beat1"].send_signal(signal.SIGTERM)
+        wait_for(lambda: _get(healthz)[0] == 503, timeout=10, message="503 while shutting down")
+        code, body = _get(healthz)
+        assert (code, body["status"]) == (503, "unhealthy"), body
+        assert body["data"]["status"] == "SHUTTING_DOWN", body
+        assert _get(f"http://127.0.0.1:{port}/livez")[0] == 200
+        procs.procs["beat1"].wait(timeout=30)
+        assert _get(f"http://127.0.0.1:{port}/livez")[0] == 0  # gone with the process
+    store.dispose()

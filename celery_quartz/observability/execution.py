@@ -10,6 +10,7 @@ Per execution, in the worker process:
 
 * ``quartz.job.execution.active`` +1 at the start, -1 at the end;
 * ``quartz.job.execution.duration`` at the end, with ``error.type`` when the task raised;
+  both tagged with the scheduler (name, and the instance that fired) and the job (name, group);
 * a span ``quartz.job.execute`` whose parent is the trace context the message carries (the
   ``quartz.firing.publish`` span beat started), or, when ``opentelemetry-instrumentation-celery``
   already runs a span for the task, that span: ours joins its trace and does not duplicate it.
@@ -66,9 +67,13 @@ class ExecutionInstrumentation:
 
     def _start(self, task: Any, context: Any) -> None:
         request = task.request
+        # The job's key, as Quartz tags its execution instruments: bounded by the jobs stored,
+        # and what an alert on "this job has not run" filters by.
         attributes = {
             SCHEDULER_NAME: context.scheduler_name,
             SCHEDULER_ID: context.fired_by,
+            JOB_NAME: context.job_key.name,
+            JOB_GROUP: context.job_key.group,
         }
         span = tracer().start_span(
             "quartz.job.execute",
@@ -76,8 +81,6 @@ class ExecutionInstrumentation:
             kind=SpanKind.INTERNAL,
             attributes={
                 **attributes,
-                JOB_NAME: context.job_key.name,
-                JOB_GROUP: context.job_key.group,
                 TRIGGER_NAME: context.trigger_key.name,
                 TRIGGER_GROUP: context.trigger_key.group,
                 TASK_NAME: task.name,

@@ -280,6 +280,10 @@ def test_an_execution_is_timed_counted_and_traced_under_the_published_span(
     _deliver(app, firing, {"traceparent": parent})
     [duration] = points("quartz.job.execution.duration", quartz__scheduler__id=instance)
     assert duration.count == 1 and "error.type" not in duration.attributes
+    assert (duration.attributes["quartz.job.group"], duration.attributes["quartz.job.name"]) == (
+        "DEFAULT",
+        "report",
+    )
     [active] = points("quartz.job.execution.active", quartz__scheduler__id=instance)
     assert active.value == 0
     [span] = [

@@ -242,6 +242,10 @@ class NodeConfig:
     idle_wait: float = 1.0
     fire_ahead_window: float = 0.0
     profile_path: str | None = None
+    #: Seconds between metric collections of an OpenTelemetry SDK configured in the node (an
+    #: exporter that discards what it is given), with the store instrumented and the store
+    #: gauges registered as ``celery beat`` wires them; None: no SDK, store not instrumented.
+    metrics_interval: float | None = None
 
 
 @dataclass
@@ -305,7 +309,11 @@ def _node_run(cfg: NodeConfig, ready: Any, go: Any, stop: Any, counter: Any, out
         counts["transactions"] += 1
 
     publisher = Publisher(app, batch_size=cfg.batch_size)
-    loop = SchedulingLoop(store, publisher, settings, clock, cfg.name)
+    loop_store: Any = store
+    gauges = None
+    if cfg.metrics_interval is not None:
+        loop_store, gauges = _observed(store, clock, cfg)
+    loop = SchedulingLoop(loop_store, publisher, settings, clock, cfg.name)
     loop.start()
     with app.producer_or_acquire() as producer:  # open the broker connection before timing
         producer.channel.client.ping()
@@ -337,8 +345,49 @@ def _node_run(cfg: NodeConfig, ready: Any, go: Any, stop: Any, counter: Any, out
         counts["transactions"],
     )
     loop.shutdown()
+    if gauges is not None:
+        gauges.close()
     store.dispose()
     out.put(result)
+
+
+def _observed(store: Any, clock: Any, cfg: NodeConfig) -> tuple[Any, Any]:
+    """``store`` instrumented and the store gauges registered as ``celery beat`` does, under an
+    SDK whose reader collects every ``cfg.metrics_interval`` seconds and discards the result."""
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        MetricExporter,
+        MetricExportResult,
+        PeriodicExportingMetricReader,
+    )
+
+    from celery_quartz.observability.gauges import StoreGauges
+    from celery_quartz.observability.store import InstrumentedStore
+
+    class Discard(MetricExporter):
+        def export(self, metrics_data: Any, timeout_millis: float = 0, **_: Any) -> Any:
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 0) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 0, **_: Any) -> None:
+            pass
+
+    assert cfg.metrics_interval is not None
+    reader = PeriodicExportingMetricReader(
+        Discard(), export_interval_millis=cfg.metrics_interval * 1000
+    )
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    observed = InstrumentedStore(store, instance_id=cfg.name, clock=clock)
+    gauges = StoreGauges(
+        observed,
+        observed.attributes,
+        clock,
+        is_collector=lambda: observed.live_schedulers[:1] == [cfg.name],
+    )
+    return observed, gauges
 
 
 class Nodes:

@@ -16,9 +16,14 @@ from celery_quartz.beat_schedule import import_beat_schedule
 from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.config import Settings
 from celery_quartz.elections import Election, build_election
+from celery_quartz.health import HealthReport, health_check
 from celery_quartz.leadership import SchedulerLeadership
 from celery_quartz.lifecycle import SchedulerStatus, check_clustering
 from celery_quartz.loop import SchedulingLoop
+from celery_quartz.observability.gauges import StoreGauges
+from celery_quartz.observability.http import HealthServer
+from celery_quartz.observability.publishing import PublishTracing
+from celery_quartz.observability.store import InstrumentedStore
 from celery_quartz.publisher import Publisher
 from celery_quartz.scheduling_files import SchedulingFilesWatcher
 from celery_quartz.store import open_store
@@ -39,6 +44,10 @@ class Scheduler(beat.Scheduler):
         #: The built-in election (``quartz_election``), if any; it starts and stands us down.
         self.election: Election | None = None
         self._status_after_close = SchedulerStatus.CREATED
+        #: The store gauges, when ``quartz_metrics_gauges`` is on.
+        self.gauges: StoreGauges | None = None
+        #: The HTTP health endpoint, when ``quartz_health_port`` is set.
+        self.health_server: HealthServer | None = None
         kwargs.setdefault("max_interval", self.max_interval)
         super().__init__(app, *args, **kwargs)
 
@@ -69,16 +78,45 @@ class Scheduler(beat.Scheduler):
             clock=self._clock,
         )
         watcher.load_at_start()
-        self.loop = SchedulingLoop(
+        instance_id = settings.resolve_instance_id()
+        # Instrumented at the role interface: every store operation timed and traced, and
+        # acquisition, misfires, check-in and recovery measured from what the roles return.
+        observed = InstrumentedStore(
             store,
-            Publisher(self.app, batch_size=settings.batch_size, clock=self._clock),
+            instance_id=instance_id,
+            clock=self._clock,
+            checkin_misfire_threshold=settings.checkin_misfire_threshold,
+        )
+        publisher = Publisher(
+            self.app,
+            batch_size=settings.batch_size,
+            clock=self._clock,
+            hooks=PublishTracing(instance_id),
+        )
+        router = settings.router(self.app.conf.task_default_queue or "celery")
+        self.loop = SchedulingLoop(
+            observed,  # type: ignore[arg-type]  # a SchedulerStore by delegation
+            publisher,
             settings,
             self._clock,
-            settings.resolve_instance_id(),
+            instance_id,
             task_exists=self.app.tasks.__contains__,
-            router=settings.router(self.app.conf.task_default_queue or "celery"),
+            router=router,
             scheduling_files=watcher if watcher.paths else None,
         )
+        if settings.metrics_gauges:
+            self.gauges = StoreGauges(
+                observed,
+                observed.attributes,
+                self._clock,
+                is_collector=lambda: self._collects_gauges(observed, instance_id),
+                limit_for=lambda group: _max_concurrent(router, group),
+            )
+        if settings.health_port is not None and self.health_server is None:
+            # Kept until the process exits: after close() it answers 503 (shut down).
+            self.health_server = HealthServer(
+                self.health, settings.health_address, settings.health_port
+            ).start()
         if settings.election:
             # Built, initialised and bound, left in CREATED: the election starts it.
             self.election = build_election(settings, self.app, SchedulerLeadership(self.loop))
@@ -86,6 +124,18 @@ class Scheduler(beat.Scheduler):
             self.election.start()
         elif self.loop.auto_start:
             self.loop.start()
+
+    def _collects_gauges(self, observed: InstrumentedStore, instance_id: str) -> bool:
+        """Whether this node reads the store gauges: it runs, and its instance id sorts first
+        among the live scheduler check-ins it last read (one node per scheduler name)."""
+        loop = self.loop
+        if loop is None or loop.status is not SchedulerStatus.RUNNING:
+            return False
+        return observed.live_schedulers[:1] == [instance_id]
+
+    def health(self) -> HealthReport:
+        """:func:`~celery_quartz.health.health_check` of this scheduler."""
+        return health_check(self)
 
     # -- lifecycle, for an election or application code (see celery_quartz.lifecycle) ----------
 
@@ -127,6 +177,9 @@ class Scheduler(beat.Scheduler):
                 self.election.stop()
                 self.election = None
             self.loop.store.dispose()
+            if self.gauges is not None:
+                self.gauges.close()
+                self.gauges = None
             self._status_after_close = self.loop.status
             self.loop = None
 
@@ -140,6 +193,11 @@ class Scheduler(beat.Scheduler):
             f"{'clustered' if settings.clustered else 'not clustered'}"
             f"{f', election {settings.election}' if settings.election else ''})"
         )
+
+
+def _max_concurrent(router: Any, group: str | None) -> int | None:
+    limit = router.limits.limit_for(group)
+    return None if limit is None else limit.max_concurrent
 
 
 def _safe_url(url: str) -> str:

@@ -76,6 +76,15 @@ class Settings:
     election_lock_timeout: float = 10.0
     #: Seconds between attempts to become leader, and between checks that the lock is held.
     election_retry_interval: float = 1.0
+    #: Port of beat's HTTP health endpoint (``/healthz``, ``/livez``); None (default): off.
+    health_port: int | None = None
+    #: Address that endpoint binds.
+    health_address: str = "127.0.0.1"
+    #: More overdue triggers than this (due by more than the misfire threshold) make the health
+    #: report degraded; None (default): overdue triggers are reported, never judged.
+    health_overdue_threshold: int | None = None
+    #: Register the store gauges (``quartz.trigger.count`` and the rest) on the global meter.
+    metrics_gauges: bool = True
     #: Execution limits (see :mod:`celery_quartz.limits`): an ``ExecutionLimits`` or a mapping
     #: of group to limit; none by default (nothing is capped).
     execution_limits: Any = field(default=None, compare=False)
@@ -187,6 +196,20 @@ class Settings:
             raise ConfigurationError(
                 f"quartz_election must be one of {', '.join(map(repr, ELECTIONS))}, "
                 f"got {self.election!r}"
+            )
+        for name in ("health_port", "health_overdue_threshold"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise ConfigurationError(
+                    f"quartz_{name} must be a whole number (0 or more), got {value!r}"
+                )
+        if self.health_port is not None and self.health_port > 65535:
+            raise ConfigurationError(f"quartz_health_port must be a port, got {self.health_port}")
+        if not isinstance(self.metrics_gauges, bool):
+            raise ConfigurationError(
+                f"quartz_metrics_gauges must be True or False, got {self.metrics_gauges!r}"
             )
         ExecutionLimits.coerce(self.execution_limits)
         self.scheduling_file_paths  # noqa: B018  (raises on a bad value)

@@ -16,7 +16,15 @@ the store does not answer             unhealthy
 clustered, own check-in too old       degraded
 an execution group no live worker     degraded (``data["unserved"]`` says which)
 serves
+a queue it publishes to that no       degraded (``data["unhooked_queues"]``)
+worker with the hooks checks in for
+more overdue triggers than            degraded (``quartz_health_overdue_threshold``; off by
+``quartz_health_overdue_threshold``   default)
 ====================================  ===========
+
+Beyond Quartz, ``data`` also gives the seconds since the last successful acquisition
+(``last_acquisition_age``, None before the first) and the number of triggers due by more than the
+misfire threshold (``overdue``), read with one grouped query.
 """
 
 from __future__ import annotations
@@ -27,6 +35,15 @@ from typing import Any
 
 from celery_quartz.clock import from_millis, to_millis
 from celery_quartz.lifecycle import SchedulerStatus
+
+#: States whose overdue triggers are owed a firing (a paused or completed one is not).
+OVERDUE_STATES = ("WAITING", "ACQUIRED", "BLOCKED")
+
+
+def overdue_triggers(summary: dict[str, Any]) -> int:
+    """Triggers due by more than the misfire threshold, in a state that owes a firing, from
+    :meth:`~celery_quartz.store.abc.StoreReader.trigger_summary`."""
+    return sum(summary[state].overdue for state in OVERDUE_STATES if state in summary)
 
 
 class HealthStatus(enum.Enum):
@@ -68,6 +85,16 @@ def health_check(scheduler: Any) -> HealthReport:
     except Exception as exc:
         data["error"] = f"{exc.__class__.__name__}: {exc}"
         return HealthReport(HealthStatus.UNHEALTHY, "the store does not answer", data)
+    last = getattr(loop, "last_acquisition", None)
+    data["last_acquisition_age"] = (
+        None if last is None else round((loop.clock.now() - last).total_seconds(), 3)
+    )
+    try:
+        overdue: int | None = overdue_triggers(loop.store.trigger_summary())
+    except Exception as exc:  # the ping answered; a failed count is reported, not judged
+        data["overdue_error"] = f"{exc.__class__.__name__}: {exc}"
+        overdue = None
+    data["overdue"] = overdue
     if status is SchedulerStatus.CREATED:
         return HealthReport(
             HealthStatus.DEGRADED, "not started: waiting to be elected (auto-start is off)", data
@@ -93,6 +120,23 @@ def health_check(scheduler: Any) -> HealthReport:
         return HealthReport(
             HealthStatus.DEGRADED,
             f"{len(unserved)} execution group(s) have no live worker to run them",
+            data,
+        )
+    unhooked = sorted(getattr(loop, "unhooked_queues", ()))
+    if unhooked:
+        data["unhooked_queues"] = unhooked
+        return HealthReport(
+            HealthStatus.DEGRADED,
+            f"no worker with the celery-quartz hooks checks in for queue(s) "
+            f"{', '.join(map(repr, unhooked))}",
+            data,
+        )
+    threshold = loop.settings.health_overdue_threshold
+    if threshold is not None and overdue is not None and overdue > threshold:
+        return HealthReport(
+            HealthStatus.DEGRADED,
+            f"{overdue} trigger(s) are overdue by more than the misfire threshold "
+            f"(degraded past {threshold})",
             data,
         )
     return HealthReport(HealthStatus.HEALTHY, "running, and the store answers", data)

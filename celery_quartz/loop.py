@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 _MAX_MISFIRE_SCAN_INTERVAL = 15.0
 #: How often a group that no live worker serves is logged again while it stays unserved.
 _UNSERVED_LOG_INTERVAL_MS = 60_000
+#: How often the queues that workers with the hooks consume are read again (milliseconds).
+_HOOKED_QUEUES_INTERVAL_MS = 60_000
 #: Pause before trying again when the store does not answer.
 _STORE_RETRY = 1.0
 
@@ -111,6 +113,13 @@ class SchedulingLoop:
         self._store_down = False
         #: Firings this loop has published (for the log and for tests).
         self.fired_count = 0
+        #: When the last claim of the store answered (None before the first): the health check
+        #: reports the time since.
+        self.last_acquisition: datetime | None = None
+        #: Queues this loop publishes to that no live worker with the hooks consumes, as last
+        #: read (at most once a minute): their expired firings are not published again.
+        self.unhooked_queues: frozenset[str] = frozenset()
+        self._hooked_read_at: int | None = None
         #: Lifecycle status (see :mod:`celery_quartz.lifecycle`).
         self.status = SchedulerStatus.CREATED
         #: Whether run_once() starts a CREATED scheduler by itself (off: an election or the
@@ -393,6 +402,7 @@ class SchedulingLoop:
                 router=self.router,
             )
             self._published = []
+            self.last_acquisition = self.clock.now()
             if claim.unserved:
                 self._log_unserved(claim.unserved)
             if claim.firings:
@@ -518,6 +528,7 @@ class SchedulingLoop:
 
     def _scan_misfires(self, now: datetime) -> None:
         handled, more = self.store.handle_misfires(max_count=self.settings.max_misfires_per_round)
+        self._check_hooked_queues()
         # A message may be started up to its expiry; the grace lets a worker that took it just
         # in time record the start before the firing counts as missed.
         expired = self.store.resolve_expired_firings(
@@ -525,6 +536,7 @@ class SchedulingLoop:
             grace=self.settings.checkin_misfire_threshold + 1.0,
             max_count=self.settings.max_misfires_per_round,
             router=self.router,
+            refuse=self._refuse_unhooked if self.unhooked_queues else None,
         )
         self._publish(expired)
         more = more or len(expired) >= self.settings.max_misfires_per_round
@@ -532,6 +544,46 @@ class SchedulingLoop:
         self._next_misfire_scan = now + timedelta(seconds=interval)
         if handled:
             logger.debug("handled %d misfired trigger(s)", handled)
+
+    def _check_hooked_queues(self) -> None:
+        """Read (at most once a minute) which queues live workers with the hooks consume, and
+        warn about each queue this loop publishes to that none of them does.
+
+        A worker started without ``celery_quartz.install(app)`` runs a firing without recording
+        its start, so the firing looks expired and unstarted; published again, it would run
+        twice. Such a queue's expired firings are therefore dropped (:meth:`_refuse_unhooked`).
+        """
+        published = getattr(self.publisher, "queues", None)
+        if not published:
+            return
+        now = to_millis(self.clock.now())
+        if self._hooked_read_at is not None and now - self._hooked_read_at < (
+            _HOOKED_QUEUES_INTERVAL_MS
+        ):
+            return
+        self._hooked_read_at = now
+        hooked: set[str] = set()
+        for node in self.store.list_nodes():
+            if node.kind == "worker" and node.alive:
+                hooked.update(node.queues or ())
+        self.unhooked_queues = frozenset(published - hooked)
+        for queue in sorted(self.unhooked_queues):
+            logger.warning(
+                "no worker with the celery-quartz hooks checks in for queue %r, which this "
+                "scheduler publishes to: a worker started without celery_quartz.install(app) "
+                "would run its firings unrecorded; their expired firings are not published again",
+                queue,
+            )
+
+    def _refuse_unhooked(self, firing: Firing) -> str | None:
+        queue_of = getattr(self.publisher, "queue_of", None)
+        queue = queue_of(firing) if queue_of is not None else None
+        if queue is None or queue not in self.unhooked_queues:
+            return None
+        return (
+            f"no worker with the celery-quartz hooks consumes queue {queue!r} (a worker without "
+            "them may have run it unrecorded): not published again"
+        )
 
     def _until_housekeeping(self, now: datetime) -> float:
         files_scan = self.scheduling_files.next_scan if self.scheduling_files else None

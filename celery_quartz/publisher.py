@@ -9,8 +9,10 @@ Two paths, one message format (Celery's task protocol 2, JSON):
   field, and a stock worker runs both).
   Taken only when nothing could tell the difference: the broker is a plain Redis URL, the job's
   options name at most a ``queue`` (and ``expires``) routed the default way (a direct exchange
-  whose routing key is the queue's name), and no one listens to Celery's publish signals or asks
-  for task-sent events. Everything else goes through Celery.
+  whose routing key is the queue's name), and no one listens to Celery's publish signals.
+  Everything else goes through Celery. With ``task_send_sent_event`` on, the Redis path sends a
+  ``task-sent`` event per firing after the batch, through Celery's event dispatcher, with the
+  fields Celery's own would carry.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import os
 import re
 import socket
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from json.encoder import encode_basestring_ascii as _encode
-from typing import Any
+from typing import Any, Protocol
 
 from celery import Celery, signals
 from celery.utils.nodenames import worker_direct
@@ -50,14 +53,42 @@ _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 _EMPTY_BODY = base64.b64encode(json.dumps([[], {}, _EMBED]).encode()).decode()
 
 
+class PublishHooks(Protocol):
+    """An extension point beside the publisher (tracing, in
+    :mod:`celery_quartz.observability`): told of a batch before and after it is handed over,
+    it may add message headers to each firing and wrap each firing's send through Celery."""
+
+    def before_publish(self, firings: Sequence[Firing]) -> dict[str, dict[str, str]]:
+        """Extra message headers by fire instance id (string values only)."""
+
+    def sending(self, firing: Firing) -> AbstractContextManager[Any]:
+        """Held around one firing's ``send_task`` (the Celery path)."""
+
+    def after_publish(self, firings: Sequence[Firing], error: BaseException | None) -> None:
+        """The batch was handed over, or ``error`` was raised."""
+
+
 class Publisher:
     """Sends a batch of firings, pipelined: one producer batch, or one Redis pipeline."""
 
-    def __init__(self, app: Celery, batch_size: int = 100, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        batch_size: int = 100,
+        clock: Clock | None = None,
+        hooks: PublishHooks | None = None,
+    ) -> None:
         self.app = app
         self.batch_size = batch_size
         self.clock = clock
+        #: Told of every batch (None: nothing is, and nothing is added to the messages).
+        self.hooks = hooks
         self._redis: RedisPath | bool | None = False  # False: not decided yet
+        #: The queues this publisher has sent firings to (the loop checks that a worker with
+        #: the hooks consumes each of them).
+        self.queues: set[str] = set()
+        # Queue name by (task, queue option), as Celery's router routes it.
+        self._routes: dict[tuple[str, str | None], str | None] = {}
 
     def publish(self, firings: Sequence[Firing]) -> None:
         """Publish every firing; raises (the broker's error) if any could not be handed over.
@@ -67,6 +98,38 @@ class Publisher:
         """
         if not firings:
             return
+        if self.hooks is None:
+            self._publish(firings, {})
+            return
+        # A failing hook (instrumentation) must never keep a firing from being published.
+        try:
+            extra = self.hooks.before_publish(firings)
+        except Exception:
+            logger.exception("a publish hook failed; publishing without it")
+            extra = {}
+        try:
+            self._publish(firings, extra)
+        except BaseException as exc:
+            self._after_publish(firings, exc)
+            raise
+        self._after_publish(firings, None)
+
+    def _sending(self, firing: Firing) -> AbstractContextManager[Any]:
+        assert self.hooks is not None
+        try:
+            return self.hooks.sending(firing)
+        except Exception:
+            logger.exception("a publish hook failed; sending without it")
+            return nullcontext()
+
+    def _after_publish(self, firings: Sequence[Firing], error: BaseException | None) -> None:
+        assert self.hooks is not None
+        try:
+            self.hooks.after_publish(firings, error)
+        except Exception:
+            logger.exception("a publish hook failed after publishing")
+
+    def _publish(self, firings: Sequence[Firing], extra: dict[str, dict[str, str]]) -> None:
         if self._redis is False:
             self._redis = RedisPath.for_app(self.app, self.clock)
         fast: list[Firing] = []
@@ -76,29 +139,57 @@ class Publisher:
                 fast.append(firing)
             else:
                 slow.append(firing)
+        for firing in firings:
+            queue = self.queue_of(firing)
+            if queue is not None:
+                self.queues.add(queue)
         if slow:
-            self._publish_through_celery(slow)
+            self._publish_through_celery(slow, extra)
         if fast:
             assert isinstance(self._redis, RedisPath)
-            self._redis.publish(fast)
+            self._redis.publish(fast, extra)
         logger.debug("published %d firing(s) (%d straight to Redis)", len(firings), len(fast))
 
-    def _publish_through_celery(self, firings: Sequence[Firing]) -> None:
+    def queue_of(self, firing: Firing) -> str | None:
+        """The name of the queue ``firing`` is sent to (its route, its job's ``queue`` option,
+        or Celery's routing of its task); None when Celery's router names none."""
+        if firing.node is not None:
+            return str(worker_direct(firing.node).name)
+        wanted = firing.queue or firing.options.get("queue")
+        if isinstance(wanted, str):
+            return wanted
+        key = (firing.task, None)
+        if key not in self._routes:
+            queue = self.app.amqp.router.route({}, firing.task).get("queue")
+            self._routes[key] = None if queue is None else str(queue.name)
+        return self._routes[key]
+
+    def _publish_through_celery(
+        self, firings: Sequence[Firing], extra: dict[str, dict[str, str]]
+    ) -> None:
+        hooks = self.hooks
         with (
             self.app.producer_or_acquire() as producer,
             producer.batch(max_size=self.batch_size),
         ):
             for firing in firings:
-                self.app.send_task(
-                    firing.task,
-                    args=firing.args,
-                    kwargs=firing.kwargs,
-                    task_id=firing.fire_instance_id,
-                    headers={HEADER: firing.header()},
-                    serializer="json",
-                    producer=producer,
-                    **publish_options(firing),
-                )
+                with nullcontext() if hooks is None else self._sending(firing):
+                    self.app.send_task(
+                        firing.task,
+                        args=firing.args,
+                        kwargs=firing.kwargs,
+                        task_id=firing.fire_instance_id,
+                        # kwargsrepr as a header: Celery lays custom headers over its own
+                        # (as an option it would also land in the message's properties).
+                        headers={
+                            HEADER: firing.header(),
+                            "kwargsrepr": kwargs_repr(firing),
+                            **extra.get(firing.fire_instance_id, {}),
+                        },
+                        serializer="json",
+                        producer=producer,
+                        **publish_options(firing),
+                    )
 
 
 def publish_options(firing: Firing) -> dict[str, Any]:
@@ -137,6 +228,19 @@ def _repr(value: Any) -> str:
     return text if len(text) <= _REPR_MAXSIZE else saferepr(value, _REPR_MAXSIZE)
 
 
+def kwargs_repr(firing: Firing) -> str:
+    """What Flower shows as a firing's keyword arguments: the arguments, then which job and
+    trigger it is and the scheduled fire time it serves. The task name is left alone (Flower
+    filters by it), and so are the arguments the task receives: only the representation that
+    monitors display (``kwargsrepr``) carries the firing's identity.
+    """
+    identity = (
+        f" (quartz job={firing.job_key} trigger={firing.trigger_key} "
+        f"scheduled={from_millis(firing.scheduled_millis).isoformat()})"
+    )
+    return _repr(firing.kwargs) + identity
+
+
 class RedisPath:
     """Firings pushed to Redis in one pipeline, as the envelope kombu's Redis transport writes."""
 
@@ -147,7 +251,8 @@ class RedisPath:
         # Queue name by (task, queue option); None where the routing is not the default one.
         self._queues: dict[tuple[str, str | None], str | None] = {}
         self._origin = f"gen{os.getpid()}@{socket.gethostname()}"
-        self._templates: dict[tuple[str, str, bool], str] = {}
+        self._templates: dict[tuple[str, str, bool, tuple[str, ...]], str] = {}
+        self._dispatcher: Any = None
 
     @classmethod
     def for_app(cls, app: Celery, clock: Clock | None = None) -> RedisPath | None:
@@ -158,7 +263,7 @@ class RedisPath:
             return None
         if ";" in url or (conf.broker_transport_options or {}).get("global_keyprefix"):
             return None
-        if conf.task_protocol != 2 or conf.task_send_sent_event:
+        if conf.task_protocol != 2:
             return None
         if signals.before_task_publish.receivers or signals.after_task_publish.receivers:
             return None
@@ -193,20 +298,57 @@ class RedisPath:
             queue.bind(conn.default_channel).declare()
         return str(queue.name)
 
-    def publish(self, firings: Sequence[Firing]) -> None:
+    def publish(
+        self, firings: Sequence[Firing], extra: dict[str, dict[str, str]] | None = None
+    ) -> None:
         # One instant for the batch: its messages reach Redis together, at execute().
         now = self.clock.now()
         by_queue: dict[str, list[str]] = {}
         for firing, delivery_tag in zip(firings, new_ids(len(firings)), strict=True):
             queue = self._queue(firing)
             assert queue is not None
-            by_queue.setdefault(queue, []).append(self.envelope(firing, queue, now, delivery_tag))
+            headers = extra.get(firing.fire_instance_id) if extra else None
+            by_queue.setdefault(queue, []).append(
+                self.envelope(firing, queue, now, delivery_tag, headers)
+            )
         # One LPUSH of many values leaves the list as that many LPUSHes of one would, in the
         # same order (each value goes to the head in turn), for one command and one reply.
         pipe = self.client.pipeline(transaction=False)
         for queue, messages in by_queue.items():
             pipe.lpush(queue, *messages)
         pipe.execute()
+        if self.app.conf.task_send_sent_event:
+            self._send_sent_events(firings)
+
+    def _send_sent_events(self, firings: Sequence[Firing]) -> None:
+        """A ``task-sent`` event per firing, as Celery's publishing sends it."""
+        if self._dispatcher is None:
+            # As Celery's own publishing holds one: publish() sends whatever ``enabled`` says.
+            self._dispatcher = self.app.events.Dispatcher(enabled=False)
+        dispatcher = self._dispatcher
+        with self.app.producer_or_acquire() as producer:
+            for firing in firings:
+                queue = self._queue(firing)
+                expires = _expires(firing)
+                task_id = firing.fire_instance_id
+                dispatcher.publish(
+                    "task-sent",
+                    {
+                        "uuid": task_id,
+                        "root_id": task_id,
+                        "parent_id": None,
+                        "name": firing.task,
+                        "args": _repr(firing.args) if firing.args else "()",
+                        "kwargs": kwargs_repr(firing),
+                        "retries": 0,
+                        "eta": None,
+                        "expires": None if expires is None else expires.isoformat(),
+                        "queue": queue,
+                        "exchange": "",
+                        "routing_key": queue,
+                    },
+                    producer,
+                )
 
     def envelope(
         self,
@@ -214,12 +356,14 @@ class RedisPath:
         queue: str,
         now: datetime | None = None,
         delivery_tag: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> str:
         """The JSON kombu's Redis transport stores for this firing's Celery task message, as
         published at ``now`` (the clock's now by default), which the broker TTL counts from.
 
-        Rendered from a template per (task, queue, with or without expiry): only the firing's
-        own values are encoded, each on its own.
+        Rendered from a template per (task, queue, with or without expiry, extra header
+        names): only the firing's own values are encoded, each on its own. ``headers`` are
+        extra message headers (a trace context), as ``send_task(headers=...)`` adds them.
         """
         task_id = _encode(firing.fire_instance_id)
         expires = _expires(firing)
@@ -228,7 +372,7 @@ class RedisPath:
             "id": task_id,
             # Celery shows empty arguments as () and {}.
             "argsrepr": _encode(_repr(args)) if args else '"()"',
-            "kwargsrepr": _encode(_repr(kwargs)) if kwargs else '"{}"',
+            "kwargsrepr": _encode(kwargs_repr(firing)),
             "header": json.dumps(firing.header()),
             "reply_to": _encode(self.app.thread_oid),
             "delivery_tag": _encode(delivery_tag or new_ids(1)[0]),
@@ -241,11 +385,16 @@ class RedisPath:
             # The broker TTL Celery derives from ``expires`` (kombu's Redis transport keeps it).
             remaining = max((expires - (now or self.clock.now())).total_seconds(), 0)
             values["expiration"] = f'"{int(remaining * 1000)}"'
-        key = (firing.task, queue, expires is not None)
+        names: tuple[str, ...] = ()
+        if headers:
+            names = tuple(headers)
+            for i, name in enumerate(names):
+                values[f"h{i}"] = _encode(headers[name])
+        key = (firing.task, queue, expires is not None, names)
         template = self._templates.get(key)
         if template is None:
             template = self._templates[key] = _template(
-                firing.task, queue, self._origin, expires is not None
+                firing.task, queue, self._origin, expires is not None, names
             )
         return template.format_map(values)
 
@@ -257,7 +406,12 @@ def _body(args: list[Any], kwargs: dict[str, Any]) -> str:
 
 
 def _message(
-    task: str, queue: str, origin: str, slot: Callable[[str], str], with_expiry: bool
+    task: str,
+    queue: str,
+    origin: str,
+    slot: Callable[[str], str],
+    with_expiry: bool,
+    extra_headers: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The message kombu's Redis transport stores for a Celery task (protocol 2), with
     ``slot(name)`` in place of each value that is the firing's own."""
@@ -284,6 +438,8 @@ def _message(
         "stamps": {},
         HEADER: slot("header"),
     }
+    for i, name in enumerate(extra_headers):
+        headers[name] = slot(f"h{i}")
     properties: dict[str, Any] = {
         "correlation_id": task_id,
         "reply_to": slot("reply_to"),
@@ -312,8 +468,12 @@ def _message(
 _SLOT = re.compile(r'"\\u0000(\w+)\\u0000"')
 
 
-def _template(task: str, queue: str, origin: str, with_expiry: bool) -> str:
+def _template(
+    task: str, queue: str, origin: str, with_expiry: bool, extra_headers: tuple[str, ...] = ()
+) -> str:
     """:func:`_message` as JSON, with each slot a ``str.format`` field taking the slot's value
     already encoded as JSON."""
-    text = json.dumps(_message(task, queue, origin, lambda name: f"\0{name}\0", with_expiry))
+    text = json.dumps(
+        _message(task, queue, origin, lambda name: f"\0{name}\0", with_expiry, extra_headers)
+    )
     return _SLOT.sub(r"{\1}", text.replace("{", "{{").replace("}", "}}"))

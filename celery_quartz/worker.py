@@ -47,6 +47,13 @@ def install(app: Celery) -> None:
     app._celery_quartz_installed = True
     hooks = _WorkerHooks(app)
     app._celery_quartz_hooks = hooks
+    from celery_quartz.observability.execution import ExecutionInstrumentation
+    from celery_quartz.observability.workerhealth import register_health_command
+
+    instrumentation = ExecutionInstrumentation()
+    hooks.middleware.append(instrumentation)
+    task_postrun.connect(instrumentation.on_postrun, weak=False)
+    register_health_command()
     app.on_after_finalize.connect(lambda sender, **_: hooks.guard_tasks(), weak=False)
     if app.finalized:
         hooks.guard_tasks()
@@ -59,6 +66,9 @@ class _WorkerHooks:
         self.app = app
         self._stores: dict[tuple[int, str], Store] = {}
         self._lock = threading.Lock()
+        #: Told of each start recorded (``after_start(task, context)``) and refused
+        #: (``refused(task, task_id, header, reason)``), beside the core: instrumentation.
+        self.middleware: list[Any] = []
 
     def store(self, scheduler_name: str) -> Store:
         """This process's store for ``scheduler_name`` (engines are not shared across a fork)."""
@@ -101,6 +111,8 @@ class _WorkerHooks:
             # the connection broke is unknown; the next delivery may take over from this worker.
             logger.warning("firing %s: the store did not answer; retrying in 1 s", task_id)
             headers = {**_custom_headers(request), HEADER: header, _UNCERTAIN_START: worker}
+            for m in self.middleware:
+                m.refused(task, task_id, header, "the store did not answer; held back")
             raise task.retry(countdown=1, max_retries=None, headers=headers) from None
         if not started:
             logger.info(
@@ -108,9 +120,13 @@ class _WorkerHooks:
                 task_id,
                 ".".join(reversed(header["trigger"])),
             )
+            for m in self.middleware:
+                m.refused(task, task_id, header, "already executing or complete")
             raise Ignore()
         request.quartz_fire_instance_id = task_id
-        request.quartz_context = JobExecutionContext.from_header(header, worker)
+        request.quartz_context = context = JobExecutionContext.from_header(header, worker)
+        for m in self.middleware:
+            m.after_start(task, context)
 
     def on_postrun(
         self,
@@ -266,9 +282,15 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._store: Store | None = None
+        #: When this worker last checked in (``time.time()``), None before the first; read by
+        #: the ``quartz_health`` remote-control command.
+        self.last_checkin: float | None = None
+        self.interval: float | None = None
+        self.queues: list[str] = []
 
     def start(self, parent: Any) -> None:
         settings = Settings.from_app(parent.app)
+        parent.app._celery_quartz_checkin = self
         self._store = open_store(settings)
         queues = sorted(parent.app.amqp.queues.consume_from)
         name = parent.hostname
@@ -287,7 +309,8 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         except DBAPIError:
             logger.exception("worker %s: could not recover a previous run's firings", name)
         concurrency = getattr(parent, "concurrency", None)
-        interval = settings.checkin_interval
+        interval = self.interval = settings.checkin_interval
+        self.queues = queues
         store = self._store
 
         def run() -> None:
@@ -295,6 +318,7 @@ class WorkerCheckIn(bootsteps.StartStopStep):
                 try:
                     with _STORE_ACCESS:
                         self._check_in(store, name, interval, queues, concurrency)
+                    self.last_checkin = time.time()
                     wait = interval
                 except Exception:
                     logger.exception("worker %s: check-in failed; retrying in 1 s", name)

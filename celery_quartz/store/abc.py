@@ -334,10 +334,14 @@ class SchedulingStore(abc.ABC):
         grace: float,
         max_count: int,
         router: Router | None = None,
+        refuse: Callable[[Firing], str | None] | None = None,
     ) -> list[Firing]:
         """Resolve firings whose message expired before any worker started it, by the misfire
         instruction of their trigger (:func:`celery_quartz.misfire.expired_firing_outcome`);
         returns those to publish again, now owned by ``instance_name`` with a fresh expiry.
+        A firing to publish again for which ``refuse`` gives a reason is dropped instead, with
+        that reason logged (the loop refuses a queue no hooked worker consumes: an unhooked
+        worker may have run the firing without recording it).
 
         ``grace`` (seconds past the expiry) lets a worker that took the message just in time
         mark it EXECUTING first. Race settled: two schedulers resolving the same firing, or a

@@ -132,6 +132,21 @@ app.conf.beat_schedule = {
     for name, spec in json.loads(os.environ.get("CQ_BEAT_SCHEDULE", "{}")).items()
 }
 
+if os.environ.get("CQ_SHUTDOWN_WAIT"):
+    app.conf.quartz_shutdown_wait_for_jobs = True
+    app.conf.quartz_shutdown_timeout = float(os.environ["CQ_SHUTDOWN_WAIT"])
+if os.environ.get("CQ_HEALTH_PORT"):
+    app.conf.quartz_health_port = int(os.environ["CQ_HEALTH_PORT"])
+if os.environ.get("CQ_SEND_EVENTS"):
+    app.conf.worker_send_task_events = True
+    app.conf.task_send_sent_event = True
+if os.environ.get("CQ_OTEL_DIR"):
+    # An OpenTelemetry SDK writing spans and metrics as JSON lines, one file per process
+    # (tests/integration/test_observability.py reads them back).
+    from tests.integration.otel_files import configure_sdk
+
+    configure_sdk(os.environ["CQ_OTEL_DIR"])
+
 if os.environ.get("CQ_QUARTZ_DEBUG"):
     # Every firing published and started, named, for reading a chaos run's logs afterwards.
     @after_setup_logger.connect(weak=False)
@@ -194,7 +209,7 @@ def _write(statement: object) -> None:
 @app.task(name="ledger.record")
 def record(sleep: float = 0.0) -> None:
     """One row per execution start of an occurrence; a second start cannot insert."""
-    ctx = celery_quartz.current_context()
+    ctx = celery_quartz.current_context() or _unhooked_context()
     assert ctx is not None, "ledger.record runs only as a celery-quartz firing"
     trigger, scheduled = ctx.occurrence
     row = {
@@ -231,6 +246,19 @@ def record(sleep: float = 0.0) -> None:
             )
 
 
+def _unhooked_context() -> celery_quartz.JobExecutionContext | None:
+    """A worker without the hooks (``CQ_NO_HOOKS``) still runs the firing: read it from the
+    message, as the hooks would have."""
+    from celery import current_task
+
+    from celery_quartz.context import firing_header
+
+    header = firing_header(current_task.request)
+    if header is None:
+        return None
+    return celery_quartz.JobExecutionContext.from_header(header, current_task.request.hostname)
+
+
 @app.task(name="ledger.flaky")
 def flaky(failures: int = 0) -> None:
     """Record this execution start, then fail unless ``failures`` attempts have failed before."""
@@ -258,4 +286,5 @@ def noop() -> None:
     """A task that records nothing (for beat_schedule import tests)."""
 
 
-celery_quartz.install(app)
+if not os.environ.get("CQ_NO_HOOKS"):
+    celery_quartz.install(app)

@@ -24,11 +24,11 @@ class Processes:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[object] = []
 
-    def _start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _start(self, name: str, argv: list[str], app: str = APP) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop_all
         self._logs.append(log)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", APP, *argv],
+            [sys.executable, "-m", "celery", "-A", app, *argv],
             cwd=self.workdir,
             env=self.env,
             stdout=log,
@@ -55,7 +55,12 @@ class Processes:
         )
 
     def worker(
-        self, name: str, concurrency: int = 4, queues: str | None = None
+        self,
+        name: str,
+        concurrency: int = 4,
+        queues: str | None = None,
+        extra: list[str] | None = None,
+        app: str = APP,
     ) -> subprocess.Popen[bytes]:
         argv = [
             "worker",
@@ -70,7 +75,11 @@ class Processes:
         ]
         if queues:
             argv += ["-Q", queues]
-        return self._start(name, argv)
+        return self._start(name, argv + (extra or []), app)
+
+    def flower(self, name: str, port: int) -> subprocess.Popen[bytes]:
+        """Flower's web server on 127.0.0.1:``port``, watching the app's broker."""
+        return self._start(name, ["flower", f"--port={port}", "--address=127.0.0.1"])
 
     def kill(self, name: str) -> None:
         """SIGKILL the process and everything it started (a worker's pool processes too)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from typing import Any
@@ -120,3 +121,34 @@ def test_a_broker_that_is_not_plain_redis_takes_celerys_path() -> None:
     app = Celery("unit", broker="redis://localhost/0", set_as_current=False)
     app.conf.broker_transport_options = {"global_keyprefix": "x:"}
     assert RedisPath.for_app(app) is None
+
+
+class _TraceHeaders:
+    """Publisher hooks adding a fixed trace context, as the tracing hooks do."""
+
+    carrier = {"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "tracestate": "k=v"}
+
+    def before_publish(self, firings: Any) -> dict[str, dict[str, str]]:
+        return {f.fire_instance_id: dict(self.carrier) for f in firings}
+
+    def sending(self, firing: Any) -> Any:
+        return contextlib.nullcontext()
+
+    def after_publish(self, firings: Any, error: Any) -> None:
+        pass
+
+
+def test_trace_headers_are_written_by_the_redis_path_as_celery_writes_them(
+    redis: RedisServer, redis_url: str
+) -> None:
+    db = int(redis_url.rsplit("/", 1)[1])
+    app = Celery("unit", broker=redis_url, set_as_current=False)
+    firing = _firing(queue="traced")
+    fast_publisher = Publisher(app, hooks=_TraceHeaders())
+    fast_publisher.publish([firing])
+    slow_publisher = Publisher(app, hooks=_TraceHeaders())
+    slow_publisher._redis = None
+    slow_publisher.publish([firing])
+    slow, fast = _stored(redis, db, "traced")
+    assert fast["headers"]["traceparent"] == _TraceHeaders.carrier["traceparent"]
+    assert _comparable(fast) == _comparable(slow)

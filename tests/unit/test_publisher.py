@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_quartz.clock import FakeClock
+from celery_quartz.clock import FakeClock, from_millis
 from celery_quartz.firing import Firing, new_ids
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.publisher import RedisPath
@@ -81,7 +81,8 @@ def test_the_envelope_carries_the_firings_own_values(
     assert headers["id"] == headers["root_id"] == properties["correlation_id"]
     assert headers["id"] == firing.fire_instance_id
     assert headers["quartz"] == json.loads(json.dumps(firing.header()))
-    assert (headers["argsrepr"], headers["kwargsrepr"]) == ("[1, 'two']", "{'k': '{v}'}")
+    assert headers["argsrepr"] == "[1, 'two']"
+    assert headers["kwargsrepr"] == "{'k': '{v}'}" + _identity(firing)
     assert properties["delivery_tag"] == "tag-1"
     assert properties["delivery_info"] == {"exchange": "", "routing_key": queue}
     assert json.loads(base64.b64decode(message["body"]))[:2] == [[1, "two"], {"k": "{v}"}]
@@ -92,7 +93,17 @@ def test_the_envelope_carries_the_firings_own_values(
         assert properties["expiration"] == "60005"
 
 
+def _identity(firing: Firing) -> str:
+    """What a firing's kwargsrepr adds for Flower: which job, trigger and fire time it is."""
+    return (
+        f" (quartz job={firing.job_key} trigger={firing.trigger_key} "
+        f"scheduled={from_millis(firing.scheduled_millis).isoformat()})"
+    )
+
+
 def test_a_firing_without_arguments_shows_them_as_celery_does() -> None:
-    message = json.loads(_path().envelope(_firing(), "celery", NOW, "tag"))
-    assert (message["headers"]["argsrepr"], message["headers"]["kwargsrepr"]) == ("()", "{}")
+    firing = _firing()
+    message = json.loads(_path().envelope(firing, "celery", NOW, "tag"))
+    assert message["headers"]["argsrepr"] == "()"
+    assert message["headers"]["kwargsrepr"] == "{}" + _identity(firing)
     assert json.loads(base64.b64decode(message["body"]))[:2] == [[], {}]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from sqlalchemy import (
     delete,
@@ -82,6 +83,7 @@ class MisfiresSql(FiringsSql):
         grace: float,
         max_count: int,
         router: Router | None = None,
+        refuse: Callable[[Firing], str | None] | None = None,
     ) -> list[Firing]:
         """Resolve firings whose message expired before any worker started it (see
         :mod:`celery_quartz.misfire`); returns those to publish again (now owned by
@@ -99,6 +101,7 @@ class MisfiresSql(FiringsSql):
         cutoff = now - int(grace * 1000)
         in_flight = [FiringState.FIRED, FiringState.PUBLISHED]
         republish: list[str] = []
+        why: dict[str, tuple[float, str]] = {}
         with self.transaction() as conn:
             self._check_fence(conn)
             rows = conn.execute(
@@ -142,21 +145,34 @@ class MisfiresSql(FiringsSql):
                         )
                     )
                     republish.append(row.fire_instance_id)
-                    logger.info(
-                        "misfire: firing %s of trigger %s.%s was not started by any worker "
-                        "(%.1fs after its fire time); %s: published again",
-                        row.fire_instance_id,
-                        row.trigger_group,
-                        row.trigger_name,
-                        late_by,
-                        outcome.why,
-                    )
+                    why[row.fire_instance_id] = (late_by, outcome.why)
                 else:
                     self._drop_firing(conn, row, f"misfire: {outcome.why} ({late_by:.1f}s late)")
             firings = (
                 self._firings_to_publish(conn, f.c.fire_instance_id.in_(republish), instance_name)
                 if republish
                 else []
+            )
+            if refuse is not None and firings:
+                by_id = {row.fire_instance_id: row for row in rows}
+                kept = []
+                for firing in firings:
+                    reason = refuse(firing)
+                    if reason is None:
+                        kept.append(firing)
+                    else:
+                        row = by_id[firing.fire_instance_id]
+                        self._drop_firing(conn, row, f"misfire: {reason}")
+                firings = kept
+        for firing in firings:
+            late_by, because = why.get(firing.fire_instance_id, (0.0, ""))
+            logger.info(
+                "misfire: firing %s of trigger %s was not started by any worker "
+                "(%.1fs after its fire time); %s: published again",
+                firing.fire_instance_id,
+                firing.trigger_key,
+                late_by,
+                because,
             )
         return firings
 

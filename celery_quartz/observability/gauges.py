@@ -1,0 +1,221 @@
+"""Gauges read from the store, beyond Quartz's instruments: what "absence" hides.
+
+=======================================  ==========================================================
+gauge                                    what it reads
+=======================================  ==========================================================
+``quartz.trigger.count``                 stored triggers, by ``quartz.trigger.state``
+``quartz.trigger.oldest_due.age``        seconds since the earliest next fire time among the
+                                         BLOCKED, and among the ERROR triggers (by state)
+``quartz.trigger.overdue``               triggers due by more than the misfire threshold
+``quartz.firing.in_flight``              fired instances in flight (claimed to completed)
+``quartz.execution_group.in_flight``     an execution group's firings in flight
+``quartz.execution_group.limit``         its ``max_concurrent`` (groups with a limit only)
+``quartz.execution_group.due_waiting``   its due triggers held back
+=======================================  ==========================================================
+
+One collection costs three statements (``trigger_summary()``: one grouped query;
+``group_occupancy()``: two), shared by every gauge of that collection, and is made by one scheduler
+of the cluster only: the running instance whose id sorts first among the live scheduler check-ins
+it last read. That is settled in the database (the check-in rows every scheduler reads for its
+recovery pass anyway), not between processes; a node that is not the collector reports nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from celery_quartz.clock import Clock, to_millis
+from celery_quartz.health import overdue_triggers as overdue
+from celery_quartz.observability.instruments import meter
+
+logger = logging.getLogger(__name__)
+
+STATE = "quartz.trigger.state"
+GROUP = "quartz.execution_group"
+#: Snapshots younger than this are shared between the gauges of one collection.
+_SNAPSHOT_TTL = 5.0
+
+
+class StoreGauges:
+    """Registers the gauges for one scheduler; ``is_collector()`` says whether this node reads."""
+
+    def __init__(
+        self,
+        reader: Any,
+        attributes: dict[str, str],
+        clock: Clock,
+        is_collector: Callable[[], bool],
+        limit_for: Callable[[str | None], int | None] = lambda group: None,
+    ) -> None:
+        self.reader = reader
+        self.attributes = attributes
+        self.clock = clock
+        self.is_collector = is_collector
+        self.limit_for = limit_for
+        self._lock = threading.Lock()
+        self._snapshot: tuple[float, Any, Any] | None = None
+        #: Collections that read the store (for tests and the idle query-rate measurement).
+        self.reads = 0
+        _register(self)
+
+    def close(self) -> None:
+        """Stop observing (the scheduler closed)."""
+        with _lock:
+            _registered.discard(self)
+
+    def snapshot(self) -> tuple[Any, Any] | None:
+        """(trigger summary, group occupancy), read at most once per collection; None when this
+        node does not collect or the store did not answer."""
+        if not self.is_collector():
+            return None
+        with self._lock:
+            now = time.monotonic()
+            if self._snapshot is not None and now - self._snapshot[0] < _SNAPSHOT_TTL:
+                return self._snapshot[1], self._snapshot[2]
+            try:
+                summary = self.reader.trigger_summary()
+                occupancy = self.reader.group_occupancy()
+            except Exception as exc:
+                logger.debug("store gauges not read: %s", exc)
+                return None
+            self.reads += 1
+            self._snapshot = (now, summary, occupancy)
+            return summary, occupancy
+
+    def _observe(self, values: Iterable[tuple[float, dict[str, Any]]]) -> list[Observation]:
+        return [Observation(v, {**self.attributes, **extra}) for v, extra in values]
+
+    def _counts(self, options: CallbackOptions) -> list[Observation]:
+        snap = self.snapshot()
+        if snap is None:
+            return []
+        return self._observe((s.count, {STATE: state}) for state, s in snap[0].items())
+
+    def _oldest(self, options: CallbackOptions) -> list[Observation]:
+        snap = self.snapshot()
+        if snap is None:
+            return []
+        now = to_millis(self.clock.now())
+        found = []
+        for state in ("BLOCKED", "ERROR"):
+            summary = snap[0].get(state)
+            earliest = summary.earliest_next_fire_time if summary else None
+            age = 0.0 if earliest is None else max(0.0, (now - to_millis(earliest)) / 1000)
+            found.append((age, {STATE: state}))
+        return self._observe(found)
+
+    def _overdue(self, options: CallbackOptions) -> list[Observation]:
+        snap = self.snapshot()
+        if snap is None:
+            return []
+        return self._observe([(overdue(snap[0]), {})])
+
+    def _in_flight(self, options: CallbackOptions) -> list[Observation]:
+        snap = self.snapshot()
+        if snap is None:
+            return []
+        return self._observe([(sum(g.in_flight for g in snap[1]), {})])
+
+    def _group_in_flight(self, options: CallbackOptions) -> list[Observation]:
+        snap = self.snapshot()
+        if snap is None:
+            return []
+        return self._observe((g.in_flight, _group(g.execution_group)) for g in snap[1])
+
+    def _group_waiting(self, options: CallbackOptions) -> list[Observation]:
+        snap = self.snapshot()
+        if snap is None:
+            return []
+        return self._observe((g.due_waiting, _group(g.execution_group)) for g in snap[1])
+
+    def _group_limit(self, options: CallbackOptions) -> list[Observation]:
+        snap = self.snapshot()
+        if snap is None:
+            return []
+        found = []
+        for g in snap[1]:
+            limit = self.limit_for(g.execution_group)
+            if limit is not None:
+                found.append((limit, _group(g.execution_group)))
+        return self._observe(found)
+
+
+_lock = threading.Lock()
+_registered: weakref.WeakSet[StoreGauges] = weakref.WeakSet()
+_gauges: list[Any] = []
+
+
+def _register(gauges: StoreGauges) -> None:
+    """Add ``gauges`` to what the package's gauges observe. The gauges are created once per
+    process (an SDK keeps the first instrument of a name and ignores a second one's callbacks);
+    each scheduler in the process adds its observations."""
+    with _lock:
+        _registered.add(gauges)
+        if _gauges:
+            return
+        m = meter()
+        for name, unit, text, method in _GAUGES:
+            _gauges.append(
+                m.create_observable_gauge(
+                    name, callbacks=[_each(method)], unit=unit, description=text
+                )
+            )
+
+
+def _each(
+    method: Callable[[StoreGauges, CallbackOptions], list[Observation]],
+) -> Callable[[CallbackOptions], list[Observation]]:
+    def observe(options: CallbackOptions) -> list[Observation]:
+        found: list[Observation] = []
+        for gauges in list(_registered):
+            found.extend(method(gauges, options))
+        return found
+
+    return observe
+
+
+_GAUGES: tuple[tuple[str, str, str, Callable[..., list[Observation]]], ...] = (
+    ("quartz.trigger.count", "{trigger}", "Stored triggers by state", StoreGauges._counts),
+    (
+        "quartz.trigger.oldest_due.age",
+        "s",
+        "Seconds since the earliest next fire time of a BLOCKED or ERROR trigger",
+        StoreGauges._oldest,
+    ),
+    (
+        "quartz.trigger.overdue",
+        "{trigger}",
+        "Triggers due by more than the misfire threshold",
+        StoreGauges._overdue,
+    ),
+    ("quartz.firing.in_flight", "{firing}", "Fired instances in flight", StoreGauges._in_flight),
+    (
+        "quartz.execution_group.in_flight",
+        "{firing}",
+        "Firings in flight by execution group",
+        StoreGauges._group_in_flight,
+    ),
+    (
+        "quartz.execution_group.limit",
+        "{firing}",
+        "An execution group's max_concurrent",
+        StoreGauges._group_limit,
+    ),
+    (
+        "quartz.execution_group.due_waiting",
+        "{trigger}",
+        "Due triggers of an execution group held back",
+        StoreGauges._group_waiting,
+    ),
+)
+
+
+def _group(name: str | None) -> dict[str, str]:
+    return {GROUP: name if name is not None else ""}

@@ -127,7 +127,9 @@ class Settings:
     #: Proxies whose X-Forwarded-For/-Proto headers are trusted (comma-separated, ``*``: any).
     dashboard_forwarded_allow_ips: str = "127.0.0.1"
     #: The ``quartz_*`` keys the application set itself (for the clustering guard).
-    explicitly_set: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+    explicitly_set: frozenset[str] = field(
+        default=frozenset(), compare=False, repr=False, metadata={"internal": True}
+    )
 
     @classmethod
     def from_app(cls, app: Any) -> Settings:

@@ -57,8 +57,9 @@ def _inline(text: str) -> str:
 def settings_docs() -> list[SettingDoc]:
     """Every ``quartz_*`` setting, from the ``Settings`` dataclass and its source's comments.
 
-    Fields declared with ``repr=False`` are bookkeeping, not settings. A setting without a
-    ``#:`` comment is an error: the reference must say what each one means.
+    Fields marked ``internal`` in their metadata are bookkeeping, not settings (``repr=False``
+    only keeps a secret out of the settings' repr). A setting without a ``#:`` comment is an
+    error: the reference must say what each one means.
     """
     from celery_quartz.config import Settings
 
@@ -76,7 +77,7 @@ def settings_docs() -> list[SettingDoc]:
     }
     docs = []
     for field in dataclasses.fields(Settings):
-        if not field.repr:
+        if field.metadata.get("internal"):
             continue
         node = declared[field.name]
         comment: list[str] = []

@@ -150,7 +150,8 @@ def wait_for_workers(nodes: set[str], timeout: float) -> None:
     give_up = time.monotonic() + timeout
     try:
         while True:
-            live = {n.instance_name for n in quartz.store.list_nodes() if n.kind == "worker"}
+            nodes_now = quartz.store.list_nodes()
+            live = {n.instance_name for n in nodes_now if n.kind == "worker" and n.alive}
             if nodes <= live:
                 print(f"workers checked in: {', '.join(sorted(nodes))}")
                 return
@@ -302,8 +303,8 @@ def summarize(loaded: datetime, ended: datetime, dropped: int) -> int:
         f"re-index never overlapped: {len(reindex)} runs of {len(jobs)} indexes on "
         f"{len({r[8] for r in reindex})} workers, one at a time"
         + (
-            f" (smallest gap {min(gaps) * 1000:.0f} ms, longest wait for the slot "
-            f"{waits[-1]:.1f} s)"
+            f" (smallest gap between two {min(gaps) * 1000:.0f} ms, latest start "
+            f"{waits[-1]:.1f} s after its due time)"
             if gaps
             else ""
         ),

@@ -35,6 +35,10 @@ app.conf.quartz_store_url = os.environ.get(
 app.conf.quartz_instance_id = os.environ.get("QUARTZ_INSTANCE_ID", "AUTO")
 # No beat_schedule: the jobs come from quartz_jobs.xml and from code (demo.py, schedule_jobs).
 app.conf.quartz_import_beat_schedule = False
+# Every scheduler loads the file as it starts. The demo has loaded it already (as a deploy step
+# running `celery -A proj quartz load quartz_jobs.xml` would): the load is idempotent, so the
+# schedulers find it unchanged and write nothing.
+app.conf.quartz_scheduling_files = [str(here / "quartz_jobs.xml")]
 
 # Re-indexing takes the search cluster's full attention: one at a time across the whole cluster,
 # however many workers consume the queue "reindex" (the group's queue, named after it).

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # A hung test must fail the run, not hang it.
 PYTEST_FLAGS ?= --timeout=900
 
-.PHONY: venv check-services test lint docs demo election-demo
+.PHONY: venv check-services test lint docs demo election-demo service-demo
 
 venv: $(STAMP)
 
@@ -47,3 +47,9 @@ demo: venv
 # binaries), the leader killed, the standby taking over, then what ran.
 election-demo: venv
 	cd examples/election && ../../$(PY) demo.py
+
+# A small service on a three-node cluster (three schedulers, three workers; SQLite and the
+# filesystem broker): reports on a Helsinki cron, a re-index one at a time cluster-wide, an ingest
+# pinned to one worker, a flaky call retried with backoff; then what ran where and a verdict.
+service-demo: venv
+	cd examples/service && ../../$(PY) demo.py

@@ -9,6 +9,12 @@ Configured from the environment (set by :mod:`tests.integration.processes`):
 ``CQ_SCHEDULING_FILES`` (paths joined by ``os.pathsep``) and ``CQ_SCHEDULING_FILES_SCAN``
 (seconds) for ``quartz_scheduling_files``.
 
+Test-only instruments, none of them in the package: ``CQ_CLOCK_OFFSET`` (seconds) moves the
+system clock every celery-quartz component reads (``celery_quartz.clock.SystemClock``) by a fixed
+amount, so a process runs as if it were another day (the beat and the worker of one test must be
+given the same offset); ``CQ_HEALTH_FILE`` makes a beat process write
+``celery_quartz.health.health_check`` of its own scheduler to that file, as JSON, twice a second.
+
 The task ``ledger.record`` writes one row per execution start into a ledger table whose primary
 key is the occurrence (trigger group, trigger name, scheduled fire time): a second execution of
 the same occurrence cannot insert and is written to ``ledger_duplicates`` instead. The task
@@ -27,7 +33,7 @@ import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import after_setup_logger
+from celery.signals import after_setup_logger, beat_init
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -96,10 +102,32 @@ attempts = Table(
     Column("fired_by", String(255)),
     Column("started", Float),
 )
+# A persist_job_data job's counter, as each execution read it from its job data.
+counts = Table(
+    "ledger_counts",
+    metadata,
+    *_occurrence_columns(),
+    Column("count", Integer),
+)
 
 # A process that does not stop in time is asked for its threads' stacks before it is killed
 # (tests/integration/processes.py), so its log shows where it hung.
 faulthandler.register(signal.SIGUSR1)
+
+if os.environ.get("CQ_CLOCK_OFFSET"):
+    # Every component reads time from SystemClock (the package's invariant: time is injected);
+    # shifting it here runs beat and worker on another day, a daylight-saving change included.
+    from datetime import timedelta
+
+    from celery_quartz.clock import SystemClock
+
+    _offset = timedelta(seconds=float(os.environ["CQ_CLOCK_OFFSET"]))
+    _system_now = SystemClock.now
+
+    def _shifted_now(self: SystemClock) -> Any:
+        return _system_now(self) + _offset
+
+    SystemClock.now = _shifted_now  # type: ignore[method-assign]
 
 app = Celery("ledger_app", broker=os.environ.get("CQ_BROKER_URL", "memory://"))
 app.conf.quartz_store_url = os.environ.get("CQ_STORE_URL", "sqlite://")
@@ -137,6 +165,35 @@ if os.environ.get("CQ_QUARTZ_DEBUG"):
     @after_setup_logger.connect(weak=False)
     def _debug_quartz(**_: object) -> None:
         logging.getLogger("celery_quartz").setLevel(logging.DEBUG)
+
+
+if os.environ.get("CQ_HEALTH_FILE"):
+    # A real beat process's own health, readable from outside (there is no HTTP endpoint yet).
+    @beat_init.connect(weak=False)
+    def _write_health(sender: Any, **_: object) -> None:
+        import threading
+
+        from celery_quartz.health import health_check
+
+        path = os.environ["CQ_HEALTH_FILE"]
+
+        def run() -> None:
+            while True:
+                report = health_check(sender.scheduler)
+                text = json.dumps(
+                    {
+                        "status": report.status.value,
+                        "description": report.description,
+                        "data": report.data,
+                    },
+                    default=str,
+                )
+                with open(path + ".tmp", "w") as f:
+                    f.write(text)
+                os.replace(path + ".tmp", path)
+                time.sleep(0.5)
+
+        threading.Thread(target=run, name="health-file", daemon=True).start()
 
 
 _engines: dict[int, Engine] = {}
@@ -251,6 +308,26 @@ def flaky(failures: int = 0) -> None:
     )
     if ctx.retry_attempt < failures:
         raise RuntimeError(f"ledger.flaky: attempt {ctx.retry_attempt} fails on purpose")
+
+
+@app.task(name="ledger.count")
+def count() -> None:
+    """Record the counter this execution finds in its job data, then increment it (a
+    ``persist_job_data`` job writes it back at completion)."""
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "ledger.count runs only as a celery-quartz firing"
+    trigger, scheduled = ctx.occurrence
+    found = int(ctx.job_data.get("count", 0))
+    _write(
+        insert(counts).values(
+            trigger_group=trigger.group,
+            trigger_name=trigger.name,
+            scheduled_ms=int(scheduled.timestamp() * 1000),
+            fire_instance_id=ctx.fire_instance_id,
+            count=found,
+        )
+    )
+    ctx.job_data["count"] = found + 1
 
 
 @app.task(name="ledger.noop")

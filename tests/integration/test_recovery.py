@@ -8,9 +8,11 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import redis as redis_client
 from sqlalchemy import create_engine, select
 
 from celery_quartz import (
+    CronTrigger,
     Job,
     JobKey,
     Quartz,
@@ -18,6 +20,7 @@ from celery_quartz import (
     SimpleTrigger,
     TriggerKey,
 )
+from celery_quartz.clock import to_millis
 from celery_quartz.store import FiringState, SqlStore
 from tests.integration import ledger_app
 from tests.integration.processes import processes, wait_for
@@ -204,4 +207,126 @@ def test_a_message_no_worker_consumes_ends_as_a_misfire_with_no_fired_row_left(
     # The one-shot is done; the skipper waits for its next (and last) occurrence.
     assert quartz.get_trigger(TriggerKey("fire-now", "recovery")) is None
     assert quartz.get_trigger_state(TriggerKey("skipper", "recovery")) == "WAITING"
+    store.dispose()
+
+
+def test_a_killed_workers_disallow_concurrent_recovery_is_deferred_then_runs_once(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    store, quartz = _setup(pg_url)
+    quartz.schedule_job(
+        Job(
+            key=JobKey("exclusive"),
+            task="ledger.record",
+            kwargs={"sleep": 20},
+            requests_recovery=True,
+            disallow_concurrent=True,
+        ),
+        _one_shot("exclusive", datetime.now(timezone.utc)),
+    )
+    # Check-in every 2 s, threshold 1 s: the deferral is 2 x 2 + 1 = 5 s from detection.
+    env = ledger_app.environment(pg_url, redis_url, CHECKIN_INTERVAL="2", CHECKIN_THRESHOLD="1")
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1", concurrency=2)
+        procs.beat("beat1")
+        wait_for(
+            lambda: len(_rows(pg_url, ledger_app.ledger)) == 1,
+            timeout=30,
+            message="the job to start on worker1",
+        )
+        procs.kill("worker1")
+        killed = time.time()
+        procs.worker("worker2", concurrency=2)
+        wait_for(
+            lambda: "deferred 5.0s" in procs.log("beat1"),
+            timeout=30,
+            message="the recovery to be deferred",
+        )
+        # Deferred: still in flight, not yet run again.
+        assert [s for _, s in store.firing_states().items()] == [FiringState.EXECUTING]
+        assert _rows(pg_url, ledger_app.recoveries) == []
+        wait_for(
+            lambda: len(_rows(pg_url, ledger_app.recoveries)) == 1,
+            timeout=60,
+            message="the deferred recovery to run",
+        )
+        time.sleep(4)  # time for a second recovery, were there one
+        beat_log = procs.log("beat1")
+    [recovered] = _rows(pg_url, ledger_app.recoveries)
+    assert (recovered.trigger_name, recovered.worker.split("@")[0]) == ("exclusive", "worker2")
+    # Detection needs the check-in to be older than interval + threshold (at least 1 s after the
+    # kill, as the last check-in came at most 2 s before it); the deferral adds 5 s to that.
+    assert recovered.started - killed >= 1 + 5 - 0.5, recovered.started - killed
+    assert re.search(r"recovery firing \S+ scheduled", beat_log)
+    assert beat_log.count("deferred 5.0s") == 1
+    assert len(_rows(pg_url, ledger_app.ledger)) == 1
+    assert _rows(pg_url, ledger_app.duplicates) == []
+    wait_for(lambda: not store.firing_states(), timeout=60, message="the recovery to complete")
+    store.dispose()
+
+
+def test_an_ending_cron_triggers_prefetched_firings_lost_with_their_worker_each_run_once(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """Two cron triggers, three occurrences each, the last two seconds after the first. worker1
+    (one process, prefetch one) runs one firing and holds the next prefetched when it is killed;
+    the others wait in Redis. The triggers complete while their firings are in flight; each
+    expired firing is resolved by its trigger's instruction (SmartPolicy: published again once)
+    and runs on worker2: no occurrence is lost for want of its completed trigger."""
+    store, quartz = _setup(pg_url)
+    start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=4)
+    start += timedelta(seconds=start.second % 2)  # an even second: "0/2" matches it
+    end = start + timedelta(seconds=4)
+    triggers = [
+        CronTrigger(
+            key=TriggerKey(name, "ending"), expression="0/2 * * * * ?", start_at=start, end_at=end
+        )
+        for name in ("a", "b")
+    ]
+    quartz.schedule_jobs(
+        [
+            (Job(key=JobKey(t.key.name, "ending"), task="ledger.record", kwargs={"sleep": 6}), [t])
+            for t in triggers
+        ]
+    )
+    due = {
+        (t.key.name, to_millis(start + timedelta(seconds=s))) for t in triggers for s in (0, 2, 4)
+    }
+    env = ledger_app.environment(
+        pg_url, redis_url, MISFIRE_THRESHOLD="5", CHECKIN_INTERVAL="1", CHECKIN_THRESHOLD="1"
+    )
+    broker = redis_client.Redis.from_url(redis_url)
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1", concurrency=1)
+        procs.beat("beat1")
+        wait_for(
+            lambda: len(_rows(pg_url, ledger_app.ledger)) == 1,
+            timeout=30,
+            message="worker1 to start a firing",
+        )
+        # Its one process is busy; the next firing is delivered and held unacknowledged.
+        wait_for(lambda: broker.hlen("unacked") == 1, timeout=10, message="a prefetched message")
+        procs.kill("worker1")
+        time.sleep(2)
+        procs.worker("worker2", concurrency=6)
+        wait_for(
+            lambda: len(_rows(pg_url, ledger_app.ledger)) == len(due),
+            timeout=90,
+            message="every occurrence to start",
+        )
+        wait_for(lambda: not store.firing_states(), timeout=60, message="nothing in flight")
+        time.sleep(2)
+        beat_log = procs.log("beat1")
+    broker.close()
+    executed = {(r.trigger_name, r.scheduled_ms) for r in _rows(pg_url, ledger_app.ledger)}
+    assert executed == due
+    assert _rows(pg_url, ledger_app.duplicates) == []
+    # The prefetched firing (at least) expired unstarted and was published again, by the
+    # instruction of a trigger that had completed meanwhile.
+    assert re.search(r"was not started by any worker .*published again", beat_log), beat_log[-4000:]
+    assert "dropped" not in beat_log
+    # Nothing stuck: the completed triggers and their jobs are gone once their firings ended.
+    assert store.count_rows()["fired_triggers"] == 0
+    for t in triggers:
+        assert quartz.get_trigger(t.key) is None
     store.dispose()

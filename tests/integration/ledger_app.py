@@ -19,7 +19,9 @@ The task ``ledger.record`` writes one row per execution start into a ledger tabl
 key is the occurrence (trigger group, trigger name, scheduled fire time): a second execution of
 the same occurrence cannot insert and is written to ``ledger_duplicates`` instead. The task
 ``ledger.flaky`` writes every execution start, retries included, into ``ledger_attempts`` and
-fails its first attempts on purpose.
+fails its first attempts on purpose; ``ledger.celery_retry`` and ``ledger.refire`` record each
+delivery there too, asking Celery to retry them (``self.retry``) or raising ``RefireJob``.
+``ledger.count`` records the counter it finds in its job data and increments it.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 import celery_quartz
+from celery_quartz.errors import RefireJob
 from celery_quartz.store import migrate
 from celery_quartz.store.sql import SqlStore
 
@@ -308,6 +311,44 @@ def flaky(failures: int = 0) -> None:
     )
     if ctx.retry_attempt < failures:
         raise RuntimeError(f"ledger.flaky: attempt {ctx.retry_attempt} fails on purpose")
+
+
+def _record_attempt(number: int) -> None:
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "runs only as a celery-quartz firing"
+    trigger, scheduled = ctx.occurrence
+    _write(
+        insert(attempts).values(
+            trigger_group=trigger.group,
+            trigger_name=trigger.name,
+            scheduled_ms=int(scheduled.timestamp() * 1000),
+            fire_instance_id=ctx.fire_instance_id,
+            firing_trigger_group=ctx.trigger_key.group,
+            retry_attempt=number,
+            fired_by=ctx.fired_by,
+            started=time.time(),
+        )
+    )
+
+
+@app.task(name="ledger.celery_retry", bind=True)
+def celery_retry(self: Any, retries: int = 0) -> None:
+    """Record this delivery (numbered by Celery's retry count), then ask Celery to retry the
+    task until it has been retried ``retries`` times."""
+    _record_attempt(self.request.retries)
+    if self.request.retries < retries:
+        raise self.retry(countdown=0.5, max_retries=retries)
+
+
+@app.task(name="ledger.refire")
+def refire(refires: int = 0) -> None:
+    """Record this run (numbered by its refire count), then raise RefireJob until the firing
+    has been refired ``refires`` times."""
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "ledger.refire runs only as a celery-quartz firing"
+    _record_attempt(ctx.refire_count)
+    if ctx.refire_count < refires:
+        raise RefireJob()
 
 
 @app.task(name="ledger.count")

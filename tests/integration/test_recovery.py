@@ -158,30 +158,7 @@ def test_a_message_no_worker_consumes_ends_as_a_misfire_with_no_fired_row_left(
     tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:
     store, quartz = _setup(pg_url)
-    now = datetime.now(timezone.utc)
     nobody = {"queue": "nobody-consumes-this"}
-    quartz.schedule_jobs(
-        [
-            # SmartPolicy of a one-shot simple trigger is FireNow: published again once.
-            (
-                Job(key=JobKey("fire-now"), task="ledger.record", options=nobody),
-                [_one_shot("fire-now", now)],
-            ),
-            # RescheduleNextWithRemainingCount skips a missed occurrence: dropped at once.
-            (
-                Job(key=JobKey("skipper"), task="ledger.record", options=nobody),
-                [
-                    SimpleTrigger(
-                        key=TriggerKey("skipper", "recovery"),
-                        start_at=now,
-                        repeat_count=1,
-                        repeat_interval=timedelta(hours=1),
-                        misfire_instruction=SimpleMisfireInstruction.RESCHEDULE_NEXT_WITH_REMAINING_COUNT,
-                    )
-                ],
-            ),
-        ]
-    )
     env = {
         "CQ_BROKER_URL": redis_url,
         "CQ_STORE_URL": pg_url,
@@ -191,6 +168,36 @@ def test_a_message_no_worker_consumes_ends_as_a_misfire_with_no_fired_row_left(
     }
     with processes(tmp_path, env) as procs:
         procs.beat("beat1")
+        # Due once the scheduler runs: a trigger due while it still starts up on a loaded
+        # machine would misfire (threshold 2 s) before it ever fired.
+        wait_for(
+            lambda: len(store.check_ins(kind="scheduler")) == 1,
+            timeout=60,
+            message="the scheduler to check in",
+        )
+        now = datetime.now(timezone.utc)
+        quartz.schedule_jobs(
+            [
+                # SmartPolicy of a one-shot simple trigger is FireNow: published again once.
+                (
+                    Job(key=JobKey("fire-now"), task="ledger.record", options=nobody),
+                    [_one_shot("fire-now", now)],
+                ),
+                # RescheduleNextWithRemainingCount skips a missed occurrence: dropped at once.
+                (
+                    Job(key=JobKey("skipper"), task="ledger.record", options=nobody),
+                    [
+                        SimpleTrigger(
+                            key=TriggerKey("skipper", "recovery"),
+                            start_at=now,
+                            repeat_count=1,
+                            repeat_interval=timedelta(hours=1),
+                            misfire_instruction=SimpleMisfireInstruction.RESCHEDULE_NEXT_WITH_REMAINING_COUNT,
+                        )
+                    ],
+                ),
+            ]
+        )
         wait_for(lambda: len(store.firing_states()) == 2, timeout=20, message="both to fire")
         wait_for(
             lambda: not store.firing_states(),
@@ -274,24 +281,6 @@ def test_an_ending_cron_triggers_prefetched_firings_lost_with_their_worker_each_
     expired firing is resolved by its trigger's instruction (SmartPolicy: published again once)
     and runs on worker2: no occurrence is lost for want of its completed trigger."""
     store, quartz = _setup(pg_url)
-    start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=4)
-    start += timedelta(seconds=start.second % 2)  # an even second: "0/2" matches it
-    end = start + timedelta(seconds=4)
-    triggers = [
-        CronTrigger(
-            key=TriggerKey(name, "ending"), expression="0/2 * * * * ?", start_at=start, end_at=end
-        )
-        for name in ("a", "b")
-    ]
-    quartz.schedule_jobs(
-        [
-            (Job(key=JobKey(t.key.name, "ending"), task="ledger.record", kwargs={"sleep": 6}), [t])
-            for t in triggers
-        ]
-    )
-    due = {
-        (t.key.name, to_millis(start + timedelta(seconds=s))) for t in triggers for s in (0, 2, 4)
-    }
     env = ledger_app.environment(
         pg_url, redis_url, MISFIRE_THRESHOLD="5", CHECKIN_INTERVAL="1", CHECKIN_THRESHOLD="1"
     )
@@ -299,6 +288,38 @@ def test_an_ending_cron_triggers_prefetched_firings_lost_with_their_worker_each_
     with processes(tmp_path, env) as procs:
         procs.worker("worker1", concurrency=1)
         procs.beat("beat1")
+        # Scheduled once both run: due during a slow start-up, they would misfire (5 s) first.
+        wait_for(
+            lambda: len(store.check_ins()) == 2, timeout=60, message="beat and worker check-ins"
+        )
+        start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=2)
+        start += timedelta(seconds=start.second % 2)  # an even second: "0/2" matches it
+        end = start + timedelta(seconds=4)
+        triggers = [
+            CronTrigger(
+                key=TriggerKey(name, "ending"),
+                expression="0/2 * * * * ?",
+                start_at=start,
+                end_at=end,
+            )
+            for name in ("a", "b")
+        ]
+        quartz.schedule_jobs(
+            [
+                (
+                    Job(
+                        key=JobKey(t.key.name, "ending"), task="ledger.record", kwargs={"sleep": 6}
+                    ),
+                    [t],
+                )
+                for t in triggers
+            ]
+        )
+        due = {
+            (t.key.name, to_millis(start + timedelta(seconds=s)))
+            for t in triggers
+            for s in (0, 2, 4)
+        }
         wait_for(
             lambda: len(_rows(pg_url, ledger_app.ledger)) == 1,
             timeout=30,

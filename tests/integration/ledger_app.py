@@ -9,11 +9,19 @@ Configured from the environment (set by :mod:`tests.integration.processes`):
 ``CQ_SCHEDULING_FILES`` (paths joined by ``os.pathsep``) and ``CQ_SCHEDULING_FILES_SCAN``
 (seconds) for ``quartz_scheduling_files``.
 
+Test-only instruments, none of them in the package: ``CQ_CLOCK_OFFSET`` (seconds) moves the
+system clock every celery-quartz component reads (``celery_quartz.clock.SystemClock``) by a fixed
+amount, so a process runs as if it were another day (the beat and the worker of one test must be
+given the same offset); ``CQ_HEALTH_FILE`` makes a beat process write
+``celery_quartz.health.health_check`` of its own scheduler to that file, as JSON, twice a second.
+
 The task ``ledger.record`` writes one row per execution start into a ledger table whose primary
 key is the occurrence (trigger group, trigger name, scheduled fire time): a second execution of
 the same occurrence cannot insert and is written to ``ledger_duplicates`` instead. The task
 ``ledger.flaky`` writes every execution start, retries included, into ``ledger_attempts`` and
-fails its first attempts on purpose.
+fails its first attempts on purpose; ``ledger.celery_retry`` and ``ledger.refire`` record each
+delivery there too, asking Celery to retry them (``self.retry``) or raising ``RefireJob``.
+``ledger.count`` records the counter it finds in its job data and increments it.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import after_setup_logger
+from celery.signals import after_setup_logger, beat_init
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -44,6 +52,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 import celery_quartz
+from celery_quartz.errors import RefireJob
 from celery_quartz.store import migrate
 from celery_quartz.store.sql import SqlStore
 
@@ -96,10 +105,32 @@ attempts = Table(
     Column("fired_by", String(255)),
     Column("started", Float),
 )
+# A persist_job_data job's counter, as each execution read it from its job data.
+counts = Table(
+    "ledger_counts",
+    metadata,
+    *_occurrence_columns(),
+    Column("count", Integer),
+)
 
 # A process that does not stop in time is asked for its threads' stacks before it is killed
 # (tests/integration/processes.py), so its log shows where it hung.
 faulthandler.register(signal.SIGUSR1)
+
+if os.environ.get("CQ_CLOCK_OFFSET"):
+    # Every component reads time from SystemClock (the package's invariant: time is injected);
+    # shifting it here runs beat and worker on another day, a daylight-saving change included.
+    from datetime import timedelta
+
+    from celery_quartz.clock import SystemClock
+
+    _offset = timedelta(seconds=float(os.environ["CQ_CLOCK_OFFSET"]))
+    _system_now = SystemClock.now
+
+    def _shifted_now(self: SystemClock) -> Any:
+        return _system_now(self) + _offset
+
+    SystemClock.now = _shifted_now  # type: ignore[method-assign]
 
 app = Celery("ledger_app", broker=os.environ.get("CQ_BROKER_URL", "memory://"))
 app.conf.quartz_store_url = os.environ.get("CQ_STORE_URL", "sqlite://")
@@ -152,6 +183,35 @@ if os.environ.get("CQ_QUARTZ_DEBUG"):
     @after_setup_logger.connect(weak=False)
     def _debug_quartz(**_: object) -> None:
         logging.getLogger("celery_quartz").setLevel(logging.DEBUG)
+
+
+if os.environ.get("CQ_HEALTH_FILE"):
+    # A real beat process's own health, readable from outside (there is no HTTP endpoint yet).
+    @beat_init.connect(weak=False)
+    def _write_health(sender: Any, **_: object) -> None:
+        import threading
+
+        from celery_quartz.health import health_check
+
+        path = os.environ["CQ_HEALTH_FILE"]
+
+        def run() -> None:
+            while True:
+                report = health_check(sender.scheduler)
+                text = json.dumps(
+                    {
+                        "status": report.status.value,
+                        "description": report.description,
+                        "data": report.data,
+                    },
+                    default=str,
+                )
+                with open(path + ".tmp", "w") as f:
+                    f.write(text)
+                os.replace(path + ".tmp", path)
+                time.sleep(0.5)
+
+        threading.Thread(target=run, name="health-file", daemon=True).start()
 
 
 _engines: dict[int, Engine] = {}
@@ -279,6 +339,64 @@ def flaky(failures: int = 0) -> None:
     )
     if ctx.retry_attempt < failures:
         raise RuntimeError(f"ledger.flaky: attempt {ctx.retry_attempt} fails on purpose")
+
+
+def _record_attempt(number: int) -> None:
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "runs only as a celery-quartz firing"
+    trigger, scheduled = ctx.occurrence
+    _write(
+        insert(attempts).values(
+            trigger_group=trigger.group,
+            trigger_name=trigger.name,
+            scheduled_ms=int(scheduled.timestamp() * 1000),
+            fire_instance_id=ctx.fire_instance_id,
+            firing_trigger_group=ctx.trigger_key.group,
+            retry_attempt=number,
+            fired_by=ctx.fired_by,
+            started=time.time(),
+        )
+    )
+
+
+@app.task(name="ledger.celery_retry", bind=True)
+def celery_retry(self: Any, retries: int = 0) -> None:
+    """Record this delivery (numbered by Celery's retry count), then ask Celery to retry the
+    task until it has been retried ``retries`` times."""
+    _record_attempt(self.request.retries)
+    if self.request.retries < retries:
+        raise self.retry(countdown=0.5, max_retries=retries)
+
+
+@app.task(name="ledger.refire")
+def refire(refires: int = 0) -> None:
+    """Record this run (numbered by its refire count), then raise RefireJob until the firing
+    has been refired ``refires`` times."""
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "ledger.refire runs only as a celery-quartz firing"
+    _record_attempt(ctx.refire_count)
+    if ctx.refire_count < refires:
+        raise RefireJob()
+
+
+@app.task(name="ledger.count")
+def count() -> None:
+    """Record the counter this execution finds in its job data, then increment it (a
+    ``persist_job_data`` job writes it back at completion)."""
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "ledger.count runs only as a celery-quartz firing"
+    trigger, scheduled = ctx.occurrence
+    found = int(ctx.job_data.get("count", 0))
+    _write(
+        insert(counts).values(
+            trigger_group=trigger.group,
+            trigger_name=trigger.name,
+            scheduled_ms=int(scheduled.timestamp() * 1000),
+            fire_instance_id=ctx.fire_instance_id,
+            count=found,
+        )
+    )
+    ctx.job_data["count"] = found + 1
 
 
 @app.task(name="ledger.noop")

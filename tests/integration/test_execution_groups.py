@@ -162,3 +162,63 @@ def test_a_node_scoped_limit_of_two_allows_two_per_serving_worker(
     assert sampler.longest <= 4
     assert count <= 4 * (RUN_SECONDS + 2) / TASK_SECONDS
     store.dispose()
+
+
+def test_a_cluster_scoped_group_with_no_live_worker_publishes_up_to_its_limit_and_waits(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """docs/execution-groups.md: a cluster-scoped limit does not depend on the workers, so its
+    group is acquired with no worker consuming its queue; the messages wait in the broker,
+    counted in flight, and run once a worker consumes the queue."""
+    store = ledger_app.prepared_store(pg_url)
+    env = ledger_app.environment(
+        pg_url,
+        redis_url,
+        CHECKIN_INTERVAL="1",
+        CHECKIN_THRESHOLD="1",
+        EXECUTION_LIMITS=json.dumps({"billing": {"max_concurrent": 2, "scope": "cluster"}}),
+    )
+    start = datetime.now(timezone.utc) + timedelta(seconds=2)
+    Quartz(ledger_app.app, store=store).schedule_jobs(
+        [
+            (
+                Job(key=JobKey(f"b{i}", "billing"), task="ledger.record"),
+                [
+                    SimpleTrigger(
+                        key=TriggerKey(f"b{i}", "billing"),
+                        start_at=start,
+                        repeat_count=0,
+                        repeat_interval=timedelta(0),
+                        execution_group="billing",
+                    )
+                ],
+            )
+            for i in range(5)
+        ]
+    )
+    queue = redis_client.Redis.from_url(redis_url)
+    with processes(tmp_path, env) as procs:
+        # A live worker, but not on the group's queue.
+        procs.worker("other", concurrency=2, queues="celery")
+        wait_for(lambda: len(store.check_ins(kind="worker")) == 1, 60, message="check-in")
+        procs.beat("beat1")
+        wait_for(lambda: queue.llen("billing") == 2, 30, message="two messages in 'billing'")
+        time.sleep(3)  # no more than the limit is published, however long it waits
+        assert queue.llen("billing") == 2
+        assert sorted(store.firing_states().values()) == ["PUBLISHED", "PUBLISHED"]
+        assert "unserved:" not in procs.log("beat1")
+        procs.worker("billing", concurrency=2, queues="billing")
+        wait_for(lambda: len(_ledger_rows(pg_url, "billing")) == 5, 60, message="all five to run")
+        wait_for(lambda: not store.firing_states(), 30, message="nothing in flight")
+    queue.close()
+    assert {r.worker.split("@")[0] for r in _ledger_rows(pg_url, "billing")} == {"billing"}
+    store.dispose()
+
+
+def _ledger_rows(url: str, group: str) -> list:  # type: ignore[type-arg]
+    engine = create_engine(url)
+    led = ledger_app.ledger
+    with engine.connect() as conn:
+        rows = conn.execute(select(led).where(led.c.trigger_group == group)).all()
+    engine.dispose()
+    return list(rows)

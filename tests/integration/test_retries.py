@@ -157,3 +157,76 @@ def test_a_retry_survives_the_death_of_the_scheduler_that_was_to_fire_it(
     assert re.search(r"retry 1 of 3 scheduled at \S+ \(RETRYING_JOBS\.retry_", worker_log)
     assert _retry_triggers(store) == []
     store.dispose()
+
+
+def test_an_explicit_policy_retries_at_its_listed_delays_and_the_last_one_repeats(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    store, quartz = _setup(pg_url)
+    start = _soon(3)
+    # 1 s, then 2 s, and 2 s again: three retries, then no more.
+    policy = RetryPolicy.explicit(1, 2, max_attempts=3)
+    quartz.schedule_jobs([_flaky("explicit", 99, policy, start)])
+    assert quartz.get_trigger(TriggerKey("explicit", "retries")).retry_policy == policy  # type: ignore[union-attr]
+    with processes(tmp_path, _env(pg_url, redis_url)) as procs:
+        procs.worker("worker1", concurrency=2)
+        procs.beat("beat1")
+        _settle(store, pg_url, "explicit", 4, "the first attempt and three retries")
+        time.sleep(3)  # long enough for a fourth retry (2 s), were there one
+        procs.assert_running("worker1", "beat1")
+        worker_log = procs.log("worker1")
+    rows = _attempts(pg_url, "explicit")
+    assert [r.retry_attempt for r in rows] == [0, 1, 2, 3]
+    assert {r.scheduled_ms for r in rows} == {int(start.timestamp() * 1000)}
+    gaps = [later.started - earlier.started for earlier, later in itertools.pairwise(rows)]
+    for gap, delay in zip(gaps, [1, 2, 2], strict=True):
+        assert delay - 0.05 <= gap <= delay + LATENESS, gaps
+    assert "failed after 3 retries, all its policy allows" in worker_log
+    assert _retry_triggers(store) == []
+    store.dispose()
+
+
+def test_a_persist_job_data_jobs_data_carries_from_one_firing_to_the_next(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    store, quartz = _setup(pg_url)
+    start = _soon(3)
+    quartz.schedule_job(
+        Job(
+            key=JobKey("counter", "data"),
+            task="ledger.count",
+            data={"count": 10},
+            persist_job_data=True,
+            disallow_concurrent=True,
+            durable=True,
+        ),
+        SimpleTrigger(
+            key=TriggerKey("counter", "data"),
+            start_at=start,
+            repeat_interval=timedelta(seconds=1),
+            repeat_count=4,
+        ),
+    )
+    with processes(tmp_path, _env(pg_url, redis_url)) as procs:
+        procs.worker("worker1", concurrency=2)
+        procs.beat("beat1")
+        wait_for(lambda: len(_counts(pg_url)) == 5, timeout=60, message="five firings")
+        wait_for(lambda: not store.firing_states(), timeout=20, message="nothing in flight")
+    rows = _counts(pg_url)
+    assert [r.scheduled_ms for r in rows] == [
+        int((start + timedelta(seconds=k)).timestamp() * 1000) for k in range(5)
+    ]
+    # Each firing found what the one before left: 10, 11, ... and the job keeps the last.
+    assert [r.count for r in rows] == [10, 11, 12, 13, 14]
+    job = quartz.get_job(JobKey("counter", "data"))
+    assert job is not None and dict(job.data) == {"count": 15}
+    store.dispose()
+
+
+def _counts(url: str) -> list[Any]:
+    engine = create_engine(url)
+    c = ledger_app.counts
+    with engine.connect() as conn:
+        rows = conn.execute(select(c).order_by(c.c.scheduled_ms)).all()
+    engine.dispose()
+    return rows

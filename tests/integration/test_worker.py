@@ -5,7 +5,9 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
+import pytest
 from celery import Celery
 from sqlalchemy import create_engine, func, select
 
@@ -91,4 +93,50 @@ def test_a_failing_task_completes_its_firing_and_is_not_run_again(
         time.sleep(2)
         assert "TypeError" in procs.log("worker1")
     assert _ledger_counts(pg_url) == (1, 0)
+    store.dispose()
+
+
+def _attempts(url: str) -> list[Any]:
+    engine = create_engine(url)
+    a = ledger_app.attempts
+    with engine.connect() as conn:
+        rows = conn.execute(select(a).order_by(a.c.started)).all()
+    engine.dispose()
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("task", "kwargs"),
+    [("ledger.celery_retry", {"retries": 2}), ("ledger.refire", {"refires": 2})],
+    ids=["celery-self-retry", "refire-job"],
+)
+def test_a_celery_retry_and_a_refire_run_the_same_firing_again_on_a_real_worker(
+    tmp_path: Path, pg_url: str, redis_url: str, task: str, kwargs: dict[str, int]
+) -> None:
+    store = ledger_app.prepared_store(pg_url)
+    quartz = Quartz(ledger_app.app, store=store)
+    quartz.schedule_job(
+        Job(key=JobKey("again"), task=task, kwargs=kwargs),
+        SimpleTrigger(
+            key=TriggerKey("again"),
+            start_at=datetime.now(timezone.utc),
+            repeat_count=0,
+            repeat_interval=timedelta(0),
+        ),
+    )
+    env = ledger_app.environment(pg_url, redis_url)
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1", concurrency=2)
+        procs.beat("beat1")
+        wait_for(lambda: len(_attempts(pg_url)) == 3, timeout=60, message="three runs")
+        wait_for(lambda: not store.firing_states(), timeout=30, message="the firing to complete")
+        time.sleep(2)  # time for a fourth run, were there one
+    rows = _attempts(pg_url)
+    # One firing, run three times: its fire instance id throughout, its count going up.
+    assert [r.retry_attempt for r in rows] == [0, 1, 2]
+    assert len({r.fire_instance_id for r in rows}) == 1
+    assert {r.firing_trigger_group for r in rows} == {"DEFAULT"}
+    # The one-shot trigger completed once, at the end: removed with its job.
+    assert quartz.get_trigger(TriggerKey("again")) is None
+    assert quartz.get_job(JobKey("again")) is None
     store.dispose()

@@ -131,3 +131,23 @@ def test_detail_round_trips_through_the_kind_registry() -> None:
     rebuilt = TRIGGER_KINDS["DAILY_I"].from_detail(trigger.detail(), start_at=trigger.start_at)
     assert rebuilt.detail() == trigger.detail()
     assert rebuilt.next_fire_time_after(utc(2026, 1, 1)) == utc(2026, 1, 1, 8)
+
+
+def test_a_repeated_time_of_day_reads_at_its_first_pass_and_the_day_runs_on_elapsed_time() -> None:
+    # 25 October 2026, Berlin: 03:00 CEST becomes 02:00 CET at 01:00 UTC; 02:00-02:59 repeats.
+    trigger = DailyTimeIntervalTrigger(
+        start_at=utc(2026, 10, 24, 22),  # local midnight
+        end_at=utc(2026, 10, 25, 12),
+        start_time_of_day=time(1, 40),
+        end_time_of_day=time(2, 30),
+        repeat_interval=20,
+        repeat_interval_unit="MINUTE",
+        time_zone="Europe/Berlin",
+    )
+    # 01:40 CEST is 23:40 UTC; the end, 02:30, is read at its first pass (00:30 UTC): fifty
+    # minutes of elapsed time, not the hour and fifty minutes the wall clock shows at the second.
+    assert walk(trigger, utc(2026, 10, 24, 12), 5) == [
+        utc(2026, 10, 24, 23, 40),
+        utc(2026, 10, 25, 0, 0),
+        utc(2026, 10, 25, 0, 20),
+    ]

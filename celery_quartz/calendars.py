@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from typing import Any, ClassVar
 
-from celery_quartz.cron import CronExpression, resolve_time_zone
+from celery_quartz.cron import CronExpression
 from celery_quartz.errors import ValidationError
+from celery_quartz.tz import first_instant_at_or_after, resolve_time_zone
 
 __all__ = [
     "CALENDAR_TYPES",
@@ -144,7 +145,7 @@ class Calendar(ABC):
 
     def _start_of_day(self, day: date) -> datetime:
         """The first instant of a local day (midnight, or the end of a gap at midnight)."""
-        return _first_at_or_after_wall(datetime.combine(day, time(0)), self._zone)
+        return first_instant_at_or_after(datetime.combine(day, time(0)), self._zone)
 
 
 class _DayCalendar(Calendar):
@@ -313,11 +314,11 @@ class DailyCalendar(Calendar):
         if not self.invert:
             # Inside the excluded stretch: included again just after its end.
             end = datetime.combine(local.date(), self.range_end) + timedelta(microseconds=1)
-            return _first_at_or_after_wall(end, self._zone)
+            return first_instant_at_or_after(end, self._zone)
         day = local.date()
         if local.time() > self.range_end:
             day += timedelta(days=1)
-        return _first_at_or_after_wall(datetime.combine(day, self.range_start), self._zone)
+        return first_instant_at_or_after(datetime.combine(day, self.range_start), self._zone)
 
     def _own_dict(self) -> dict[str, Any]:
         return {
@@ -390,23 +391,6 @@ class CronCalendar(Calendar):
     @classmethod
     def _from_own_dict(cls, d: dict[str, Any], **common: Any) -> CronCalendar:
         return cls(d["expression"], **common)
-
-
-def _first_at_or_after_wall(wall: datetime, zone: tzinfo) -> datetime:
-    """The first instant whose wall time in ``zone`` is at or after ``wall`` (naive)."""
-    instant = wall.replace(tzinfo=zone).astimezone(_UTC)
-    if instant.astimezone(zone).replace(tzinfo=None) == wall:
-        return instant
-    # ``wall`` is in a gap: the first instant after it is the moment the clocks moved.
-    earlier = wall.replace(tzinfo=zone, fold=1).astimezone(_UTC)
-    low, high = earlier, instant
-    while high - low > _ONE_SECOND:
-        mid = low + (high - low) / 2
-        if mid.astimezone(zone).replace(tzinfo=None) >= wall:
-            high = mid
-        else:
-            low = mid
-    return high.replace(microsecond=0) if high.microsecond else high
 
 
 def calendar_from_dict(d: dict[str, Any]) -> Calendar:

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Any, ClassVar
 
-from celery_quartz.cron import resolve_time_zone
 from celery_quartz.errors import InvalidTriggerError
 from celery_quartz.triggers._time import ONE_MICROSECOND, UTC, micros, optional_utc, utc
 from celery_quartz.triggers.calendar_interval import IntervalUnit
@@ -58,12 +57,6 @@ class DailyTimeIntervalTrigger(ScheduleTrigger):
     def __post_init__(self) -> None:
         self.repeat_interval_unit = IntervalUnit(self.repeat_interval_unit)
         self.days_of_week = frozenset(self.days_of_week)
-
-    def _zone(self) -> tzinfo:
-        try:
-            return resolve_time_zone(self.time_zone)
-        except ValueError as exc:
-            raise InvalidTriggerError(f"trigger {self.key}: {exc}") from None
 
     # -- the schedule -------------------------------------------------------------------------
 

@@ -13,10 +13,10 @@ from typing import Any, ClassVar
 
 from dateutil import rrule as du
 
-from celery_quartz.cron import resolve_time_zone
 from celery_quartz.errors import InvalidTriggerError
 from celery_quartz.triggers._time import UTC, optional_utc, require_start, utc
 from celery_quartz.triggers.cron import CronMisfireInstruction, ScheduleTrigger
+from celery_quartz.tz import is_in_gap
 
 #: A gap moves a wall time by at most this much, so instants are out of wall order only this far.
 _MAX_SHIFT = timedelta(hours=3)
@@ -54,12 +54,6 @@ class RecurrenceTrigger(ScheduleTrigger):
             self._rrule()
 
     # -- the rule -----------------------------------------------------------------------------
-
-    def _zone(self) -> tzinfo:
-        try:
-            return resolve_time_zone(self.time_zone)
-        except ValueError as exc:
-            raise InvalidTriggerError(f"trigger {self.key}: {exc}") from None
 
     def _rrule(self) -> tuple[du.rrule, tzinfo, datetime, bool]:
         """The parsed rule on the wall clock, its zone, DTSTART (wall) and whether COUNT is set."""
@@ -115,7 +109,7 @@ class RecurrenceTrigger(ScheduleTrigger):
             instant = wall.replace(tzinfo=zone).astimezone(UTC)  # RFC 5545 §3.3.5
             if instant > after and (best is None or instant < best):
                 best, best_wall = instant, wall
-                if instant.astimezone(zone).replace(tzinfo=None) == wall:
+                if not is_in_gap(wall, zone):
                     break  # an existing wall time: nothing later in wall order fires sooner
         if best is not None and end is not None and best > end:
             return None

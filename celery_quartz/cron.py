@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import enum
 import logging
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
 
@@ -195,15 +196,18 @@ def _reject_common(expression: str, field: _Field, token: str) -> None:
         )
 
 
+#: Kinds of day-of-month rule beside plain values (see :meth:`_DaySpec.days`).
+_LAST = 0  # L-n: the n-th day before the last (n = 0: the last day)
+_LAST_WEEKDAY = 1  # L-nW-m: the weekday nearest L-n, then m days earlier (not before the 1st)
+_NEAREST_WEEKDAY = 2  # nW: the weekday nearest day n (clamped to the month), within the month
+
+
 class _DaySpec:
     """What the two day fields allow, reduced to one rule per month."""
 
     __slots__ = (
-        "dom_last_offset",
-        "dom_last_offset_nearest",
-        "dom_last_weekday",
+        "dom_rules",
         "dom_values",
-        "dom_weekday_nearest",
         "dow_last",
         "dow_nth",
         "dow_values",
@@ -213,10 +217,9 @@ class _DaySpec:
     def __init__(self) -> None:
         self.on_dom = True
         self.dom_values: frozenset[int] = frozenset()
-        self.dom_weekday_nearest: frozenset[int] = frozenset()
-        self.dom_last_offset: int | None = None
-        self.dom_last_offset_nearest = False
-        self.dom_last_weekday = False
+        #: ``(kind, a, b)`` rules: ``(_LAST, n, 0)``, ``(_LAST_WEEKDAY, n, m)``,
+        #: ``(_NEAREST_WEEKDAY, day, 0)``.
+        self.dom_rules: tuple[tuple[int, int, int], ...] = ()
         self.dow_values: frozenset[int] = frozenset()
         self.dow_nth: tuple[int, int] | None = None
         self.dow_last: int | None = None
@@ -232,14 +235,15 @@ class _DaySpec:
 
         if self.on_dom:
             days = {d for d in self.dom_values if d <= last}
-            if self.dom_last_offset is not None and last - self.dom_last_offset >= 1:
-                day = last - self.dom_last_offset
-                days.add(_nearest_weekday(day, last, dow) if self.dom_last_offset_nearest else day)
-            if self.dom_last_weekday:
-                days.add(_nearest_weekday(last, last, dow))
-            for d in self.dom_weekday_nearest:
-                if d <= last:
-                    days.add(_nearest_weekday(d, last, dow))
+            for kind, a, b in self.dom_rules:
+                if kind == _NEAREST_WEEKDAY:
+                    # Quartz.NET clamps a day past the month's end to its last day first.
+                    days.add(_nearest_weekday(min(a, last), last, dow))
+                elif last - a >= 1:
+                    if kind == _LAST:
+                        days.add(last - a)
+                    else:
+                        days.add(max(_nearest_weekday(last - a, last, dow) - b, 1))
             return sorted(days)
         if self.dow_nth is not None:
             wanted, nth = self.dow_nth
@@ -269,30 +273,34 @@ def _days_in_month(year: int, month: int) -> int:
     return 30 if month in (4, 6, 9, 11) else 31
 
 
+#: ``L``, ``L-n``, ``LW``, ``L-nW``, ``LW-m`` and ``L-nW-m`` (n and m up to 30).
+_LAST_FORM = re.compile(r"L(?:-([0-9]{1,2}))?(?:(W)(?:-([0-9]{1,2}))?)?")
+
+
 def _parse_dom(expression: str, token: str, spec: _DaySpec) -> None:
     field = _DOM
     _reject_common(expression, field, token)
-    if token == "L":
-        spec.dom_last_offset = 0
-        return
-    if token == "LW":
-        spec.dom_last_weekday = True
-        return
-    if token.startswith("L-"):
-        offset_text = token[2:]
-        if offset_text.endswith("W"):  # L-3W: the weekday nearest the third-to-last day
-            spec.dom_last_offset_nearest = True
-            offset_text = offset_text[:-1]
-        if not offset_text.isdigit() or not offset_text.isascii() or int(offset_text) > 30:
-            raise _error(expression, field, token, "L-n takes n from 0 to 30")
-        spec.dom_last_offset = int(offset_text)
-        return
-    if "L" in token:
-        raise _error(expression, field, token, "'L', 'L-n' and 'LW' stand alone in day-of-month")
     values: set[int] = set()
-    nearest: set[int] = set()
+    rules: set[tuple[int, int, int]] = set()
     for item in token.split(","):
-        if item.endswith("W"):
+        if item.startswith("L"):
+            match = _LAST_FORM.fullmatch(item)
+            if match is None:
+                raise _error(
+                    expression,
+                    field,
+                    token,
+                    f"{item!r} is not one of L, L-n, LW, L-nW, LW-n (n from 0 to 30)",
+                )
+            offset = int(match[1] or 0)
+            before = int(match[3] or 0)
+            if offset > 30 or before > 30:
+                raise _error(expression, field, token, "L-n and LW-n take n from 0 to 30")
+            if match[2]:
+                rules.add((_LAST_WEEKDAY, offset, before))
+            else:
+                rules.add((_LAST, offset, 0))
+        elif item.endswith("W"):
             day_text = item[:-1]
             if "-" in day_text or "/" in day_text or day_text == "*":
                 raise _error(
@@ -302,11 +310,13 @@ def _parse_dom(expression: str, token: str, spec: _DaySpec) -> None:
                     f"'W' takes one day, not {day_text!r}: write a list such as 1W,2W,3W "
                     f"or drop the W",
                 )
-            nearest.add(_number(expression, field, token, day_text))
+            rules.add((_NEAREST_WEEKDAY, _number(expression, field, token, day_text), 0))
+        elif "L" in item or "W" in item:
+            raise _error(expression, field, token, f"{item!r}: 'L' and 'W' are misplaced")
         else:
             values |= _parse_item(expression, field, token, item)
     spec.dom_values = frozenset(values)
-    spec.dom_weekday_nearest = frozenset(nearest)
+    spec.dom_rules = tuple(sorted(rules))
 
 
 def _parse_dow(expression: str, token: str, spec: _DaySpec) -> None:

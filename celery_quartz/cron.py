@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import hashlib
 import logging
 import re
 from collections.abc import Callable
@@ -41,6 +42,7 @@ __all__ = [
     "WINDOWS_TIME_ZONES",
     "CronExpression",
     "CronFormat",
+    "hash_value",
     "resolve_time_zone",
     "time_zone_name",
 ]
@@ -188,12 +190,67 @@ def _reject_common(expression: str, field: _Field, token: str) -> None:
         )
     if field not in (_DOM, _DOW) and ("L" in bare or "#" in bare):
         raise _error(expression, field, token, "'L' and '#' belong to the day fields")
+    if "H" in bare and field not in _HASHED_FIELDS:
+        raise _error(expression, field, token, "'H' belongs to the second, minute and hour fields")
     if field is not _DOM and "W" in bare:
         raise _error(expression, field, token, "'W' belongs to the day-of-month field")
     if "?" in token and (token != "?" or field not in (_DOM, _DOW)):
         raise _error(
             expression, field, token, "'?' stands alone, in day-of-month or day-of-week only"
         )
+
+
+_HASHED_FIELDS = (_SECOND, _MINUTE, _HOUR)
+#: ``H``, ``H(a-b)``, ``H/n`` and ``H(a-b)/n``.
+_HASH_FORM = re.compile(r"H(?:\(([0-9]+)-([0-9]+)\))?(?:/([0-9]+))?")
+
+
+def hash_value(hash_key: str, field_name: str) -> int:
+    """The stable number an ``H`` token of ``field_name`` draws from for ``hash_key``.
+
+    The first eight bytes, big-endian, of SHA-256 over the UTF-8 text ``hash_key``, a NUL and
+    the field's name (``second``, ``minute`` or ``hour``). Every process and every node computes
+    the same number; Python's own ``hash()`` is salted per process and would not.
+    """
+    text = f"{hash_key}\x00{field_name}".encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
+
+
+def _parse_hashed(expression: str, field: _Field, token: str, hash_key: str | None) -> set[int]:
+    """A second, minute or hour field, whose items may be ``H`` tokens (see :func:`hash_value`)."""
+    if "H" not in token:
+        return _parse_plain(expression, field, token)
+    values: set[int] = set()
+    for item in token.split(","):
+        if not item.startswith("H"):
+            values |= _parse_item(expression, field, token, item)
+            continue
+        match = _HASH_FORM.fullmatch(item)
+        if match is None:
+            raise _error(
+                expression, field, token, f"{item!r} is not one of H, H(a-b), H/n, H(a-b)/n"
+            )
+        if hash_key is None:
+            raise _error(
+                expression,
+                field,
+                token,
+                "'H' takes its value from the trigger's identity; give the expression a "
+                "hash_key (a CronTrigger passes its key)",
+            )
+        lo, hi = field.lo, field.hi
+        if match[1] is not None:
+            lo = _number(expression, field, token, match[1])
+            hi = _number(expression, field, token, match[2])
+            if lo > hi:
+                raise _error(expression, field, token, f"range {lo}-{hi} in H() runs backwards")
+        h = hash_value(hash_key, field.name)
+        if match[3] is None:
+            values.add(lo + h % (hi - lo + 1))
+        else:
+            step = _step(expression, field, token, match[3])
+            values.update(range(lo + h % min(step, hi - lo + 1), hi + 1, step))
+    return values
 
 
 #: Kinds of day-of-month rule beside plain values (see :meth:`_DaySpec.days`).
@@ -360,7 +417,11 @@ def _next_table(values: set[int] | frozenset[int], size: int) -> list[int]:
 
 
 def _is_interval_token(token: str) -> bool:
-    return any(ch in token for ch in "*/-")
+    # H and H(a-b) name one value (a fixed time); H/n is a step.
+    return any(ch in _HASH_RANGE.sub("H", token) for ch in "*/-")
+
+
+_HASH_RANGE = re.compile(r"H\([^)]*\)")
 
 
 def _unix_to_quartz(expression: str, fields: list[str]) -> list[str]:
@@ -446,9 +507,12 @@ class CronExpression:
     """A parsed Quartz cron expression in a time zone.
 
     ``CronExpression("0 30 2 * * ?", time_zone="Europe/Berlin")`` fires at 02:30 Berlin time every
-    day. Raises :class:`~celery_quartz.errors.CronSyntaxError` naming the field and the token when
-    the text is not a valid expression, and :class:`~celery_quartz.errors.UnknownTimeZoneError`
-    (a :class:`ValueError`) for an unknown time zone.
+    day. ``hash_key`` is the identity ``H`` tokens draw their value from (a
+    :class:`~celery_quartz.triggers.CronTrigger` passes its key); an expression with ``H`` and no
+    ``hash_key`` is refused. Raises :class:`~celery_quartz.errors.CronSyntaxError` naming the
+    field and the token when the text is not a valid expression, and
+    :class:`~celery_quartz.errors.UnknownTimeZoneError` (a :class:`ValueError`) for an unknown
+    time zone.
     """
 
     __slots__ = (
@@ -463,6 +527,7 @@ class CronExpression:
         "_years",
         "_zone",
         "expression",
+        "hash_key",
         "time_zone",
     )
 
@@ -472,9 +537,12 @@ class CronExpression:
         *,
         time_zone: str | tzinfo = "UTC",
         format: CronFormat = CronFormat.QUARTZ,
+        hash_key: str | None = None,
     ) -> None:
         if not isinstance(expression, str):
             raise CronSyntaxError(f"cron expression must be a string, got {expression!r}")
+        if hash_key is not None and not isinstance(hash_key, str):
+            raise CronSyntaxError(f"cron expression {expression!r}: hash_key must be a string")
         self._zone = resolve_time_zone(time_zone)
         #: The zone's name, as given (IANA, Windows id, "UTC" or "local").
         self.time_zone = time_zone if isinstance(time_zone, str) else time_zone_name(time_zone)
@@ -502,7 +570,9 @@ class CronExpression:
             )
         #: The canonical Quartz spelling: upper case, single spaces, six or seven fields.
         self.expression = " ".join(fields)
-        self._parse(expression, fields)
+        #: The identity ``H`` tokens hash (see :func:`hash_value`); None when there are none.
+        self.hash_key = hash_key if any("H" in f for f in fields[:3]) else None
+        self._parse(expression, fields, hash_key)
         self._day_cache: dict[tuple[int, int], list[int]] = {}
 
     @staticmethod
@@ -518,13 +588,13 @@ class CronExpression:
             )
         return _MACROS[name].split()
 
-    def _parse(self, text: str, fields: list[str]) -> None:
+    def _parse(self, text: str, fields: list[str], hash_key: str | None) -> None:
         second, minute, hour, dom, month, dow = fields[:6]
         for field, token in ((_SECOND, second), (_MINUTE, minute), (_HOUR, hour), (_MONTH, month)):
             _reject_common(text, field, token)
-        self._seconds = _next_table(_parse_plain(text, _SECOND, second), 60)
-        self._minutes = _next_table(_parse_plain(text, _MINUTE, minute), 60)
-        self._hours = _next_table(_parse_plain(text, _HOUR, hour), 24)
+        self._seconds = _next_table(_parse_hashed(text, _SECOND, second, hash_key), 60)
+        self._minutes = _next_table(_parse_hashed(text, _MINUTE, minute, hash_key), 60)
+        self._hours = _next_table(_parse_hashed(text, _HOUR, hour, hash_key), 24)
         self._months = _next_table(_parse_plain(text, _MONTH, month), 13)
         if len(fields) == 7:
             _reject_common(text, _YEAR, fields[6])
@@ -564,15 +634,20 @@ class CronExpression:
         return self._zone
 
     def __repr__(self) -> str:
-        return f"CronExpression({self.expression!r}, time_zone={self.time_zone!r})"
+        key = "" if self.hash_key is None else f", hash_key={self.hash_key!r}"
+        return f"CronExpression({self.expression!r}, time_zone={self.time_zone!r}{key})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CronExpression):
             return NotImplemented
-        return (self.expression, self.time_zone) == (other.expression, other.time_zone)
+        return (self.expression, self.time_zone, self.hash_key) == (
+            other.expression,
+            other.time_zone,
+            other.hash_key,
+        )
 
     def __hash__(self) -> int:
-        return hash((self.expression, self.time_zone))
+        return hash((self.expression, self.time_zone, self.hash_key))
 
     def is_satisfied_by(self, t: datetime) -> bool:
         """Whether ``t`` (microseconds ignored) is an instant this expression fires at.

@@ -84,7 +84,8 @@ class CronTrigger(ScheduleTrigger):
 
     ``CronTrigger(expression="0 0 2 * * ?", time_zone="Europe/Helsinki")``. The zone defaults to
     UTC, never to the machine's zone. ``start_at`` and ``end_at`` both bound the fire times
-    inclusively.
+    inclusively. ``H`` tokens in the expression take their values from the trigger's key, so
+    triggers with the same expression spread out (see :func:`celery_quartz.cron.hash_value`).
     """
 
     kind: ClassVar[str] = "CRON"
@@ -114,9 +115,12 @@ class CronTrigger(ScheduleTrigger):
             parsed is None
             or parsed.expression != self.expression
             or parsed.time_zone != self.time_zone
+            or (parsed.hash_key is not None and parsed.hash_key != str(self.key))
         ):
             try:
-                parsed = CronExpression(self.expression, time_zone=self.time_zone)
+                parsed = CronExpression(
+                    self.expression, time_zone=self.time_zone, hash_key=str(self.key)
+                )
             except CronSyntaxError as exc:
                 raise CronSyntaxError(f"trigger {self.key}: {exc}") from None
             except ValueError as exc:

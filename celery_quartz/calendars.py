@@ -354,36 +354,10 @@ class CronCalendar(Calendar):
         t = t.astimezone(_UTC)
         if not self.cron.is_satisfied_by(t):
             return t
-        # Walk the run of matching seconds; a whole matching minute, hour or day is skipped at
-        # once when the finer fields match everything, so a long exclusion is not a long walk.
-        candidate = t.replace(microsecond=0)
-        for _ in range(1_000_000):
-            following = self.cron.next_valid_time_after(candidate)
-            step = _ONE_SECOND
-            if following != candidate + step:
-                return candidate + step
-            candidate = self._skip_whole_units(following)
-            if not self.cron.is_satisfied_by(candidate):
-                return candidate
-        raise ValidationError(f"{self!r}: the excluded run is too long to walk")
-
-    def _skip_whole_units(self, t: datetime) -> datetime:
-        cron = self.cron
-        full_seconds = all(cron._seconds[s] == s for s in range(60))
-        if not full_seconds:
-            return t
-        local = t.astimezone(self._zone)
-        full_minutes = all(cron._minutes[m] == m for m in range(60))
-        full_hours = all(cron._hours[h] == h for h in range(24))
-        # Stay on the same wall-clock unit; move to its last second, which still matches.
-        if full_minutes and full_hours:
-            end = local.replace(hour=23, minute=59, second=59, tzinfo=None)
-        elif full_minutes:
-            end = local.replace(minute=59, second=59, tzinfo=None)
-        else:
-            end = local.replace(second=59, tzinfo=None)
-        last = end.replace(tzinfo=self._zone).astimezone(_UTC)
-        return last if last > t and cron.is_satisfied_by(last) else t
+        following = self.cron.next_invalid_time_after(t)
+        if following is None:
+            raise ValidationError(f"{self!r}: the excluded run is too long to walk")
+        return following
 
     def _own_dict(self) -> dict[str, Any]:
         return {"expression": self.expression}

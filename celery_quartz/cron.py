@@ -686,6 +686,93 @@ class CronExpression:
             return (wall - self._fixed_offset).replace(tzinfo=_UTC)
         return self._next_zoned(after)
 
+    def time_before(self, before: datetime) -> datetime | None:
+        """The last instant strictly before ``before`` that this expression fires at, in UTC.
+
+        ``None`` when it fires at no earlier time (after year 1). The answer agrees with
+        :meth:`next_valid_time_after`: the next valid time after the answer is the first one at
+        or after ``before``. Found by widening a window back from ``before`` until it holds a fire
+        time, then bisecting it, so it costs a few dozen forward searches.
+        """
+        _require_aware(before)
+        end = before.astimezone(_UTC)
+        if end.microsecond:
+            end = end.replace(microsecond=0) + _ONE_SECOND
+        if end.year >= MAX_YEAR:
+            end = datetime(MAX_YEAR, 1, 1, tzinfo=_UTC)
+        floor = datetime(2, 1, 1, tzinfo=_UTC)
+
+        def fires_from(t: datetime) -> bool:
+            # Whether a fire time lies in [t, end).
+            found = self.next_valid_time_after(t - _ONE_MICROSECOND)
+            return found is not None and found < end
+
+        window = _ONE_SECOND
+        while True:
+            low = end - window if end - floor > window else floor
+            if fires_from(low):
+                break
+            if low == floor:
+                return None
+            window *= 2
+        # Invariant: a fire time lies in [low, end), none in [high, end).
+        high = end
+        while high - low > _ONE_SECOND:
+            mid = low + (high - low) // 2
+            mid = mid.replace(microsecond=0)
+            if fires_from(mid):
+                low = mid
+            else:
+                high = mid
+        return self.next_valid_time_after(low - _ONE_MICROSECOND)
+
+    def final_fire_time(self) -> datetime | None:
+        """The last instant this expression fires at when its year field bounds it, else None."""
+        if self._years is None:
+            return None
+        # Any zone's wall clock is still in the last year two days into the next one in UTC.
+        return self.time_before(datetime(self._years[-1] + 1, 1, 2, tzinfo=_UTC))
+
+    def next_invalid_time_after(self, after: datetime) -> datetime | None:
+        """The first whole second at or after ``after``'s (microseconds dropped, as in
+        Quartz.NET) that this expression does not fire at, in UTC.
+
+        Walks the run of matching seconds, skipping a whole matching minute, hour or day at once
+        when the finer fields match everything, so a long run is not a long walk. ``None`` only
+        when the run is too long to walk (over a million steps).
+        """
+        _require_aware(after)
+        candidate = after.astimezone(_UTC).replace(microsecond=0)
+        if not self.is_satisfied_by(candidate):
+            return candidate
+        for _ in range(1_000_000):
+            following = self.next_valid_time_after(candidate)
+            if following != candidate + _ONE_SECOND:
+                return candidate + _ONE_SECOND
+            candidate = self._last_of_matching_unit(following)
+            if not self.is_satisfied_by(candidate):
+                return candidate
+        return None
+
+    def _last_of_matching_unit(self, t: datetime) -> datetime:
+        """The last second of the wall-clock minute, hour or day around ``t`` when the finer
+        fields match all of it and that second still fires; else ``t``."""
+        full_seconds = all(self._seconds[s] == s for s in range(60))
+        if not full_seconds:
+            return t
+        local = t.astimezone(self._zone)
+        full_minutes = all(self._minutes[m] == m for m in range(60))
+        full_hours = all(self._hours[h] == h for h in range(24))
+        # Stay on the same wall-clock unit; move to its last second, which still matches.
+        if full_minutes and full_hours:
+            end = local.replace(hour=23, minute=59, second=59, tzinfo=None)
+        elif full_minutes:
+            end = local.replace(minute=59, second=59, tzinfo=None)
+        else:
+            end = local.replace(second=59, tzinfo=None)
+        last = end.replace(tzinfo=self._zone).astimezone(_UTC)
+        return last if last > t and self.is_satisfied_by(last) else t
+
     # -- the search --------------------------------------------------------------------------
 
     def _next_zoned(self, after: datetime) -> datetime | None:

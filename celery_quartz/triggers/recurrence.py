@@ -7,6 +7,7 @@ time that does not occur is read with the UTC offset from before the gap.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, tzinfo
 from typing import Any, ClassVar
@@ -38,6 +39,9 @@ class RecurrenceTrigger(ScheduleTrigger):
     only when the rule matches it, and COUNT counts the occurrences that fire (an unmatched
     DTSTART and impossible dates such as 30 February do not count). UNTIL ending in ``Z`` is UTC,
     otherwise a wall time of ``time_zone``. ``end_at`` bounds the fire times inclusively.
+    Parts RFC 5545 does not allow (``BYMONTH=13``, ``BYMONTHDAY=0``, ``BYDAY=54MO``, COUNT with
+    UNTIL, ...) are refused with :class:`InvalidTriggerError`; ``X-`` extension parts are
+    dropped, as the RFC says to ignore them.
     """
 
     kind: ClassVar[str] = "RRULE"
@@ -100,20 +104,60 @@ class RecurrenceTrigger(ScheduleTrigger):
         search_from = (
             wall_after - _MAX_SHIFT if behind != after.astimezone(zone).utcoffset() else wall_after
         )
-        expansion = self._expansion_from(rule, dtstart, search_from, counted)
         best: datetime | None = None
         best_wall: datetime | None = None
-        for wall in expansion.xafter(max(search_from, dtstart), inc=True):
-            if best_wall is not None and wall > best_wall + _MAX_SHIFT:
-                break
-            instant = wall.replace(tzinfo=zone).astimezone(UTC)  # RFC 5545 §3.3.5
-            if instant > after and (best is None or instant < best):
-                best, best_wall = instant, wall
-                if not is_in_gap(wall, zone):
-                    break  # an existing wall time: nothing later in wall order fires sooner
+        try:
+            expansion = self._expansion_from(rule, dtstart, search_from, counted)
+            for wall in expansion.xafter(max(search_from, dtstart), inc=True):
+                if best_wall is not None and wall > best_wall + _MAX_SHIFT:
+                    break
+                instant = wall.replace(tzinfo=zone).astimezone(UTC)  # RFC 5545 §3.3.5
+                if instant > after and (best is None or instant < best):
+                    best, best_wall = instant, wall
+                    if not is_in_gap(wall, zone):
+                        break  # an existing wall time: nothing later in wall order fires sooner
+        except OverflowError:
+            pass  # the expansion ran past the last year a datetime holds: no later fire time
+        except _LIBRARY_ERRORS as exc:
+            raise InvalidTriggerError(
+                f"trigger {self.key}: recurrence rule {self.rule!r} cannot be expanded: {exc}"
+            ) from None
         if best is not None and end is not None and best > end:
             return None
         return best
+
+    def final_fire_time(self) -> datetime | None:
+        """The last fire time: the last occurrence by COUNT or UNTIL, or at or before ``end_at``;
+        ``None`` when neither bounds the rule. A COUNT-bounded rule is walked from its start."""
+        rule, zone, dtstart, counted = self._rrule()
+        end = optional_utc(self.end_at)
+        if end is None and not counted and getattr(rule, "_until", None) is None:
+            return None
+        limit = None if end is None else end.astimezone(zone).replace(tzinfo=None) + _MAX_SHIFT
+        expansion = rule
+        if limit is not None:
+            expansion = self._expansion_from(rule, dtstart, limit - 2 * _MAX_SHIFT, counted)
+        best: datetime | None = None
+        try:
+            for wall in expansion:
+                if limit is not None and wall > limit:
+                    break
+                instant = wall.replace(tzinfo=zone).astimezone(UTC)  # RFC 5545 §3.3.5
+                if (end is None or instant <= end) and (best is None or instant > best):
+                    best = instant
+        except OverflowError:
+            pass
+        except _LIBRARY_ERRORS as exc:
+            raise InvalidTriggerError(
+                f"trigger {self.key}: recurrence rule {self.rule!r} cannot be expanded: {exc}"
+            ) from None
+        if best is None and limit is not None and expansion is not rule:
+            # Nothing in the last stretch: the last occurrence lies further back.
+            wall_before = rule.before(limit - 2 * _MAX_SHIFT, inc=True)
+            if wall_before is not None:
+                best = wall_before.replace(tzinfo=zone).astimezone(UTC)
+        start = require_start(self.key, self.start_at)
+        return best if best is not None and best >= start else None
 
     # -- persistence --------------------------------------------------------------------------
 
@@ -135,11 +179,93 @@ class RecurrenceTrigger(ScheduleTrigger):
             self._rrule()
 
 
+#: What dateutil may raise on a rule it cannot expand; turned into our own error.
+_LIBRARY_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError)
+
+_FREQUENCIES = frozenset({"SECONDLY", "MINUTELY", "HOURLY", "DAILY", "WEEKLY", "MONTHLY", "YEARLY"})
+_WEEKDAYS = frozenset({"MO", "TU", "WE", "TH", "FR", "SA", "SU"})
+#: Each BYxxx part's allowed magnitude and whether it may be negative (RFC 5545 §3.3.10).
+#: BYSECOND stops at 59: a leap second has no datetime.
+_NUMBER_LISTS = {
+    "BYSECOND": (0, 59, False),
+    "BYMINUTE": (0, 59, False),
+    "BYHOUR": (0, 23, False),
+    "BYMONTHDAY": (1, 31, True),
+    "BYYEARDAY": (1, 366, True),
+    "BYWEEKNO": (1, 53, True),
+    "BYMONTH": (1, 12, False),
+    "BYSETPOS": (1, 366, True),
+}
+_BYDAY = re.compile(r"([+-]?)([0-9]{1,2})?(MO|TU|WE|TH|FR|SA|SU)")
+
+
+def _check_parts(rule: str, key: object) -> None:
+    """Refuse what RFC 5545 §3.3.10 does not allow, before dateutil sees it (dateutil accepts
+    some of it and fails later, or quietly reads it as something else)."""
+    where = f"trigger {key}: recurrence rule {rule!r}"
+    parts: dict[str, str] = {}
+    for part in rule.split(";"):
+        name, eq, value = part.partition("=")
+        if not eq or not value:
+            raise InvalidTriggerError(f"{where}: {part!r} is not NAME=VALUE")
+        if name in parts:
+            raise InvalidTriggerError(f"{where}: {name} is given twice")
+        parts[name] = value
+    unknown = set(parts) - {"FREQ", "UNTIL", "COUNT", "INTERVAL", "BYDAY", "WKST", *_NUMBER_LISTS}
+    if unknown:
+        raise InvalidTriggerError(f"{where}: unknown part {sorted(unknown)[0]}")
+    freq = parts.get("FREQ")
+    if freq not in _FREQUENCIES:
+        raise InvalidTriggerError(f"{where}: FREQ must be one of {sorted(_FREQUENCIES)}")
+    for name in ("COUNT", "INTERVAL"):
+        if name in parts and not _positive(parts[name]):
+            raise InvalidTriggerError(f"{where}: {name} must be a whole number >= 1")
+    if "COUNT" in parts and "UNTIL" in parts:
+        raise InvalidTriggerError(f"{where}: COUNT and UNTIL cannot both be given")
+    if parts.get("WKST", "MO") not in _WEEKDAYS:
+        raise InvalidTriggerError(f"{where}: WKST must be a weekday (MO ... SU)")
+    for name, (lo, hi, signed) in _NUMBER_LISTS.items():
+        for item in parts.get(name, "0").split(",") if name in parts else ():
+            digits = item[1:] if signed and item[:1] in "+-" and len(item) > 1 else item
+            if not (digits.isascii() and digits.isdigit() and lo <= int(digits) <= hi):
+                sign = "±" if signed else ""
+                raise InvalidTriggerError(
+                    f"{where}: {name} value {item!r} is outside {sign}{lo}-{hi}"
+                )
+    ordinal_limit = {"MONTHLY": 5, "YEARLY": 53}.get(freq, 0)
+    for item in parts.get("BYDAY", "").split(",") if "BYDAY" in parts else ():
+        match = _BYDAY.fullmatch(item)
+        if match is None or (match[1] and match[2] is None):
+            raise InvalidTriggerError(f"{where}: BYDAY value {item!r} is not [±n]MO ... SU")
+        if match[2] is not None:
+            ordinal = int(match[2])
+            if not 1 <= ordinal <= ordinal_limit:
+                allowed = (
+                    f"from 1 to {ordinal_limit} with FREQ={freq}"
+                    if ordinal_limit
+                    else "only with FREQ=MONTHLY or YEARLY"
+                )
+                raise InvalidTriggerError(
+                    f"{where}: BYDAY value {item!r}: an ordinal is allowed {allowed}"
+                )
+    if "BYWEEKNO" in parts and freq != "YEARLY":
+        raise InvalidTriggerError(f"{where}: BYWEEKNO is only allowed with FREQ=YEARLY")
+    if "BYYEARDAY" in parts and freq in ("DAILY", "WEEKLY", "MONTHLY"):
+        raise InvalidTriggerError(f"{where}: BYYEARDAY is not allowed with FREQ={freq}")
+    if "BYMONTHDAY" in parts and freq == "WEEKLY":
+        raise InvalidTriggerError(f"{where}: BYMONTHDAY is not allowed with FREQ=WEEKLY")
+
+
+def _positive(text: str) -> bool:
+    return text.isascii() and text.isdigit() and int(text) >= 1
+
+
 def _parse(rule: str, dtstart: datetime, zone: tzinfo, key: object) -> du.rrule:
+    _check_parts(rule, key)
     text = _until_to_wall(rule, zone, key)
     try:
         parsed = du.rrulestr(text, dtstart=dtstart, forceset=False)
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+    except _LIBRARY_ERRORS as exc:
         raise InvalidTriggerError(
             f"trigger {key}: recurrence rule {rule!r} is not valid: {exc}"
         ) from None
@@ -154,7 +280,9 @@ def _canonical(rule: str) -> str:
     text = rule.strip()
     if text.upper().startswith("RRULE:"):
         text = text[6:]
-    return ";".join(part.strip().upper() for part in text.split(";") if part.strip())
+    parts = (part.strip().upper() for part in text.split(";"))
+    # RFC 5545 §3.3.10: x-name parts are extensions an application ignores.
+    return ";".join(part for part in parts if part and not part.startswith("X-"))
 
 
 def _until_to_wall(rule: str, zone: tzinfo, key: object) -> str:

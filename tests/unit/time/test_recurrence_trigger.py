@@ -6,7 +6,8 @@ wall-clock time the RFC lists, read in New York, so the assertion is on the exac
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import re
+from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -361,3 +362,119 @@ def test_a_rule_is_validated_before_the_scheduler_fills_in_the_start() -> None:
     RecurrenceTrigger(rule="FREQ=DAILY;BYHOUR=3").validate()
     with pytest.raises(InvalidTriggerError, match="recurrence rule"):
         RecurrenceTrigger(rule="FREQ=DAILY;BYHOUR=x").validate()
+
+
+# -- validation (RFC 5545 §3.3.10) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rule", "named"),
+    [
+        ("FREQ=YEARLY;BYDAY=54MO", "54MO"),
+        ("FREQ=MONTHLY;BYDAY=6MO", "6MO"),
+        ("FREQ=WEEKLY;BYDAY=1MO", "1MO"),
+        ("FREQ=MONTHLY;BYDAY=+MO", "+MO"),
+        ("FREQ=MONTHLY;BYDAY=XX", "XX"),
+        ("FREQ=YEARLY;BYMONTH=13", "BYMONTH"),
+        ("FREQ=YEARLY;BYMONTH=0", "BYMONTH"),
+        ("FREQ=MONTHLY;BYMONTHDAY=0", "BYMONTHDAY"),
+        ("FREQ=MONTHLY;BYMONTHDAY=-32", "BYMONTHDAY"),
+        ("FREQ=DAILY;BYHOUR=24", "BYHOUR"),
+        ("FREQ=DAILY;BYMINUTE=-1", "BYMINUTE"),
+        ("FREQ=DAILY;BYSECOND=60", "BYSECOND"),
+        ("FREQ=YEARLY;BYYEARDAY=367", "BYYEARDAY"),
+        ("FREQ=YEARLY;BYWEEKNO=54", "BYWEEKNO"),
+        ("FREQ=YEARLY;BYSETPOS=0", "BYSETPOS"),
+        ("FREQ=DAILY;INTERVAL=0", "INTERVAL"),
+        ("FREQ=DAILY;COUNT=0", "COUNT"),
+        ("FREQ=DAILY;COUNT=2;UNTIL=20270101T000000Z", "COUNT and UNTIL"),
+        ("FREQ=DAILY;FREQ=WEEKLY", "twice"),
+        ("FREQ=DAILY;WKST=XX", "WKST"),
+        ("FREQ=DAILY;BYFOO=1", "BYFOO"),
+        ("FREQ=DAILY;COUNT", "COUNT"),
+        ("FREQ=MONTHLY;BYWEEKNO=1", "BYWEEKNO"),
+        ("FREQ=MONTHLY;BYYEARDAY=1", "BYYEARDAY"),
+        ("FREQ=WEEKLY;BYMONTHDAY=1", "BYMONTHDAY"),
+        ("BYDAY=MO", "FREQ"),
+    ],
+)
+def test_a_rule_rfc_5545_does_not_allow_is_refused_when_validated(rule: str, named: str) -> None:
+    with pytest.raises(InvalidTriggerError, match=re.escape(named)):
+        RecurrenceTrigger(rule=rule, start_at=utc(2026, 1, 1))
+    with pytest.raises(InvalidTriggerError, match=re.escape(named)):
+        RecurrenceTrigger(rule=rule).validate()
+
+
+def test_x_extension_parts_are_accepted_and_ignored() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=DAILY;X-NAME=nightly;COUNT=2;X-OWNER=ops", start_at=utc(2026, 1, 1)
+    )
+    assert trigger.rule == "FREQ=DAILY;COUNT=2"
+    assert trigger.next_fire_time_after(utc(2026, 1, 1)) == utc(2026, 1, 2)
+
+
+def test_negative_positions_within_range_are_accepted() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=MONTHLY;BYMONTHDAY=-1;BYSETPOS=-1", start_at=utc(2026, 1, 1), time_zone="UTC"
+    )
+    assert trigger.next_fire_time_after(utc(2026, 1, 1)) == utc(2026, 1, 31)
+
+
+# -- the final fire time -----------------------------------------------------------------------
+
+
+def test_final_fire_time_of_a_counted_rule() -> None:
+    trigger = RecurrenceTrigger(rule="FREQ=DAILY;COUNT=3", start_at=utc(2026, 1, 1))
+    assert trigger.final_fire_time() == utc(2026, 1, 3)
+
+
+def test_final_fire_time_of_a_rule_until_an_instant() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=WEEKLY;UNTIL=20260131T000000Z", start_at=utc(2026, 1, 1), time_zone="UTC"
+    )
+    assert trigger.final_fire_time() == utc(2026, 1, 29)
+
+
+def test_final_fire_time_is_bounded_by_end_at() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=MINUTELY;INTERVAL=7", start_at=utc(2026, 1, 1), end_at=utc(2030, 6, 1, 12)
+    )
+    last = trigger.final_fire_time()
+    assert last is not None and last <= utc(2030, 6, 1, 12)
+    assert trigger.next_fire_time_after(last) is None
+    assert trigger.next_fire_time_after(last - timedelta(minutes=7)) == last
+
+
+def test_final_fire_time_of_a_sparse_rule_bounded_by_end_at() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=29", start_at=utc(2026, 1, 1), end_at=utc(2031, 1, 1)
+    )
+    assert trigger.final_fire_time() == utc(2028, 2, 29)
+
+
+def test_final_fire_time_of_an_unbounded_rule_is_none() -> None:
+    assert RecurrenceTrigger(rule="FREQ=DAILY", start_at=utc(2026, 1, 1)).final_fire_time() is None
+
+
+def test_final_fire_time_when_nothing_fires_is_none() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=29", start_at=utc(2026, 1, 1), end_at=utc(2027, 1, 1)
+    )
+    assert trigger.final_fire_time() is None
+
+
+def test_occurrences_skipped_by_a_misfire_use_up_the_count() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=DAILY;COUNT=5",
+        start_at=utc(2026, 1, 1),
+        misfire_instruction=CronMisfireInstruction.DO_NOTHING,
+    )
+    trigger.compute_first_fire_time()
+    trigger.triggered()  # 1 January fired
+    trigger.update_after_misfire(utc(2026, 1, 3, 12))  # 2 and 3 January missed
+    fired = []
+    while trigger.next_fire_time is not None:
+        fired.append(trigger.next_fire_time)
+        trigger.triggered()
+    assert fired == [utc(2026, 1, 4), utc(2026, 1, 5)]
+    assert trigger.times_triggered == 3

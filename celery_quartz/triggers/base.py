@@ -95,6 +95,11 @@ class Trigger(ABC):
         """
 
     @abstractmethod
+    def final_fire_time(self) -> datetime | None:
+        """The last instant this trigger's schedule fires at (ignoring calendars), or ``None``
+        when the schedule is unbounded (Quartz's ``FinalFireTimeUtc``)."""
+
+    @abstractmethod
     def detail(self) -> dict[str, Any]:
         """The kind-specific definition as a JSON object (what :meth:`from_detail` reads back)."""
 

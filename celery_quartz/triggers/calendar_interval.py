@@ -109,6 +109,12 @@ class CalendarIntervalTrigger(ScheduleTrigger):
         return result
 
     def _calendar_step_after(self, start: datetime, after: datetime) -> datetime | None:
+        n = self._index_after(start, after)
+        return None if n < 0 else self._occurrence(start, n)
+
+    def _index_after(self, start: datetime, after: datetime) -> int:
+        """The first calendar step ``n`` whose occurrence is after ``after`` or beyond the last
+        year (where :meth:`_occurrence` is ``None``); -1 when the search gives up."""
         estimate = (after - start) // (_SHORTEST[self.repeat_interval_unit] * self.repeat_interval)
         n = max(int(estimate) - 2, 0)
         # Step back while the estimate overshoots, then forward to the first one after ``after``.
@@ -122,9 +128,29 @@ class CalendarIntervalTrigger(ScheduleTrigger):
             t = self._occurrence(start, n)
             if t is None:
                 if self._beyond_last_year(start, n):
-                    return None
+                    return n
                 continue  # a skipped day (its hour does not exist)
             if t > after:
+                return n
+        return -1
+
+    def final_fire_time(self) -> datetime | None:
+        """The last fire time before ``end_at`` (exclusive); ``None`` without an end."""
+        start = require_start(self.key, self.start_at)
+        end = optional_utc(self.end_at)
+        if end is None or end <= start:
+            return None
+        unit = self.repeat_interval_unit
+        if unit in _FIXED_UNITS:
+            step = micros(_FIXED_UNITS[unit]) * self.repeat_interval
+            n = (micros(end - start) - 1) // step
+            return start + timedelta(microseconds=n * step)
+        n = self._index_after(start, end - timedelta(microseconds=1))
+        if n < 0:
+            return None
+        for k in range(n - 1, -1, -1):
+            t = self._occurrence(start, k)
+            if t is not None and t < end:
                 return t
         return None
 

@@ -131,6 +131,19 @@ class CronTrigger(ScheduleTrigger):
     def next_fire_time_after(self, after: datetime) -> datetime | None:
         return self._bounded(after, self._cron().next_valid_time_after)
 
+    def final_fire_time(self) -> datetime | None:
+        """The last fire time: the last one at or before ``end_at``, or in the year field's last
+        year; ``None`` when neither bounds the expression, or nothing fires after ``start_at``."""
+        cron = self._cron()
+        end = optional_utc(self.end_at)
+        last = (
+            cron.time_before(end + ONE_MICROSECOND) if end is not None else cron.final_fire_time()
+        )
+        start = optional_utc(self.start_at)
+        if last is None or (start is not None and last < start):
+            return None
+        return last
+
     def detail(self) -> dict[str, Any]:
         return {"expression": self.expression, "time_zone": self.time_zone}
 

@@ -30,7 +30,8 @@ __all__ = [
 UTC = timezone.utc
 _ONE_SECOND = timedelta(seconds=1)
 
-#: Names of UTC itself, upper case.
+#: Names of UTC itself, upper case. "Coordinated Universal Time" is the Windows display name of
+#: UTC, which Quartz.NET accepts as an alias of its id.
 _FIXED_UTC_NAMES = frozenset(
     {
         "UTC",
@@ -43,6 +44,7 @@ _FIXED_UTC_NAMES = frozenset(
         "ETC/ZULU",
         "UNIVERSAL",
         "Z",
+        "COORDINATED UNIVERSAL TIME",
     }
 )
 

@@ -33,6 +33,21 @@ def test_utc_names_resolve_to_utc() -> None:
     assert time_zone_name(UTC) == "UTC"
 
 
+def test_the_windows_display_name_of_utc_resolves_to_utc() -> None:
+    # Quartz.NET's TimeZoneUtil aliases "Coordinated Universal Time" to "UTC".
+    assert resolve_time_zone("Coordinated Universal Time") is UTC
+    assert resolve_time_zone("coordinated universal time") is UTC
+
+
+def test_a_cron_trigger_in_coordinated_universal_time_fires_in_utc() -> None:
+    from celery_quartz.triggers import CronTrigger
+
+    trigger = CronTrigger(expression="0 0 9 * * ?", time_zone="Coordinated Universal Time")
+    assert trigger.next_fire_time_after(datetime(2026, 1, 1, tzinfo=UTC)) == datetime(
+        2026, 1, 1, 9, tzinfo=UTC
+    )
+
+
 def test_an_unknown_zone_is_our_error_naming_it() -> None:
     with pytest.raises(UnknownTimeZoneError, match="Mars/Olympus_Mons"):
         resolve_time_zone("Mars/Olympus_Mons")

@@ -7,9 +7,11 @@ time that does not occur is read with the UTC offset from before the gap.
 
 from __future__ import annotations
 
+import calendar
 import re
+import warnings
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, tzinfo
+from datetime import date, datetime, timedelta, tzinfo
 from typing import Any, ClassVar
 
 from dateutil import rrule as du
@@ -19,6 +21,8 @@ from celery_quartz.triggers._time import UTC, optional_utc, require_start, utc
 from celery_quartz.triggers.cron import CronMisfireInstruction, ScheduleTrigger
 from celery_quartz.tz import is_in_gap
 
+#: Wall time past which no occurrence is searched (the other kinds stop at year 2299 too).
+_SEARCH_END = datetime(2299, 12, 31, 23, 59, 59)
 #: A gap moves a wall time by at most this much, so instants are out of wall order only this far.
 _MAX_SHIFT = timedelta(hours=3)
 _FAST_FORWARD = {
@@ -59,8 +63,9 @@ class RecurrenceTrigger(ScheduleTrigger):
 
     # -- the rule -----------------------------------------------------------------------------
 
-    def _rrule(self) -> tuple[du.rrule, tzinfo, datetime, bool]:
-        """The parsed rule on the wall clock, its zone, DTSTART (wall) and whether COUNT is set."""
+    def _rrule(self) -> tuple[du.rrule, tzinfo, datetime, bool, bool]:
+        """The parsed rule on the wall clock, its zone, DTSTART (wall), whether COUNT is set, and
+        whether its day filters never meet (so it has no fire time at all)."""
         start = require_start(self.key, self.start_at)
         key = (self.rule, self.time_zone, start)
         if self._cache is not None and self._cache[0] == key:
@@ -69,7 +74,13 @@ class RecurrenceTrigger(ScheduleTrigger):
         dtstart = start.astimezone(zone).replace(tzinfo=None)
         parsed = _parse(self.rule, dtstart, zone, self.key)
         has_count = getattr(parsed, "_count", None) is not None
-        value = (parsed, zone, dtstart, has_count)
+        try:
+            empty = not _days_ever_match(parsed, self.rule)
+        except _LIBRARY_ERRORS as exc:
+            raise InvalidTriggerError(
+                f"trigger {self.key}: recurrence rule {self.rule!r} is not valid: {exc}"
+            ) from None
+        value = (parsed, zone, dtstart, has_count, empty)
         self._cache = (key, value)
         return value
 
@@ -91,7 +102,9 @@ class RecurrenceTrigger(ScheduleTrigger):
     # -- the schedule -------------------------------------------------------------------------
 
     def next_fire_time_after(self, after: datetime) -> datetime | None:
-        rule, zone, dtstart, counted = self._rrule()
+        rule, zone, dtstart, counted, empty = self._rrule()
+        if empty:
+            return None
         after = utc(after)
         start = require_start(self.key, self.start_at)
         if after < start:
@@ -129,9 +142,11 @@ class RecurrenceTrigger(ScheduleTrigger):
     def final_fire_time(self) -> datetime | None:
         """The last fire time: the last occurrence by COUNT or UNTIL, or at or before ``end_at``;
         ``None`` when neither bounds the rule. A COUNT-bounded rule is walked from its start."""
-        rule, zone, dtstart, counted = self._rrule()
+        rule, zone, dtstart, counted, empty = self._rrule()
+        if empty:
+            return None
         end = optional_utc(self.end_at)
-        if end is None and not counted and getattr(rule, "_until", None) is None:
+        if end is None and not counted and "UNTIL=" not in self.rule:
             return None
         limit = None if end is None else end.astimezone(zone).replace(tzinfo=None) + _MAX_SHIFT
         expansion = rule
@@ -254,6 +269,108 @@ def _check_parts(rule: str, key: object) -> None:
         raise InvalidTriggerError(f"{where}: BYYEARDAY is not allowed with FREQ={freq}")
     if "BYMONTHDAY" in parts and freq == "WEEKLY":
         raise InvalidTriggerError(f"{where}: BYMONTHDAY is not allowed with FREQ=WEEKLY")
+    _check_set_positions(parts, freq, where)
+
+
+#: The most days one period of each frequency can hold, for the BYSETPOS check.
+_PERIOD_DAYS = {"WEEKLY": 7, "MONTHLY": 31, "YEARLY": 366}
+#: The time-of-day parts finer than each frequency.
+_FINER = {
+    "SECONDLY": (),
+    "MINUTELY": ("BYSECOND",),
+    "HOURLY": ("BYMINUTE", "BYSECOND"),
+}
+
+
+def _check_set_positions(parts: dict[str, str], freq: str, where: str) -> None:
+    """BYSETPOS picks from each period's set; a position past the largest set never matches,
+    and dateutil would search to year 9999 for it."""
+    if "BYSETPOS" not in parts:
+        return
+    day_parts = {"BYDAY", "BYMONTHDAY", "BYYEARDAY", "BYWEEKNO"} & set(parts)
+    if freq == "YEARLY" and not day_parts:
+        size = len(parts["BYMONTH"].split(",")) if "BYMONTH" in parts else 1
+    elif freq in _PERIOD_DAYS and day_parts == {"BYDAY"}:
+        # An ordinal names one day a period; a bare weekday at most 5 a month, 53 a year.
+        each = {"WEEKLY": 1, "MONTHLY": 5, "YEARLY": 53}[freq]
+        size = sum(1 if item[-3:-2].isdigit() else each for item in parts["BYDAY"].split(","))
+    elif freq in _PERIOD_DAYS and day_parts:
+        size = _PERIOD_DAYS[freq]
+    else:
+        size = 1  # one day per period: DTSTART's, or the day itself
+    for name in _FINER.get(freq, ("BYHOUR", "BYMINUTE", "BYSECOND")):
+        if name in parts:
+            size *= len(parts[name].split(","))
+    for item in parts["BYSETPOS"].split(","):
+        if abs(int(item)) > size:
+            raise InvalidTriggerError(
+                f"{where}: BYSETPOS {item} can never match: a FREQ={freq} period of this rule "
+                f"holds at most {size} occurrence(s)"
+            )
+
+
+_DAY_FILTERS = ("BYMONTH", "BYMONTHDAY", "BYYEARDAY", "BYWEEKNO", "BYDAY")
+
+
+def _days_ever_match(rule: du.rrule, text: str) -> bool:
+    """Whether the rule's day filters together allow any day at all.
+
+    dateutil checks UNTIL only on a day that passes the filters, so a rule whose filters never
+    meet (BYMONTH=2 with BYMONTHDAY=30) would be searched to year 9999. Asked only when two or
+    more day filters could contradict each other. Calendar years repeat every 28 years (within
+    1901-2099), so the days of 2000-2027 hold every arrangement of weekdays and leap years. A
+    day at a year's edge counts for either year's week numbering, so the answer errs towards
+    "it matches".
+    """
+    names = {part.partition("=")[0] for part in text.split(";")}
+    if len(names & set(_DAY_FILTERS)) < 2:
+        return True
+    months = set(getattr(rule, "_bymonth", None) or ())
+    monthdays = set(getattr(rule, "_bymonthday", None) or ())
+    monthdays_back = set(getattr(rule, "_bynmonthday", None) or ())
+    yeardays = set(getattr(rule, "_byyearday", None) or ())
+    weeknos = set(getattr(rule, "_byweekno", None) or ())
+    weekdays = set(getattr(rule, "_byweekday", None) or ())
+    weekdays |= {wd for wd, _ in getattr(rule, "_bynweekday", None) or ()}
+    wkst = getattr(rule, "_wkst", 0) or 0
+    day = date(2000, 1, 1)
+    while day.year < 2028:
+        year_length = 366 if calendar.isleap(day.year) else 365
+        month_length = calendar.monthrange(day.year, day.month)[1]
+        yearday = day.timetuple().tm_yday
+        if (
+            (not months or day.month in months)
+            and (
+                not (monthdays or monthdays_back)
+                or day.day in monthdays
+                or day.day - month_length - 1 in monthdays_back
+            )
+            and (not yeardays or yearday in yeardays or yearday - year_length - 1 in yeardays)
+            and (not weekdays or day.weekday() in weekdays)
+            and (not weeknos or _week_numbers(day, wkst) & weeknos)
+        ):
+            return True
+        day += timedelta(days=1)
+    return False
+
+
+def _week_numbers(day: date, wkst: int) -> set[int]:
+    """The week numbers (positive and negative) ``day`` may carry, RFC 5545's numbering."""
+
+    def week_one(year: int) -> date:
+        jan1 = date(year, 1, 1)
+        offset = (jan1.weekday() - wkst) % 7
+        return jan1 - timedelta(days=offset) if offset <= 3 else jan1 + timedelta(days=7 - offset)
+
+    out: set[int] = set()
+    for year in (day.year - 1, day.year, day.year + 1):
+        first, following = week_one(year), week_one(year + 1)
+        if first <= day < following:
+            weeks = (following - first).days // 7
+            n = (day - first).days // 7 + 1
+            out |= {n, n - weeks - 1}
+    # A day outside its year's numbered weeks: allow any week of the edges.
+    return out or {1, 52, 53, -1}
 
 
 def _positive(text: str) -> bool:
@@ -271,6 +388,13 @@ def _parse(rule: str, dtstart: datetime, zone: tzinfo, key: object) -> du.rrule:
         ) from None
     if not isinstance(parsed, du.rrule):
         raise InvalidTriggerError(f"trigger {key}: recurrence rule {rule!r} must be one RRULE")
+    until = getattr(parsed, "_until", None)
+    if until is None or until > _SEARCH_END:
+        # No fire time is searched past 2299 (as for the other kinds); the bound also keeps a
+        # rule whose parts never meet (BYMONTH=2;BYMONTHDAY=30) from running to year 9999.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # COUNT beside UNTIL
+            parsed = parsed.replace(until=_SEARCH_END)
     return parsed
 
 
@@ -298,6 +422,9 @@ def _until_to_wall(rule: str, zone: tzinfo, key: object) -> str:
                     f"trigger {key}: UNTIL {value!r} is not a UTC date-time such as "
                     f"19971224T000000Z"
                 ) from None
-            wall = instant.astimezone(zone).replace(tzinfo=None)
+            try:
+                wall = instant.astimezone(zone).replace(tzinfo=None)
+            except OverflowError:  # past year 9999 on the zone's clock: no bound at all
+                wall = datetime.max.replace(microsecond=0)
             parts[i] = f"UNTIL={wall:%Y%m%dT%H%M%S}"
     return ";".join(parts)

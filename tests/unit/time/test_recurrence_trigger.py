@@ -478,3 +478,37 @@ def test_occurrences_skipped_by_a_misfire_use_up_the_count() -> None:
         trigger.triggered()
     assert fired == [utc(2026, 1, 4), utc(2026, 1, 5)]
     assert trigger.times_triggered == 3
+
+
+def test_a_rule_whose_day_parts_never_meet_has_no_fire_time_and_answers_at_once() -> None:
+    import time as clock
+
+    trigger = RecurrenceTrigger(
+        rule="FREQ=MINUTELY;BYMONTH=2;BYMONTHDAY=30", start_at=utc(2026, 1, 1)
+    )
+    began = clock.perf_counter()
+    assert trigger.next_fire_time_after(utc(2026, 1, 1)) is None
+    assert trigger.final_fire_time() is None
+    assert clock.perf_counter() - began < 1.0
+
+
+def test_a_set_position_no_period_holds_is_refused() -> None:
+    with pytest.raises(InvalidTriggerError, match="BYSETPOS 2 can never match"):
+        RecurrenceTrigger(rule="FREQ=MONTHLY;BYDAY=1MO;BYSETPOS=2", start_at=utc(2026, 1, 1))
+    with pytest.raises(InvalidTriggerError, match="BYSETPOS"):
+        RecurrenceTrigger(rule="FREQ=SECONDLY;BYSETPOS=366", start_at=utc(2026, 1, 1))
+    RecurrenceTrigger(rule="FREQ=DAILY;BYHOUR=9,17;BYSETPOS=-1", start_at=utc(2026, 1, 1))
+
+
+def test_an_until_past_year_9999_on_the_zone_clock_is_no_bound() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=YEARLY;UNTIL=99991231T235959Z",
+        start_at=utc(2026, 1, 1),
+        time_zone="Asia/Kolkata",
+    )
+    assert trigger.next_fire_time_after(utc(2026, 6, 1)) == utc(2027, 1, 1)
+
+
+def test_no_fire_time_is_searched_past_2299() -> None:
+    trigger = RecurrenceTrigger(rule="FREQ=YEARLY", start_at=utc(2026, 1, 1))
+    assert trigger.next_fire_time_after(utc(2299, 6, 1)) is None

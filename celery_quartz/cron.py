@@ -626,7 +626,9 @@ class CronExpression:
 
     @property
     def is_interval(self) -> bool:
-        """Whether the second, minute or hour field holds a wildcard, step or range (4.x rule)."""
+        """Whether the second, minute or hour field holds a wildcard, step or range (4.x rule).
+
+        ``H`` and ``H(a-b)`` name one value, so they are a fixed time; ``H/n`` is a step."""
         return self._interval
 
     @property

@@ -235,6 +235,12 @@ def _check_parts(rule: str, key: object) -> None:
     for name in ("COUNT", "INTERVAL"):
         if name in parts and not _positive(parts[name]):
             raise InvalidTriggerError(f"{where}: {name} must be a whole number >= 1")
+    until = parts.get("UNTIL")
+    if until is not None and not _is_rfc_date_or_date_time(until):
+        raise InvalidTriggerError(
+            f"{where}: UNTIL {until!r} is not a date (19971224) or a date-time "
+            f"(19971224T000000, or 19971224T000000Z in UTC)"
+        )
     if "COUNT" in parts and "UNTIL" in parts:
         raise InvalidTriggerError(f"{where}: COUNT and UNTIL cannot both be given")
     if parts.get("WKST", "MO") not in _WEEKDAYS:
@@ -371,6 +377,20 @@ def _week_numbers(day: date, wkst: int) -> set[int]:
             out |= {n, n - weeks - 1}
     # A day outside its year's numbered weeks: allow any week of the edges.
     return out or {1, 52, 53, -1}
+
+
+def _is_rfc_date_or_date_time(text: str) -> bool:
+    """RFC 5545 DATE or DATE-TIME: dateutil's own parser would read much more, guessing."""
+    if not _UNTIL_FORM.fullmatch(text):
+        return False
+    try:
+        datetime.strptime(text[:15], "%Y%m%dT%H%M%S" if len(text) > 8 else "%Y%m%d")
+    except ValueError:
+        return False
+    return True
+
+
+_UNTIL_FORM = re.compile(r"[0-9]{8}(?:T[0-9]{6}Z?)?")
 
 
 def _positive(text: str) -> bool:

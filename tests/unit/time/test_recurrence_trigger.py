@@ -396,6 +396,10 @@ def test_a_rule_is_validated_before_the_scheduler_fills_in_the_start() -> None:
         ("FREQ=MONTHLY;BYYEARDAY=1", "BYYEARDAY"),
         ("FREQ=WEEKLY;BYMONTHDAY=1", "BYMONTHDAY"),
         ("BYDAY=MO", "FREQ"),
+        ("FREQ=DAILY;UNTIL=2027", "UNTIL"),
+        ("FREQ=DAILY;UNTIL=20270101T0000H", "UNTIL"),
+        ("FREQ=DAILY;UNTIL=20271301", "UNTIL"),
+        ("FREQ=DAILY;UNTIL=tomorrow", "UNTIL"),
     ],
 )
 def test_a_rule_rfc_5545_does_not_allow_is_refused_when_validated(rule: str, named: str) -> None:
@@ -403,6 +407,12 @@ def test_a_rule_rfc_5545_does_not_allow_is_refused_when_validated(rule: str, nam
         RecurrenceTrigger(rule=rule, start_at=utc(2026, 1, 1))
     with pytest.raises(InvalidTriggerError, match=re.escape(named)):
         RecurrenceTrigger(rule=rule).validate()
+
+
+def test_until_as_a_date_or_a_local_date_time_is_accepted() -> None:
+    for until in ("20260105", "20260105T000000"):
+        trigger = RecurrenceTrigger(rule=f"FREQ=DAILY;UNTIL={until}", start_at=utc(2026, 1, 1))
+        assert trigger.final_fire_time() == utc(2026, 1, 5)
 
 
 def test_x_extension_parts_are_accepted_and_ignored() -> None:

@@ -379,6 +379,34 @@ def _week_numbers(day: date, wkst: int) -> set[int]:
     return out or {1, 52, 53, -1}
 
 
+def _as_daily(rule: du.rrule, text: str) -> du.rrule:
+    """The same occurrences as a DAILY rule, when ``rule`` is SECONDLY, MINUTELY or HOURLY with
+    INTERVAL=1, no BYSETPOS, and a day filter.
+
+    dateutil walks a sub-daily rule period by period, so one restricted to rare days
+    (``FREQ=SECONDLY;BYYEARDAY=366;BYHOUR=23``) took tens of seconds to answer. Every second,
+    minute or hour the filters allow is also what DAILY with the same BYHOUR, BYMINUTE and
+    BYSECOND (all values where the finer frequency left them open) expands, day by day.
+    """
+    freq = getattr(rule, "_freq", None)
+    if (
+        freq not in (du.SECONDLY, du.MINUTELY, du.HOURLY)
+        or getattr(rule, "_interval", 1) != 1
+        or getattr(rule, "_bysetpos", None)
+        or not any(f"{name}=" in text for name in _DAY_FILTERS)
+    ):
+        return rule
+    every_hour, every_minute = tuple(range(24)), tuple(range(60))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return rule.replace(
+            freq=du.DAILY,
+            byhour=getattr(rule, "_byhour", None) or every_hour,
+            byminute=getattr(rule, "_byminute", None) or every_minute,
+            bysecond=getattr(rule, "_bysecond", None) or every_minute,
+        )
+
+
 def _is_rfc_date_or_date_time(text: str) -> bool:
     """RFC 5545 DATE or DATE-TIME: dateutil's own parser would read much more, guessing."""
     if not _UNTIL_FORM.fullmatch(text):
@@ -408,6 +436,7 @@ def _parse(rule: str, dtstart: datetime, zone: tzinfo, key: object) -> du.rrule:
         ) from None
     if not isinstance(parsed, du.rrule):
         raise InvalidTriggerError(f"trigger {key}: recurrence rule {rule!r} must be one RRULE")
+    parsed = _as_daily(parsed, rule)
     until = getattr(parsed, "_until", None)
     if until is None or until > _SEARCH_END:
         # No fire time is searched past 2299 (as for the other kinds); the bound also keeps a

@@ -522,3 +522,36 @@ def test_an_until_past_year_9999_on_the_zone_clock_is_no_bound() -> None:
 def test_no_fire_time_is_searched_past_2299() -> None:
     trigger = RecurrenceTrigger(rule="FREQ=YEARLY", start_at=utc(2026, 1, 1))
     assert trigger.next_fire_time_after(utc(2299, 6, 1)) is None
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "FREQ=SECONDLY;BYYEARDAY=1;BYHOUR=0;BYMINUTE=0,1",
+        "FREQ=MINUTELY;BYMONTHDAY=1;BYHOUR=9",
+        "FREQ=HOURLY;BYDAY=MO;BYMONTH=1",
+        "FREQ=SECONDLY;BYMONTH=1;BYMONTHDAY=1;BYHOUR=0;BYMINUTE=0;COUNT=70",
+    ],
+)
+def test_a_sub_daily_rule_on_rare_days_keeps_its_occurrences(rule: str) -> None:
+    from dateutil import rrule as du
+
+    start = datetime(2026, 1, 1, 0, 0, 5)
+    plain = list(du.rrulestr(rule, dtstart=start).between(start, datetime(2028, 1, 3), inc=True))
+    trigger = RecurrenceTrigger(rule=rule, start_at=start.replace(tzinfo=UTC), time_zone="UTC")
+    fired, t = [], trigger.next_fire_time_after(utc(2025, 12, 31))
+    while t is not None and t < utc(2028, 1, 3) and len(fired) < len(plain) + 1:
+        fired.append(t.replace(tzinfo=None))
+        t = trigger.next_fire_time_after(t)
+    assert fired == plain
+
+
+def test_a_secondly_rule_on_leap_days_answers_quickly() -> None:
+    import time as clock
+
+    trigger = RecurrenceTrigger(
+        rule="FREQ=SECONDLY;BYYEARDAY=366;BYHOUR=23", start_at=utc(2029, 1, 1)
+    )
+    began = clock.perf_counter()
+    assert trigger.next_fire_time_after(utc(2029, 1, 1)) == utc(2032, 12, 31, 23)
+    assert clock.perf_counter() - began < 1.0

@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from typing import Any, ClassVar
 
-from celery_quartz.cron import CronExpression, resolve_time_zone
+from celery_quartz.cron import CronExpression
 from celery_quartz.errors import ValidationError
+from celery_quartz.tz import first_instant_at_or_after, resolve_time_zone
 
 __all__ = [
     "CALENDAR_TYPES",
@@ -144,7 +145,7 @@ class Calendar(ABC):
 
     def _start_of_day(self, day: date) -> datetime:
         """The first instant of a local day (midnight, or the end of a gap at midnight)."""
-        return _first_at_or_after_wall(datetime.combine(day, time(0)), self._zone)
+        return first_instant_at_or_after(datetime.combine(day, time(0)), self._zone)
 
 
 class _DayCalendar(Calendar):
@@ -313,11 +314,11 @@ class DailyCalendar(Calendar):
         if not self.invert:
             # Inside the excluded stretch: included again just after its end.
             end = datetime.combine(local.date(), self.range_end) + timedelta(microseconds=1)
-            return _first_at_or_after_wall(end, self._zone)
+            return first_instant_at_or_after(end, self._zone)
         day = local.date()
         if local.time() > self.range_end:
             day += timedelta(days=1)
-        return _first_at_or_after_wall(datetime.combine(day, self.range_start), self._zone)
+        return first_instant_at_or_after(datetime.combine(day, self.range_start), self._zone)
 
     def _own_dict(self) -> dict[str, Any]:
         return {
@@ -353,36 +354,10 @@ class CronCalendar(Calendar):
         t = t.astimezone(_UTC)
         if not self.cron.is_satisfied_by(t):
             return t
-        # Walk the run of matching seconds; a whole matching minute, hour or day is skipped at
-        # once when the finer fields match everything, so a long exclusion is not a long walk.
-        candidate = t.replace(microsecond=0)
-        for _ in range(1_000_000):
-            following = self.cron.next_valid_time_after(candidate)
-            step = _ONE_SECOND
-            if following != candidate + step:
-                return candidate + step
-            candidate = self._skip_whole_units(following)
-            if not self.cron.is_satisfied_by(candidate):
-                return candidate
-        raise ValidationError(f"{self!r}: the excluded run is too long to walk")
-
-    def _skip_whole_units(self, t: datetime) -> datetime:
-        cron = self.cron
-        full_seconds = all(cron._seconds[s] == s for s in range(60))
-        if not full_seconds:
-            return t
-        local = t.astimezone(self._zone)
-        full_minutes = all(cron._minutes[m] == m for m in range(60))
-        full_hours = all(cron._hours[h] == h for h in range(24))
-        # Stay on the same wall-clock unit; move to its last second, which still matches.
-        if full_minutes and full_hours:
-            end = local.replace(hour=23, minute=59, second=59, tzinfo=None)
-        elif full_minutes:
-            end = local.replace(minute=59, second=59, tzinfo=None)
-        else:
-            end = local.replace(second=59, tzinfo=None)
-        last = end.replace(tzinfo=self._zone).astimezone(_UTC)
-        return last if last > t and cron.is_satisfied_by(last) else t
+        following = self.cron.next_invalid_time_after(t)
+        if following is None:
+            raise ValidationError(f"{self!r}: the excluded run is too long to walk")
+        return following
 
     def _own_dict(self) -> dict[str, Any]:
         return {"expression": self.expression}
@@ -390,23 +365,6 @@ class CronCalendar(Calendar):
     @classmethod
     def _from_own_dict(cls, d: dict[str, Any], **common: Any) -> CronCalendar:
         return cls(d["expression"], **common)
-
-
-def _first_at_or_after_wall(wall: datetime, zone: tzinfo) -> datetime:
-    """The first instant whose wall time in ``zone`` is at or after ``wall`` (naive)."""
-    instant = wall.replace(tzinfo=zone).astimezone(_UTC)
-    if instant.astimezone(zone).replace(tzinfo=None) == wall:
-        return instant
-    # ``wall`` is in a gap: the first instant after it is the moment the clocks moved.
-    earlier = wall.replace(tzinfo=zone, fold=1).astimezone(_UTC)
-    low, high = earlier, instant
-    while high - low > _ONE_SECOND:
-        mid = low + (high - low) / 2
-        if mid.astimezone(zone).replace(tzinfo=None) >= wall:
-            high = mid
-        else:
-            low = mid
-    return high.replace(microsecond=0) if high.microsecond else high
 
 
 def calendar_from_dict(d: dict[str, Any]) -> Calendar:

@@ -21,8 +21,6 @@ from celery_quartz.cron import (
     _compress,
     _Field,
     _parse_plain,
-    resolve_time_zone,
-    time_zone_name,
 )
 from celery_quartz.errors import CronSyntaxError, ValidationError
 from celery_quartz.keys import TriggerKey
@@ -31,6 +29,7 @@ from celery_quartz.triggers.base import Trigger
 from celery_quartz.triggers.calendar_interval import CalendarIntervalTrigger, IntervalUnit
 from celery_quartz.triggers.cron import CronTrigger
 from celery_quartz.triggers.simple import REPEAT_INDEFINITELY, SimpleTrigger
+from celery_quartz.tz import resolve_time_zone, time_zone_name
 
 __all__ = ["trigger_from_celery_schedule"]
 

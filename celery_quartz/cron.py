@@ -1,4 +1,4 @@
-"""Quartz cron expressions: the 4.x dialect, its daylight-saving rules, and time zone names.
+"""Quartz cron expressions: the 4.x dialect and its daylight-saving rules.
 
 A Quartz expression has six or seven fields, seconds first::
 
@@ -18,20 +18,31 @@ from __future__ import annotations
 
 import bisect
 import enum
+import hashlib
 import logging
-import os
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from celery_quartz.errors import CronSyntaxError
+from celery_quartz.tz import (
+    LOCAL_TIME_ZONE,
+    WINDOWS_TIME_ZONES,
+    gap_end,
+    offset_change,
+    resolve_time_zone,
+    time_zone_name,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "LOCAL_TIME_ZONE",
     "MAX_YEAR",
+    "WINDOWS_TIME_ZONES",
     "CronExpression",
     "CronFormat",
+    "hash_value",
     "resolve_time_zone",
     "time_zone_name",
 ]
@@ -53,211 +64,6 @@ class CronFormat(enum.Enum):
     QUARTZ = "quartz"
     #: crontab: ``minute hour day-of-month month day-of-week``, day-of-week 0-7 (0 and 7 Sunday).
     UNIX = "unix"
-
-
-# -- time zones --------------------------------------------------------------------------------
-
-_FIXED_UTC_NAMES = frozenset(
-    {"UTC", "ETC/UTC", "GMT", "ETC/GMT", "UCT", "ETC/UCT", "ZULU", "ETC/ZULU", "UNIVERSAL", "Z"}
-)
-
-#: Windows time zone ids and the IANA zone each one means (the "001" territory of CLDR's table).
-WINDOWS_TIME_ZONES: dict[str, str] = {
-    "Dateline Standard Time": "Etc/GMT+12",
-    "UTC-11": "Etc/GMT+11",
-    "Aleutian Standard Time": "America/Adak",
-    "Hawaiian Standard Time": "Pacific/Honolulu",
-    "Marquesas Standard Time": "Pacific/Marquesas",
-    "Alaskan Standard Time": "America/Anchorage",
-    "UTC-09": "Etc/GMT+9",
-    "Pacific Standard Time (Mexico)": "America/Tijuana",
-    "UTC-08": "Etc/GMT+8",
-    "Pacific Standard Time": "America/Los_Angeles",
-    "US Mountain Standard Time": "America/Phoenix",
-    "Mountain Standard Time (Mexico)": "America/Mazatlan",
-    "Mountain Standard Time": "America/Denver",
-    "Yukon Standard Time": "America/Whitehorse",
-    "Central America Standard Time": "America/Guatemala",
-    "Central Standard Time": "America/Chicago",
-    "Easter Island Standard Time": "Pacific/Easter",
-    "Central Standard Time (Mexico)": "America/Mexico_City",
-    "Canada Central Standard Time": "America/Regina",
-    "SA Pacific Standard Time": "America/Bogota",
-    "Eastern Standard Time (Mexico)": "America/Cancun",
-    "Eastern Standard Time": "America/New_York",
-    "Haiti Standard Time": "America/Port-au-Prince",
-    "Cuba Standard Time": "America/Havana",
-    "US Eastern Standard Time": "America/Indiana/Indianapolis",
-    "Turks And Caicos Standard Time": "America/Grand_Turk",
-    "Paraguay Standard Time": "America/Asuncion",
-    "Atlantic Standard Time": "America/Halifax",
-    "Venezuela Standard Time": "America/Caracas",
-    "Central Brazilian Standard Time": "America/Cuiaba",
-    "SA Western Standard Time": "America/La_Paz",
-    "Pacific SA Standard Time": "America/Santiago",
-    "Newfoundland Standard Time": "America/St_Johns",
-    "Tocantins Standard Time": "America/Araguaina",
-    "E. South America Standard Time": "America/Sao_Paulo",
-    "SA Eastern Standard Time": "America/Cayenne",
-    "Argentina Standard Time": "America/Argentina/Buenos_Aires",
-    "Greenland Standard Time": "America/Nuuk",
-    "Montevideo Standard Time": "America/Montevideo",
-    "Magallanes Standard Time": "America/Punta_Arenas",
-    "Saint Pierre Standard Time": "America/Miquelon",
-    "Bahia Standard Time": "America/Bahia",
-    "UTC-02": "Etc/GMT+2",
-    "Azores Standard Time": "Atlantic/Azores",
-    "Cape Verde Standard Time": "Atlantic/Cape_Verde",
-    "UTC": "Etc/UTC",
-    "GMT Standard Time": "Europe/London",
-    "Greenwich Standard Time": "Atlantic/Reykjavik",
-    "Sao Tome Standard Time": "Africa/Sao_Tome",
-    "Morocco Standard Time": "Africa/Casablanca",
-    "W. Europe Standard Time": "Europe/Berlin",
-    "Central Europe Standard Time": "Europe/Budapest",
-    "Romance Standard Time": "Europe/Paris",
-    "Central European Standard Time": "Europe/Warsaw",
-    "W. Central Africa Standard Time": "Africa/Lagos",
-    "Jordan Standard Time": "Asia/Amman",
-    "GTB Standard Time": "Europe/Bucharest",
-    "Middle East Standard Time": "Asia/Beirut",
-    "Egypt Standard Time": "Africa/Cairo",
-    "E. Europe Standard Time": "Europe/Chisinau",
-    "Syria Standard Time": "Asia/Damascus",
-    "West Bank Standard Time": "Asia/Hebron",
-    "South Africa Standard Time": "Africa/Johannesburg",
-    "FLE Standard Time": "Europe/Kyiv",
-    "Israel Standard Time": "Asia/Jerusalem",
-    "South Sudan Standard Time": "Africa/Juba",
-    "Kaliningrad Standard Time": "Europe/Kaliningrad",
-    "Sudan Standard Time": "Africa/Khartoum",
-    "Libya Standard Time": "Africa/Tripoli",
-    "Namibia Standard Time": "Africa/Windhoek",
-    "Arabic Standard Time": "Asia/Baghdad",
-    "Turkey Standard Time": "Europe/Istanbul",
-    "Arab Standard Time": "Asia/Riyadh",
-    "Belarus Standard Time": "Europe/Minsk",
-    "Russian Standard Time": "Europe/Moscow",
-    "E. Africa Standard Time": "Africa/Nairobi",
-    "Volgograd Standard Time": "Europe/Volgograd",
-    "Iran Standard Time": "Asia/Tehran",
-    "Arabian Standard Time": "Asia/Dubai",
-    "Astrakhan Standard Time": "Europe/Astrakhan",
-    "Azerbaijan Standard Time": "Asia/Baku",
-    "Russia Time Zone 3": "Europe/Samara",
-    "Mauritius Standard Time": "Indian/Mauritius",
-    "Saratov Standard Time": "Europe/Saratov",
-    "Georgian Standard Time": "Asia/Tbilisi",
-    "Caucasus Standard Time": "Asia/Yerevan",
-    "Afghanistan Standard Time": "Asia/Kabul",
-    "West Asia Standard Time": "Asia/Tashkent",
-    "Ekaterinburg Standard Time": "Asia/Yekaterinburg",
-    "Pakistan Standard Time": "Asia/Karachi",
-    "Qyzylorda Standard Time": "Asia/Qyzylorda",
-    "India Standard Time": "Asia/Kolkata",
-    "Sri Lanka Standard Time": "Asia/Colombo",
-    "Nepal Standard Time": "Asia/Kathmandu",
-    "Central Asia Standard Time": "Asia/Bishkek",
-    "Bangladesh Standard Time": "Asia/Dhaka",
-    "Omsk Standard Time": "Asia/Omsk",
-    "Myanmar Standard Time": "Asia/Yangon",
-    "SE Asia Standard Time": "Asia/Bangkok",
-    "Altai Standard Time": "Asia/Barnaul",
-    "W. Mongolia Standard Time": "Asia/Hovd",
-    "North Asia Standard Time": "Asia/Krasnoyarsk",
-    "N. Central Asia Standard Time": "Asia/Novosibirsk",
-    "Tomsk Standard Time": "Asia/Tomsk",
-    "China Standard Time": "Asia/Shanghai",
-    "North Asia East Standard Time": "Asia/Irkutsk",
-    "Singapore Standard Time": "Asia/Singapore",
-    "W. Australia Standard Time": "Australia/Perth",
-    "Taipei Standard Time": "Asia/Taipei",
-    "Ulaanbaatar Standard Time": "Asia/Ulaanbaatar",
-    "Aus Central W. Standard Time": "Australia/Eucla",
-    "Transbaikal Standard Time": "Asia/Chita",
-    "Tokyo Standard Time": "Asia/Tokyo",
-    "North Korea Standard Time": "Asia/Pyongyang",
-    "Korea Standard Time": "Asia/Seoul",
-    "Yakutsk Standard Time": "Asia/Yakutsk",
-    "Cen. Australia Standard Time": "Australia/Adelaide",
-    "AUS Central Standard Time": "Australia/Darwin",
-    "E. Australia Standard Time": "Australia/Brisbane",
-    "AUS Eastern Standard Time": "Australia/Sydney",
-    "West Pacific Standard Time": "Pacific/Port_Moresby",
-    "Tasmania Standard Time": "Australia/Hobart",
-    "Vladivostok Standard Time": "Asia/Vladivostok",
-    "Lord Howe Standard Time": "Australia/Lord_Howe",
-    "Bougainville Standard Time": "Pacific/Bougainville",
-    "Russia Time Zone 10": "Asia/Srednekolymsk",
-    "Magadan Standard Time": "Asia/Magadan",
-    "Norfolk Standard Time": "Pacific/Norfolk",
-    "Sakhalin Standard Time": "Asia/Sakhalin",
-    "Central Pacific Standard Time": "Pacific/Guadalcanal",
-    "Russia Time Zone 11": "Asia/Kamchatka",
-    "New Zealand Standard Time": "Pacific/Auckland",
-    "UTC+12": "Etc/GMT-12",
-    "Fiji Standard Time": "Pacific/Fiji",
-    "Chatham Islands Standard Time": "Pacific/Chatham",
-    "UTC+13": "Etc/GMT-13",
-    "Tonga Standard Time": "Pacific/Tongatapu",
-    "Samoa Standard Time": "Pacific/Apia",
-    "Line Islands Standard Time": "Pacific/Kiritimati",
-}
-_WINDOWS_BY_FOLDED_NAME = {name.casefold(): iana for name, iana in WINDOWS_TIME_ZONES.items()}
-
-#: The one name that asks for the machine's own zone; nothing else ever uses it.
-LOCAL_TIME_ZONE = "local"
-
-
-def resolve_time_zone(name: str | tzinfo) -> tzinfo:
-    """The zone a name means: an IANA name, a Windows id, ``"UTC"``, or ``"local"`` (asked for).
-
-    Raises :class:`ValueError` naming the zone when it is unknown. The machine's local zone is
-    used only for the explicit name ``"local"``.
-    """
-    if isinstance(name, tzinfo):
-        return name
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError(f"time zone must be a non-empty name, got {name!r}")
-    text = name.strip()
-    if text.upper() in _FIXED_UTC_NAMES:
-        return _UTC
-    if text == LOCAL_TIME_ZONE:
-        return _local_zone()
-    iana = _WINDOWS_BY_FOLDED_NAME.get(text.casefold(), text)
-    try:
-        return ZoneInfo(iana)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(
-            f"unknown time zone {name!r}: give an IANA name such as 'Europe/Helsinki' "
-            f"or a Windows id such as 'FLE Standard Time'"
-        ) from None
-
-
-def time_zone_name(zone: tzinfo) -> str:
-    """The name :func:`resolve_time_zone` reads back into ``zone``."""
-    if zone is _UTC:
-        return "UTC"
-    key = getattr(zone, "key", None)
-    if isinstance(key, str):
-        return key
-    if isinstance(zone, timezone) and zone.utcoffset(None) == timedelta(0):
-        return "UTC"
-    raise ValueError(f"time zone {zone!r} has no IANA name; pass an IANA name instead")
-
-
-def _local_zone() -> tzinfo:
-    env = os.environ.get("TZ", "").lstrip(":")
-    if env:
-        try:
-            return ZoneInfo(env)
-        except (ZoneInfoNotFoundError, ValueError):
-            pass
-    try:
-        with open("/etc/localtime", "rb") as f:
-            return ZoneInfo.from_file(f, key=LOCAL_TIME_ZONE)
-    except OSError:
-        return _UTC
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -384,6 +190,8 @@ def _reject_common(expression: str, field: _Field, token: str) -> None:
         )
     if field not in (_DOM, _DOW) and ("L" in bare or "#" in bare):
         raise _error(expression, field, token, "'L' and '#' belong to the day fields")
+    if "H" in bare and field not in _HASHED_FIELDS:
+        raise _error(expression, field, token, "'H' belongs to the second, minute and hour fields")
     if field is not _DOM and "W" in bare:
         raise _error(expression, field, token, "'W' belongs to the day-of-month field")
     if "?" in token and (token != "?" or field not in (_DOM, _DOW)):
@@ -392,15 +200,71 @@ def _reject_common(expression: str, field: _Field, token: str) -> None:
         )
 
 
+_HASHED_FIELDS = (_SECOND, _MINUTE, _HOUR)
+#: ``H``, ``H(a-b)``, ``H/n`` and ``H(a-b)/n``.
+_HASH_FORM = re.compile(r"H(?:\(([0-9]+)-([0-9]+)\))?(?:/([0-9]+))?")
+
+
+def hash_value(hash_key: str, field_name: str) -> int:
+    """The stable number an ``H`` token of ``field_name`` draws from for ``hash_key``.
+
+    The first eight bytes, big-endian, of SHA-256 over the UTF-8 text ``hash_key``, a NUL and
+    the field's name (``second``, ``minute`` or ``hour``). Every process and every node computes
+    the same number; Python's own ``hash()`` is salted per process and would not.
+    """
+    text = f"{hash_key}\x00{field_name}".encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
+
+
+def _parse_hashed(expression: str, field: _Field, token: str, hash_key: str | None) -> set[int]:
+    """A second, minute or hour field, whose items may be ``H`` tokens (see :func:`hash_value`)."""
+    if "H" not in token:
+        return _parse_plain(expression, field, token)
+    values: set[int] = set()
+    for item in token.split(","):
+        if not item.startswith("H"):
+            values |= _parse_item(expression, field, token, item)
+            continue
+        match = _HASH_FORM.fullmatch(item)
+        if match is None:
+            raise _error(
+                expression, field, token, f"{item!r} is not one of H, H(a-b), H/n, H(a-b)/n"
+            )
+        if hash_key is None:
+            raise _error(
+                expression,
+                field,
+                token,
+                "'H' takes its value from the trigger's identity; give the expression a "
+                "hash_key (a CronTrigger passes its key)",
+            )
+        lo, hi = field.lo, field.hi
+        if match[1] is not None:
+            lo = _number(expression, field, token, match[1])
+            hi = _number(expression, field, token, match[2])
+            if lo > hi:
+                raise _error(expression, field, token, f"range {lo}-{hi} in H() runs backwards")
+        h = hash_value(hash_key, field.name)
+        if match[3] is None:
+            values.add(lo + h % (hi - lo + 1))
+        else:
+            step = _step(expression, field, token, match[3])
+            values.update(range(lo + h % min(step, hi - lo + 1), hi + 1, step))
+    return values
+
+
+#: Kinds of day-of-month rule beside plain values (see :meth:`_DaySpec.days`).
+_LAST = 0  # L-n: the n-th day before the last (n = 0: the last day)
+_LAST_WEEKDAY = 1  # L-nW-m: the weekday nearest L-n, then m days earlier (not before the 1st)
+_NEAREST_WEEKDAY = 2  # nW: the weekday nearest day n (clamped to the month), within the month
+
+
 class _DaySpec:
     """What the two day fields allow, reduced to one rule per month."""
 
     __slots__ = (
-        "dom_last_offset",
-        "dom_last_offset_nearest",
-        "dom_last_weekday",
+        "dom_rules",
         "dom_values",
-        "dom_weekday_nearest",
         "dow_last",
         "dow_nth",
         "dow_values",
@@ -410,10 +274,9 @@ class _DaySpec:
     def __init__(self) -> None:
         self.on_dom = True
         self.dom_values: frozenset[int] = frozenset()
-        self.dom_weekday_nearest: frozenset[int] = frozenset()
-        self.dom_last_offset: int | None = None
-        self.dom_last_offset_nearest = False
-        self.dom_last_weekday = False
+        #: ``(kind, a, b)`` rules: ``(_LAST, n, 0)``, ``(_LAST_WEEKDAY, n, m)``,
+        #: ``(_NEAREST_WEEKDAY, day, 0)``.
+        self.dom_rules: tuple[tuple[int, int, int], ...] = ()
         self.dow_values: frozenset[int] = frozenset()
         self.dow_nth: tuple[int, int] | None = None
         self.dow_last: int | None = None
@@ -429,14 +292,15 @@ class _DaySpec:
 
         if self.on_dom:
             days = {d for d in self.dom_values if d <= last}
-            if self.dom_last_offset is not None and last - self.dom_last_offset >= 1:
-                day = last - self.dom_last_offset
-                days.add(_nearest_weekday(day, last, dow) if self.dom_last_offset_nearest else day)
-            if self.dom_last_weekday:
-                days.add(_nearest_weekday(last, last, dow))
-            for d in self.dom_weekday_nearest:
-                if d <= last:
-                    days.add(_nearest_weekday(d, last, dow))
+            for kind, a, b in self.dom_rules:
+                if kind == _NEAREST_WEEKDAY:
+                    # Quartz.NET clamps a day past the month's end to its last day first.
+                    days.add(_nearest_weekday(min(a, last), last, dow))
+                elif last - a >= 1:
+                    if kind == _LAST:
+                        days.add(last - a)
+                    else:
+                        days.add(max(_nearest_weekday(last - a, last, dow) - b, 1))
             return sorted(days)
         if self.dow_nth is not None:
             wanted, nth = self.dow_nth
@@ -466,30 +330,34 @@ def _days_in_month(year: int, month: int) -> int:
     return 30 if month in (4, 6, 9, 11) else 31
 
 
+#: ``L``, ``L-n``, ``LW``, ``L-nW``, ``LW-m`` and ``L-nW-m`` (n and m up to 30).
+_LAST_FORM = re.compile(r"L(?:-([0-9]{1,2}))?(?:(W)(?:-([0-9]{1,2}))?)?")
+
+
 def _parse_dom(expression: str, token: str, spec: _DaySpec) -> None:
     field = _DOM
     _reject_common(expression, field, token)
-    if token == "L":
-        spec.dom_last_offset = 0
-        return
-    if token == "LW":
-        spec.dom_last_weekday = True
-        return
-    if token.startswith("L-"):
-        offset_text = token[2:]
-        if offset_text.endswith("W"):  # L-3W: the weekday nearest the third-to-last day
-            spec.dom_last_offset_nearest = True
-            offset_text = offset_text[:-1]
-        if not offset_text.isdigit() or not offset_text.isascii() or int(offset_text) > 30:
-            raise _error(expression, field, token, "L-n takes n from 0 to 30")
-        spec.dom_last_offset = int(offset_text)
-        return
-    if "L" in token:
-        raise _error(expression, field, token, "'L', 'L-n' and 'LW' stand alone in day-of-month")
     values: set[int] = set()
-    nearest: set[int] = set()
+    rules: set[tuple[int, int, int]] = set()
     for item in token.split(","):
-        if item.endswith("W"):
+        if item.startswith("L"):
+            match = _LAST_FORM.fullmatch(item)
+            if match is None:
+                raise _error(
+                    expression,
+                    field,
+                    token,
+                    f"{item!r} is not one of L, L-n, LW, L-nW, LW-n (n from 0 to 30)",
+                )
+            offset = int(match[1] or 0)
+            before = int(match[3] or 0)
+            if offset > 30 or before > 30:
+                raise _error(expression, field, token, "L-n and LW-n take n from 0 to 30")
+            if match[2]:
+                rules.add((_LAST_WEEKDAY, offset, before))
+            else:
+                rules.add((_LAST, offset, 0))
+        elif item.endswith("W"):
             day_text = item[:-1]
             if "-" in day_text or "/" in day_text or day_text == "*":
                 raise _error(
@@ -499,11 +367,13 @@ def _parse_dom(expression: str, token: str, spec: _DaySpec) -> None:
                     f"'W' takes one day, not {day_text!r}: write a list such as 1W,2W,3W "
                     f"or drop the W",
                 )
-            nearest.add(_number(expression, field, token, day_text))
+            rules.add((_NEAREST_WEEKDAY, _number(expression, field, token, day_text), 0))
+        elif "L" in item or "W" in item:
+            raise _error(expression, field, token, f"{item!r}: 'L' and 'W' are misplaced")
         else:
             values |= _parse_item(expression, field, token, item)
     spec.dom_values = frozenset(values)
-    spec.dom_weekday_nearest = frozenset(nearest)
+    spec.dom_rules = tuple(sorted(rules))
 
 
 def _parse_dow(expression: str, token: str, spec: _DaySpec) -> None:
@@ -547,7 +417,11 @@ def _next_table(values: set[int] | frozenset[int], size: int) -> list[int]:
 
 
 def _is_interval_token(token: str) -> bool:
-    return any(ch in token for ch in "*/-")
+    # H and H(a-b) name one value (a fixed time); H/n is a step.
+    return any(ch in _HASH_RANGE.sub("H", token) for ch in "*/-")
+
+
+_HASH_RANGE = re.compile(r"H\([^)]*\)")
 
 
 def _unix_to_quartz(expression: str, fields: list[str]) -> list[str]:
@@ -633,8 +507,12 @@ class CronExpression:
     """A parsed Quartz cron expression in a time zone.
 
     ``CronExpression("0 30 2 * * ?", time_zone="Europe/Berlin")`` fires at 02:30 Berlin time every
-    day. Raises :class:`~celery_quartz.errors.CronSyntaxError` naming the field and the token when
-    the text is not a valid expression, and :class:`ValueError` for an unknown time zone.
+    day. ``hash_key`` is the identity ``H`` tokens draw their value from (a
+    :class:`~celery_quartz.triggers.CronTrigger` passes its key); an expression with ``H`` and no
+    ``hash_key`` is refused. Raises :class:`~celery_quartz.errors.CronSyntaxError` naming the
+    field and the token when the text is not a valid expression, and
+    :class:`~celery_quartz.errors.UnknownTimeZoneError` (a :class:`ValueError`) for an unknown
+    time zone.
     """
 
     __slots__ = (
@@ -649,6 +527,7 @@ class CronExpression:
         "_years",
         "_zone",
         "expression",
+        "hash_key",
         "time_zone",
     )
 
@@ -658,9 +537,12 @@ class CronExpression:
         *,
         time_zone: str | tzinfo = "UTC",
         format: CronFormat = CronFormat.QUARTZ,
+        hash_key: str | None = None,
     ) -> None:
         if not isinstance(expression, str):
             raise CronSyntaxError(f"cron expression must be a string, got {expression!r}")
+        if hash_key is not None and not isinstance(hash_key, str):
+            raise CronSyntaxError(f"cron expression {expression!r}: hash_key must be a string")
         self._zone = resolve_time_zone(time_zone)
         #: The zone's name, as given (IANA, Windows id, "UTC" or "local").
         self.time_zone = time_zone if isinstance(time_zone, str) else time_zone_name(time_zone)
@@ -688,7 +570,9 @@ class CronExpression:
             )
         #: The canonical Quartz spelling: upper case, single spaces, six or seven fields.
         self.expression = " ".join(fields)
-        self._parse(expression, fields)
+        #: The identity ``H`` tokens hash (see :func:`hash_value`); None when there are none.
+        self.hash_key = hash_key if any("H" in f for f in fields[:3]) else None
+        self._parse(expression, fields, hash_key)
         self._day_cache: dict[tuple[int, int], list[int]] = {}
 
     @staticmethod
@@ -704,13 +588,13 @@ class CronExpression:
             )
         return _MACROS[name].split()
 
-    def _parse(self, text: str, fields: list[str]) -> None:
+    def _parse(self, text: str, fields: list[str], hash_key: str | None) -> None:
         second, minute, hour, dom, month, dow = fields[:6]
         for field, token in ((_SECOND, second), (_MINUTE, minute), (_HOUR, hour), (_MONTH, month)):
             _reject_common(text, field, token)
-        self._seconds = _next_table(_parse_plain(text, _SECOND, second), 60)
-        self._minutes = _next_table(_parse_plain(text, _MINUTE, minute), 60)
-        self._hours = _next_table(_parse_plain(text, _HOUR, hour), 24)
+        self._seconds = _next_table(_parse_hashed(text, _SECOND, second, hash_key), 60)
+        self._minutes = _next_table(_parse_hashed(text, _MINUTE, minute, hash_key), 60)
+        self._hours = _next_table(_parse_hashed(text, _HOUR, hour, hash_key), 24)
         self._months = _next_table(_parse_plain(text, _MONTH, month), 13)
         if len(fields) == 7:
             _reject_common(text, _YEAR, fields[6])
@@ -742,7 +626,9 @@ class CronExpression:
 
     @property
     def is_interval(self) -> bool:
-        """Whether the second, minute or hour field holds a wildcard, step or range (4.x rule)."""
+        """Whether the second, minute or hour field holds a wildcard, step or range (4.x rule).
+
+        ``H`` and ``H(a-b)`` name one value, so they are a fixed time; ``H/n`` is a step."""
         return self._interval
 
     @property
@@ -750,15 +636,20 @@ class CronExpression:
         return self._zone
 
     def __repr__(self) -> str:
-        return f"CronExpression({self.expression!r}, time_zone={self.time_zone!r})"
+        key = "" if self.hash_key is None else f", hash_key={self.hash_key!r}"
+        return f"CronExpression({self.expression!r}, time_zone={self.time_zone!r}{key})"
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, CronExpression):
             return NotImplemented
-        return (self.expression, self.time_zone) == (other.expression, other.time_zone)
+        return (self.expression, self.time_zone, self.hash_key) == (
+            other.expression,
+            other.time_zone,
+            other.hash_key,
+        )
 
     def __hash__(self) -> int:
-        return hash((self.expression, self.time_zone))
+        return hash((self.expression, self.time_zone, self.hash_key))
 
     def is_satisfied_by(self, t: datetime) -> bool:
         """Whether ``t`` (microseconds ignored) is an instant this expression fires at.
@@ -796,6 +687,93 @@ class CronExpression:
                 return None
             return (wall - self._fixed_offset).replace(tzinfo=_UTC)
         return self._next_zoned(after)
+
+    def time_before(self, before: datetime) -> datetime | None:
+        """The last instant strictly before ``before`` that this expression fires at, in UTC.
+
+        ``None`` when it fires at no earlier time (after year 1). The answer agrees with
+        :meth:`next_valid_time_after`: the next valid time after the answer is the first one at
+        or after ``before``. Found by widening a window back from ``before`` until it holds a fire
+        time, then bisecting it, so it costs a few dozen forward searches.
+        """
+        _require_aware(before)
+        end = before.astimezone(_UTC)
+        if end.microsecond:
+            end = end.replace(microsecond=0) + _ONE_SECOND
+        if end.year >= MAX_YEAR:
+            end = datetime(MAX_YEAR, 1, 1, tzinfo=_UTC)
+        floor = datetime(2, 1, 1, tzinfo=_UTC)
+
+        def fires_from(t: datetime) -> bool:
+            # Whether a fire time lies in [t, end).
+            found = self.next_valid_time_after(t - _ONE_MICROSECOND)
+            return found is not None and found < end
+
+        window = _ONE_SECOND
+        while True:
+            low = end - window if end - floor > window else floor
+            if fires_from(low):
+                break
+            if low == floor:
+                return None
+            window *= 2
+        # Invariant: a fire time lies in [low, end), none in [high, end).
+        high = end
+        while high - low > _ONE_SECOND:
+            mid = low + (high - low) // 2
+            mid = mid.replace(microsecond=0)
+            if fires_from(mid):
+                low = mid
+            else:
+                high = mid
+        return self.next_valid_time_after(low - _ONE_MICROSECOND)
+
+    def final_fire_time(self) -> datetime | None:
+        """The last instant this expression fires at when its year field bounds it, else None."""
+        if self._years is None:
+            return None
+        # Any zone's wall clock is still in the last year two days into the next one in UTC.
+        return self.time_before(datetime(self._years[-1] + 1, 1, 2, tzinfo=_UTC))
+
+    def next_invalid_time_after(self, after: datetime) -> datetime | None:
+        """The first whole second at or after ``after``'s (microseconds dropped, as in
+        Quartz.NET) that this expression does not fire at, in UTC.
+
+        Walks the run of matching seconds, skipping a whole matching minute, hour or day at once
+        when the finer fields match everything, so a long run is not a long walk. ``None`` only
+        when the run is too long to walk (over a million steps).
+        """
+        _require_aware(after)
+        candidate = after.astimezone(_UTC).replace(microsecond=0)
+        if not self.is_satisfied_by(candidate):
+            return candidate
+        for _ in range(1_000_000):
+            following = self.next_valid_time_after(candidate)
+            if following != candidate + _ONE_SECOND:
+                return candidate + _ONE_SECOND
+            candidate = self._last_of_matching_unit(following)
+            if not self.is_satisfied_by(candidate):
+                return candidate
+        return None
+
+    def _last_of_matching_unit(self, t: datetime) -> datetime:
+        """The last second of the wall-clock minute, hour or day around ``t`` when the finer
+        fields match all of it and that second still fires; else ``t``."""
+        full_seconds = all(self._seconds[s] == s for s in range(60))
+        if not full_seconds:
+            return t
+        local = t.astimezone(self._zone)
+        full_minutes = all(self._minutes[m] == m for m in range(60))
+        full_hours = all(self._hours[h] == h for h in range(24))
+        # Stay on the same wall-clock unit; move to its last second, which still matches.
+        if full_minutes and full_hours:
+            end = local.replace(hour=23, minute=59, second=59, tzinfo=None)
+        elif full_minutes:
+            end = local.replace(minute=59, second=59, tzinfo=None)
+        else:
+            end = local.replace(second=59, tzinfo=None)
+        last = end.replace(tzinfo=self._zone).astimezone(_UTC)
+        return last if last > t and self.is_satisfied_by(last) else t
 
     # -- the search --------------------------------------------------------------------------
 
@@ -841,14 +819,14 @@ class CronExpression:
         assert offset0 is not None and offset1 is not None
         if offset0 < offset1:
             # The wall time falls in a spring-forward gap: fire when the clocks moved.
-            return _transition(wall - offset1, wall - offset0, offset0, zone)
+            return gap_end(wall, zone)
         return (wall - offset0).replace(tzinfo=_UTC)
 
     def _fold_window(
         self, wall: datetime, offset0: timedelta, offset1: timedelta
     ) -> tuple[datetime, datetime]:
         """The stretch of wall time ``[start, end)`` that the fall-back around ``wall`` repeats."""
-        moment = _transition(wall - offset0, wall - offset1, offset0, self._zone)
+        moment = offset_change(wall - offset0, wall - offset1, offset0, self._zone)
         naive = moment.replace(tzinfo=None)
         return naive + offset1, naive + offset0
 
@@ -924,24 +902,3 @@ def _require_aware(t: datetime) -> None:
 
 def _instant(wall: datetime, zone: tzinfo, fold: int) -> datetime:
     return wall.replace(tzinfo=zone, fold=fold).astimezone(_UTC)
-
-
-def _transition(lo: datetime, hi: datetime, before: timedelta, zone: tzinfo) -> datetime:
-    """The first UTC instant in ``(lo, hi]`` whose offset is no longer ``before``.
-
-    ``lo`` and ``hi`` are naive UTC; the offset at ``lo`` is ``before`` and at ``hi`` it is not.
-    Offsets change on whole seconds, so a bisection over seconds finds the moment exactly.
-    """
-    low = lo.replace(microsecond=0)
-    high = hi.replace(microsecond=0)
-    if hi.microsecond:
-        high += _ONE_SECOND
-    # Invariant: offset(low) == before, offset(high) != before.
-    while high - low > _ONE_SECOND:
-        mid = low + (high - low) // 2
-        mid = mid.replace(microsecond=0)
-        if mid.replace(tzinfo=_UTC).astimezone(zone).utcoffset() == before:
-            low = mid
-        else:
-            high = mid
-    return high.replace(tzinfo=_UTC)

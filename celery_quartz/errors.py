@@ -23,6 +23,10 @@ class CronSyntaxError(ValidationError):
     """A cron expression cannot be parsed; the message names the field and the offending token."""
 
 
+class UnknownTimeZoneError(ValidationError):
+    """A time zone name is neither an IANA name, a Windows id nor an alias of UTC."""
+
+
 class InvalidTriggerError(ValidationError):
     """A trigger's definition is inconsistent (for example an end before its start)."""
 

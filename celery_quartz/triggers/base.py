@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
 from enum import Enum, IntEnum
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -20,6 +20,7 @@ from celery_quartz.affinity import PreferredNode
 from celery_quartz.errors import InvalidTriggerError, ValidationError
 from celery_quartz.keys import MAX_KEY_LENGTH, JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy
+from celery_quartz.tz import resolve_time_zone
 
 if TYPE_CHECKING:
     from celery_quartz.calendars import Calendar
@@ -94,6 +95,11 @@ class Trigger(ABC):
         """
 
     @abstractmethod
+    def final_fire_time(self) -> datetime | None:
+        """The last instant this trigger's schedule fires at (ignoring calendars), or ``None``
+        when the schedule is unbounded (Quartz's ``FinalFireTimeUtc``)."""
+
+    @abstractmethod
     def detail(self) -> dict[str, Any]:
         """The kind-specific definition as a JSON object (what :meth:`from_detail` reads back)."""
 
@@ -101,6 +107,16 @@ class Trigger(ABC):
     @abstractmethod
     def from_detail(cls, detail: dict[str, Any], **common: Any) -> Trigger:
         """Rebuild a trigger from :meth:`detail` and the common fields (keyword arguments)."""
+
+    def _zone(self) -> tzinfo:
+        """The zone of the kind's ``time_zone`` field (UTC for a kind without one).
+
+        Raises :class:`InvalidTriggerError` naming this trigger when the zone is unknown.
+        """
+        try:
+            return resolve_time_zone(getattr(self, "time_zone", "UTC"))
+        except ValueError as exc:
+            raise InvalidTriggerError(f"trigger {self.key}: {exc}") from None
 
     def validate(self) -> None:
         """Raise :class:`InvalidTriggerError` naming this trigger and the field at fault."""

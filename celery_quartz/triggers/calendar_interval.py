@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
-from celery_quartz.cron import resolve_time_zone
 from celery_quartz.errors import InvalidTriggerError
 from celery_quartz.triggers._time import UTC, micros, optional_utc, require_start, utc
 from celery_quartz.triggers.cron import CronMisfireInstruction, ScheduleTrigger
+from celery_quartz.tz import gap_end, is_in_gap
 
 
 class IntervalUnit(str, enum.Enum):
@@ -87,12 +87,6 @@ class CalendarIntervalTrigger(ScheduleTrigger):
     def __post_init__(self) -> None:
         self.repeat_interval_unit = IntervalUnit(self.repeat_interval_unit)
 
-    def _zone(self) -> tzinfo:
-        try:
-            return resolve_time_zone(self.time_zone)
-        except ValueError as exc:
-            raise InvalidTriggerError(f"trigger {self.key}: {exc}") from None
-
     # -- the schedule -------------------------------------------------------------------------
 
     def next_fire_time_after(self, after: datetime) -> datetime | None:
@@ -115,6 +109,12 @@ class CalendarIntervalTrigger(ScheduleTrigger):
         return result
 
     def _calendar_step_after(self, start: datetime, after: datetime) -> datetime | None:
+        n = self._index_after(start, after)
+        return None if n < 0 else self._occurrence(start, n)
+
+    def _index_after(self, start: datetime, after: datetime) -> int:
+        """The first calendar step ``n`` whose occurrence is after ``after`` or beyond the last
+        year (where :meth:`_occurrence` is ``None``); -1 when the search gives up."""
         estimate = (after - start) // (_SHORTEST[self.repeat_interval_unit] * self.repeat_interval)
         n = max(int(estimate) - 2, 0)
         # Step back while the estimate overshoots, then forward to the first one after ``after``.
@@ -128,9 +128,29 @@ class CalendarIntervalTrigger(ScheduleTrigger):
             t = self._occurrence(start, n)
             if t is None:
                 if self._beyond_last_year(start, n):
-                    return None
+                    return n
                 continue  # a skipped day (its hour does not exist)
             if t > after:
+                return n
+        return -1
+
+    def final_fire_time(self) -> datetime | None:
+        """The last fire time before ``end_at`` (exclusive); ``None`` without an end."""
+        start = require_start(self.key, self.start_at)
+        end = optional_utc(self.end_at)
+        if end is None or end <= start:
+            return None
+        unit = self.repeat_interval_unit
+        if unit in _FIXED_UNITS:
+            step = micros(_FIXED_UNITS[unit]) * self.repeat_interval
+            n = (micros(end - start) - 1) // step
+            return start + timedelta(microseconds=n * step)
+        n = self._index_after(start, end - timedelta(microseconds=1))
+        if n < 0:
+            return None
+        for k in range(n - 1, -1, -1):
+            t = self._occurrence(start, k)
+            if t is not None and t < end:
                 return t
         return None
 
@@ -164,13 +184,12 @@ class CalendarIntervalTrigger(ScheduleTrigger):
         wall = self._wall(start, n, local.replace(tzinfo=None))
         if wall is None:
             return None
-        instant = wall.replace(tzinfo=zone).astimezone(UTC)
-        if instant.astimezone(zone).replace(tzinfo=None) == wall:
-            return instant
+        if not is_in_gap(wall, zone):
+            return wall.replace(tzinfo=zone).astimezone(UTC)
         # The hour does not exist that day (spring forward).
         if self.skip_day_if_hour_does_not_exist:
             return None
-        return _gap_end(wall, zone)
+        return gap_end(wall, zone)
 
     # -- persistence --------------------------------------------------------------------------
 
@@ -208,17 +227,3 @@ class CalendarIntervalTrigger(ScheduleTrigger):
                 f"trigger {self.key}: repeat_interval must be a whole number >= 1, got {interval!r}"
             )
         self._zone()
-
-
-def _gap_end(wall: datetime, zone: tzinfo) -> datetime:
-    """The instant a spring-forward gap containing the wall time ``wall`` ends."""
-    low = wall.replace(tzinfo=zone, fold=1).astimezone(UTC)  # before the change
-    high = wall.replace(tzinfo=zone, fold=0).astimezone(UTC)  # after the change
-    one = timedelta(seconds=1)
-    while high - low > one:
-        mid = low + (high - low) / 2
-        if mid.astimezone(zone).replace(tzinfo=None) >= wall:
-            high = mid
-        else:
-            low = mid
-    return high.replace(microsecond=0) if high.microsecond else high

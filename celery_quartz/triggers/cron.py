@@ -84,7 +84,8 @@ class CronTrigger(ScheduleTrigger):
 
     ``CronTrigger(expression="0 0 2 * * ?", time_zone="Europe/Helsinki")``. The zone defaults to
     UTC, never to the machine's zone. ``start_at`` and ``end_at`` both bound the fire times
-    inclusively.
+    inclusively. ``H`` tokens in the expression take their values from the trigger's key, so
+    triggers with the same expression spread out (see :func:`celery_quartz.cron.hash_value`).
     """
 
     kind: ClassVar[str] = "CRON"
@@ -114,9 +115,12 @@ class CronTrigger(ScheduleTrigger):
             parsed is None
             or parsed.expression != self.expression
             or parsed.time_zone != self.time_zone
+            or (parsed.hash_key is not None and parsed.hash_key != str(self.key))
         ):
             try:
-                parsed = CronExpression(self.expression, time_zone=self.time_zone)
+                parsed = CronExpression(
+                    self.expression, time_zone=self.time_zone, hash_key=str(self.key)
+                )
             except CronSyntaxError as exc:
                 raise CronSyntaxError(f"trigger {self.key}: {exc}") from None
             except ValueError as exc:
@@ -126,6 +130,19 @@ class CronTrigger(ScheduleTrigger):
 
     def next_fire_time_after(self, after: datetime) -> datetime | None:
         return self._bounded(after, self._cron().next_valid_time_after)
+
+    def final_fire_time(self) -> datetime | None:
+        """The last fire time: the last one at or before ``end_at``, or in the year field's last
+        year; ``None`` when neither bounds the expression, or nothing fires after ``start_at``."""
+        cron = self._cron()
+        end = optional_utc(self.end_at)
+        last = (
+            cron.time_before(end + ONE_MICROSECOND) if end is not None else cron.final_fire_time()
+        )
+        start = optional_utc(self.start_at)
+        if last is None or (start is not None and last < start):
+            return None
+        return last
 
     def detail(self) -> dict[str, Any]:
         return {"expression": self.expression, "time_zone": self.time_zone}

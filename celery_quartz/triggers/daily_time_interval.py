@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta, tzinfo
 from typing import Any, ClassVar
 
-from celery_quartz.cron import resolve_time_zone
 from celery_quartz.errors import InvalidTriggerError
 from celery_quartz.triggers._time import ONE_MICROSECOND, UTC, micros, optional_utc, utc
 from celery_quartz.triggers.calendar_interval import IntervalUnit
@@ -20,6 +19,7 @@ MONDAY_THROUGH_FRIDAY = frozenset(range(2, 7))
 #: Saturday and Sunday.
 SATURDAY_AND_SUNDAY = frozenset({1, 7})
 
+_LAST_YEAR = 2299
 _UNITS = {
     IntervalUnit.SECOND: timedelta(seconds=1),
     IntervalUnit.MINUTE: timedelta(minutes=1),
@@ -39,8 +39,10 @@ class DailyTimeIntervalTrigger(ScheduleTrigger):
     Each day starts afresh at ``start_time_of_day``; within the day the interval is an exact
     length of time. A time of day that does not exist on a spring-forward day is read with the
     offset before the change (so 02:30 becomes 03:30, as Quartz does); a repeated one at its
-    first pass. ``repeat_count`` (-1 = forever) counts repeats after the first fire, over all
-    days. ``start_at`` and ``end_at`` bound the fire times inclusively.
+    first pass. ``repeat_count`` (-1 = no limit) counts repeats after the first fire of each
+    day, as Quartz.NET does: 0 fires once a day at ``start_time_of_day``. A trigger that fires at
+    most once a day does so on a 25-hour day too (no second fire from the extra hour).
+    ``start_at`` and ``end_at`` bound the fire times inclusively.
     """
 
     kind: ClassVar[str] = "DAILY_I"
@@ -59,25 +61,18 @@ class DailyTimeIntervalTrigger(ScheduleTrigger):
         self.repeat_interval_unit = IntervalUnit(self.repeat_interval_unit)
         self.days_of_week = frozenset(self.days_of_week)
 
-    def _zone(self) -> tzinfo:
-        try:
-            return resolve_time_zone(self.time_zone)
-        except ValueError as exc:
-            raise InvalidTriggerError(f"trigger {self.key}: {exc}") from None
-
     # -- the schedule -------------------------------------------------------------------------
 
     def next_fire_time_after(self, after: datetime) -> datetime | None:
         after = utc(after)
-        count = self.repeat_count
-        if count != REPEAT_INDEFINITELY and self.times_triggered > count:
-            return None
         start = optional_utc(self.start_at)
         if start is not None and after < start:
             after = start - ONE_MICROSECOND
         end = optional_utc(self.end_at)
         if end is not None and after >= end:
             return None
+        if after.year >= _LAST_YEAR:
+            return None  # as the other kinds: no fire times searched beyond 2299
         if not self.days_of_week or self.repeat_interval_unit not in _UNITS:
             return None
         zone = self._zone()
@@ -105,8 +100,48 @@ class DailyTimeIntervalTrigger(ScheduleTrigger):
             candidate = first
         else:
             n = micros(after - first) // step + 1
+            if n > self._repeats_per_day(step):
+                return None
             candidate = first + timedelta(microseconds=n * step)
         return candidate if candidate <= last else None
+
+    def _repeats_per_day(self, step: int) -> int:
+        """The most repeats after a day's first fire; the elapsed-time end of the day bounds
+        them too. A trigger whose second fire would fall after ``end_time_of_day`` on the wall
+        clock fires once a day, even on a 25-hour day where elapsed time would fit another
+        (Quartz.NET scopes its daylight-saving correction the same way)."""
+        span = datetime.combine(date.min, self.end_time_of_day) - datetime.combine(
+            date.min, self.start_time_of_day
+        )
+        if step > micros(span):
+            return 0
+        if self.repeat_count == REPEAT_INDEFINITELY:
+            return 1 << 62
+        return self.repeat_count
+
+    def final_fire_time(self) -> datetime | None:
+        """The last fire time at or before ``end_at``; ``None`` without an end."""
+        end = optional_utc(self.end_at)
+        if end is None or not self.days_of_week or self.repeat_interval_unit not in _UNITS:
+            return None
+        zone = self._zone()
+        step = micros(_UNITS[self.repeat_interval_unit]) * self.repeat_interval
+        if step <= 0:
+            return None
+        start = optional_utc(self.start_at)
+        day = end.astimezone(zone).date() + timedelta(days=1)
+        for _ in range(9):
+            day -= timedelta(days=1)
+            if _quartz_weekday(day) not in self.days_of_week:
+                continue
+            first = _instant(datetime.combine(day, self.start_time_of_day), zone)
+            if first > end:
+                continue
+            bound = min(_instant(datetime.combine(day, self.end_time_of_day), zone), end)
+            n = min(micros(bound - first) // step, self._repeats_per_day(step))
+            last = first + timedelta(microseconds=n * step)
+            return None if start is not None and last < start else last
+        return None
 
     # -- persistence --------------------------------------------------------------------------
 
@@ -154,6 +189,17 @@ class DailyTimeIntervalTrigger(ScheduleTrigger):
                 f"{where}: start_time_of_day {self.start_time_of_day} is after "
                 f"end_time_of_day {self.end_time_of_day}"
             )
+        if interval * _UNITS[self.repeat_interval_unit] > timedelta(hours=24):
+            raise InvalidTriggerError(
+                f"{where}: repeat_interval must not exceed 24 hours, got {interval} "
+                f"{self.repeat_interval_unit.value.lower()}s"
+            )
+        for name in ("start_time_of_day", "end_time_of_day"):
+            value = getattr(self, name)
+            if not isinstance(value, time) or value.microsecond or value.tzinfo is not None:
+                raise InvalidTriggerError(
+                    f"{where}: {name} must be a naive time of whole seconds, got {value!r}"
+                )
         if self.repeat_count < REPEAT_INDEFINITELY:
             raise InvalidTriggerError(f"{where}: repeat_count must be -1 or a count >= 0")
         self._zone()

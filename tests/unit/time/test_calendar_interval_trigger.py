@@ -184,3 +184,36 @@ def test_smart_policy_fires_once_now_then_keeps_the_time_of_day() -> None:
     assert trigger.next_fire_time == utc(2026, 1, 4, 10)
     trigger.triggered()
     assert trigger.next_fire_time == utc(2026, 1, 5, 9)
+
+
+def test_final_fire_time_of_fixed_units_is_before_the_exclusive_end() -> None:
+    trigger = CalendarIntervalTrigger(
+        start_at=utc(2026, 1, 1), repeat_interval=90, repeat_interval_unit=IntervalUnit.SECOND,
+        end_at=utc(2026, 1, 1, 0, 30),
+    )  # fmt: skip
+    assert trigger.final_fire_time() == utc(2026, 1, 1, 0, 28, 30)
+
+
+def test_final_fire_time_of_months_is_the_last_clamped_month_before_the_end() -> None:
+    trigger = CalendarIntervalTrigger(
+        start_at=utc(2026, 1, 31), repeat_interval=1, repeat_interval_unit=IntervalUnit.MONTH,
+        end_at=utc(2026, 4, 30, 12),
+    )  # fmt: skip
+    assert trigger.final_fire_time() == utc(2026, 4, 30)
+    trigger.end_at = utc(2026, 3, 31)  # exclusive
+    assert trigger.final_fire_time() == utc(2026, 2, 28)
+
+
+def test_final_fire_time_skips_a_day_whose_hour_does_not_exist() -> None:
+    trigger = CalendarIntervalTrigger(
+        start_at=berlin(2026, 3, 27, 2, 30), repeat_interval=1,
+        repeat_interval_unit=IntervalUnit.DAY, time_zone="Europe/Berlin",
+        preserve_hour_of_day_across_daylight_savings=True, skip_day_if_hour_does_not_exist=True,
+        end_at=berlin(2026, 3, 29, 12),
+    )  # fmt: skip
+    assert trigger.final_fire_time() == berlin(2026, 3, 28, 2, 30)
+
+
+def test_final_fire_time_without_an_end_is_none() -> None:
+    trigger = CalendarIntervalTrigger(start_at=utc(2026, 1, 1), repeat_interval=1)
+    assert trigger.final_fire_time() is None

@@ -142,8 +142,69 @@ def test_nearest_weekday_does_not_leave_the_month() -> None:
     assert fires("0 0 0 1W * ?", utc(2026, 7, 31), 1) == [utc(2026, 8, 3)]
 
 
-def test_nearest_weekday_to_a_missing_day_skips_the_month() -> None:
-    assert fires("0 0 0 31W * ?", utc(2026, 1, 31), 1) == [utc(2026, 3, 31)]
+def test_nearest_weekday_to_a_day_past_the_month_end_is_clamped_to_the_last_day() -> None:
+    # Quartz.NET: 31W in February 2025 is the 28th (a Friday), not 31 March.
+    assert fires("0 0 12 31W * ?", utc(2025, 1, 31, 12), 1) == [utc(2025, 2, 28, 12)]
+
+
+def test_a_clamped_nearest_weekday_does_not_leave_the_month() -> None:
+    # 30 November 2025 is a Sunday and the month's last day: the Friday before.
+    assert fires("0 0 12 31W,4W * ?", utc(2025, 11, 22), 1) == [utc(2025, 11, 28, 12)]
+
+
+def test_thirtieth_nearest_weekday_in_february_is_clamped_not_skipped() -> None:
+    # 28 February 2026 is a Saturday, so Friday the 27th; 29 February 2028 is a Tuesday.
+    assert fires("0 0 0 30W 2 ?", utc(2026, 1, 1), 3) == [
+        utc(2026, 2, 27),
+        utc(2027, 2, 26),
+        utc(2028, 2, 29),
+    ]
+
+
+def test_last_day_in_a_list_of_days() -> None:
+    assert fires("0 15 10 6,15,L * ? 2010", utc(2010, 1, 1), 6) == [
+        utc(2010, 1, 6, 10, 15),
+        utc(2010, 1, 15, 10, 15),
+        utc(2010, 1, 31, 10, 15),
+        utc(2010, 2, 6, 10, 15),
+        utc(2010, 2, 15, 10, 15),
+        utc(2010, 2, 28, 10, 15),
+    ]
+
+
+def test_several_offsets_from_the_last_day_in_a_list() -> None:
+    assert fires("0 15 10 L-1,L-2 * ? 2010", utc(2010, 2, 1), 4) == [
+        utc(2010, 2, 26, 10, 15),
+        utc(2010, 2, 27, 10, 15),
+        utc(2010, 3, 29, 10, 15),
+        utc(2010, 3, 30, 10, 15),
+    ]
+
+
+def test_days_before_the_last_weekday() -> None:
+    # Quartz.NET: LW-2 in October 2010 is the 27th (LW is Friday the 29th).
+    assert fires("0 15 10 LW-2 * ? 2010", utc(2010, 10, 1), 1) == [utc(2010, 10, 27, 10, 15)]
+
+
+def test_days_before_the_last_weekday_stop_at_the_first() -> None:
+    # LW of February 2026 is Friday the 27th; 30 days before it is clamped to the 1st.
+    assert fires("0 0 0 LW-30 2 ? 2026", utc(2026, 1, 1), 1) == [utc(2026, 2, 1)]
+
+
+def test_a_list_mixing_last_forms_nearest_weekdays_and_days() -> None:
+    # March 2026: 1W is Monday the 2nd, 15W Monday the 16th, LW Tuesday the 31st, L-3 the 28th.
+    assert fires("0 0 0 1W,10,15W,L-3,LW * ?", utc(2026, 3, 1), 5) == [
+        utc(2026, 3, 2),
+        utc(2026, 3, 10),
+        utc(2026, 3, 16),
+        utc(2026, 3, 28),
+        utc(2026, 3, 31),
+    ]
+
+
+def test_the_same_day_named_twice_fires_once() -> None:
+    # 31 March 2026 is both L and LW.
+    assert fires("0 0 0 L,LW 3 ?", utc(2026, 3, 1), 2) == [utc(2026, 3, 31), utc(2027, 3, 31)]
 
 
 def test_a_list_of_nearest_weekdays() -> None:
@@ -362,7 +423,10 @@ def test_reboot_macro_is_refused_by_name() -> None:
         ("0 0 0 ? * 2#6", "day-of-week", "2#6"),
         ("0 0 0 ? * 2#0", "day-of-week", "2#0"),
         ("0 0 0 L-31 * ?", "day-of-month", "L-31"),
-        ("0 0 0 L,15 * ?", "day-of-month", "L,15"),
+        ("0 0 0 LX * ?", "day-of-month", "LX"),
+        ("0 0 0 L-3W-31 * ?", "day-of-month", "L-3W-31"),
+        ("0 0 0 15L * ?", "day-of-month", "15L"),
+        ("0 0 0 W * ?", "day-of-month", "W"),
         ("0 0 0 1 * ? 1969", "year", "1969"),
         ("0 0 0 1 * ? 2200", "year", "2200"),
         ("0 0 L * * ?", "hour", "L"),

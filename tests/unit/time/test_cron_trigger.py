@@ -118,3 +118,24 @@ def test_fires_at_returns_true_only_for_fire_times() -> None:
     trigger = nightly()
     assert trigger.fires_at(utc(2026, 1, 11, 0))
     assert not trigger.fires_at(utc(2026, 1, 11, 0) + timedelta(seconds=1))
+
+
+def test_final_fire_time_is_the_last_fire_at_or_before_the_end() -> None:
+    trigger = nightly(start_at=utc(2026, 1, 1), end_at=utc(2026, 3, 10))
+    assert trigger.final_fire_time() == utc(2026, 3, 10, 0)  # 02:00 in Helsinki
+    trigger.end_at = utc(2026, 3, 9, 23, 59)
+    assert trigger.final_fire_time() == utc(2026, 3, 9, 0)
+
+
+def test_final_fire_time_of_an_expression_with_a_last_year() -> None:
+    trigger = CronTrigger(expression="0 0 12 L * ? 2027", start_at=utc(2026, 1, 1))
+    assert trigger.final_fire_time() == utc(2027, 12, 31, 12)
+
+
+def test_final_fire_time_of_an_unbounded_expression_is_none() -> None:
+    assert nightly(start_at=utc(2026, 1, 1)).final_fire_time() is None
+
+
+def test_final_fire_time_before_the_start_is_none() -> None:
+    trigger = nightly(start_at=utc(2026, 3, 10, 1), end_at=utc(2026, 3, 10, 12))
+    assert trigger.final_fire_time() is None

@@ -6,7 +6,8 @@ wall-clock time the RFC lists, read in New York, so the assertion is on the exac
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import re
+from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -361,3 +362,196 @@ def test_a_rule_is_validated_before_the_scheduler_fills_in_the_start() -> None:
     RecurrenceTrigger(rule="FREQ=DAILY;BYHOUR=3").validate()
     with pytest.raises(InvalidTriggerError, match="recurrence rule"):
         RecurrenceTrigger(rule="FREQ=DAILY;BYHOUR=x").validate()
+
+
+# -- validation (RFC 5545 §3.3.10) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rule", "named"),
+    [
+        ("FREQ=YEARLY;BYDAY=54MO", "54MO"),
+        ("FREQ=MONTHLY;BYDAY=6MO", "6MO"),
+        ("FREQ=WEEKLY;BYDAY=1MO", "1MO"),
+        ("FREQ=MONTHLY;BYDAY=+MO", "+MO"),
+        ("FREQ=MONTHLY;BYDAY=XX", "XX"),
+        ("FREQ=YEARLY;BYMONTH=13", "BYMONTH"),
+        ("FREQ=YEARLY;BYMONTH=0", "BYMONTH"),
+        ("FREQ=MONTHLY;BYMONTHDAY=0", "BYMONTHDAY"),
+        ("FREQ=MONTHLY;BYMONTHDAY=-32", "BYMONTHDAY"),
+        ("FREQ=DAILY;BYHOUR=24", "BYHOUR"),
+        ("FREQ=DAILY;BYMINUTE=-1", "BYMINUTE"),
+        ("FREQ=DAILY;BYSECOND=60", "BYSECOND"),
+        ("FREQ=YEARLY;BYYEARDAY=367", "BYYEARDAY"),
+        ("FREQ=YEARLY;BYWEEKNO=54", "BYWEEKNO"),
+        ("FREQ=YEARLY;BYSETPOS=0", "BYSETPOS"),
+        ("FREQ=DAILY;INTERVAL=0", "INTERVAL"),
+        ("FREQ=DAILY;COUNT=0", "COUNT"),
+        ("FREQ=DAILY;COUNT=2;UNTIL=20270101T000000Z", "COUNT and UNTIL"),
+        ("FREQ=DAILY;FREQ=WEEKLY", "twice"),
+        ("FREQ=DAILY;WKST=XX", "WKST"),
+        ("FREQ=DAILY;BYFOO=1", "BYFOO"),
+        ("FREQ=DAILY;COUNT", "COUNT"),
+        ("FREQ=MONTHLY;BYWEEKNO=1", "BYWEEKNO"),
+        ("FREQ=MONTHLY;BYYEARDAY=1", "BYYEARDAY"),
+        ("FREQ=WEEKLY;BYMONTHDAY=1", "BYMONTHDAY"),
+        ("BYDAY=MO", "FREQ"),
+        ("FREQ=DAILY;UNTIL=2027", "UNTIL"),
+        ("FREQ=DAILY;UNTIL=20270101T0000H", "UNTIL"),
+        ("FREQ=DAILY;UNTIL=20271301", "UNTIL"),
+        ("FREQ=DAILY;UNTIL=tomorrow", "UNTIL"),
+    ],
+)
+def test_a_rule_rfc_5545_does_not_allow_is_refused_when_validated(rule: str, named: str) -> None:
+    with pytest.raises(InvalidTriggerError, match=re.escape(named)):
+        RecurrenceTrigger(rule=rule, start_at=utc(2026, 1, 1))
+    with pytest.raises(InvalidTriggerError, match=re.escape(named)):
+        RecurrenceTrigger(rule=rule).validate()
+
+
+def test_until_as_a_date_or_a_local_date_time_is_accepted() -> None:
+    for until in ("20260105", "20260105T000000"):
+        trigger = RecurrenceTrigger(rule=f"FREQ=DAILY;UNTIL={until}", start_at=utc(2026, 1, 1))
+        assert trigger.final_fire_time() == utc(2026, 1, 5)
+
+
+def test_x_extension_parts_are_accepted_and_ignored() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=DAILY;X-NAME=nightly;COUNT=2;X-OWNER=ops", start_at=utc(2026, 1, 1)
+    )
+    assert trigger.rule == "FREQ=DAILY;COUNT=2"
+    assert trigger.next_fire_time_after(utc(2026, 1, 1)) == utc(2026, 1, 2)
+
+
+def test_negative_positions_within_range_are_accepted() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=MONTHLY;BYMONTHDAY=-1;BYSETPOS=-1", start_at=utc(2026, 1, 1), time_zone="UTC"
+    )
+    assert trigger.next_fire_time_after(utc(2026, 1, 1)) == utc(2026, 1, 31)
+
+
+# -- the final fire time -----------------------------------------------------------------------
+
+
+def test_final_fire_time_of_a_counted_rule() -> None:
+    trigger = RecurrenceTrigger(rule="FREQ=DAILY;COUNT=3", start_at=utc(2026, 1, 1))
+    assert trigger.final_fire_time() == utc(2026, 1, 3)
+
+
+def test_final_fire_time_of_a_rule_until_an_instant() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=WEEKLY;UNTIL=20260131T000000Z", start_at=utc(2026, 1, 1), time_zone="UTC"
+    )
+    assert trigger.final_fire_time() == utc(2026, 1, 29)
+
+
+def test_final_fire_time_is_bounded_by_end_at() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=MINUTELY;INTERVAL=7", start_at=utc(2026, 1, 1), end_at=utc(2030, 6, 1, 12)
+    )
+    last = trigger.final_fire_time()
+    assert last is not None and last <= utc(2030, 6, 1, 12)
+    assert trigger.next_fire_time_after(last) is None
+    assert trigger.next_fire_time_after(last - timedelta(minutes=7)) == last
+
+
+def test_final_fire_time_of_a_sparse_rule_bounded_by_end_at() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=29", start_at=utc(2026, 1, 1), end_at=utc(2031, 1, 1)
+    )
+    assert trigger.final_fire_time() == utc(2028, 2, 29)
+
+
+def test_final_fire_time_of_an_unbounded_rule_is_none() -> None:
+    assert RecurrenceTrigger(rule="FREQ=DAILY", start_at=utc(2026, 1, 1)).final_fire_time() is None
+
+
+def test_final_fire_time_when_nothing_fires_is_none() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=29", start_at=utc(2026, 1, 1), end_at=utc(2027, 1, 1)
+    )
+    assert trigger.final_fire_time() is None
+
+
+def test_occurrences_skipped_by_a_misfire_use_up_the_count() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=DAILY;COUNT=5",
+        start_at=utc(2026, 1, 1),
+        misfire_instruction=CronMisfireInstruction.DO_NOTHING,
+    )
+    trigger.compute_first_fire_time()
+    trigger.triggered()  # 1 January fired
+    trigger.update_after_misfire(utc(2026, 1, 3, 12))  # 2 and 3 January missed
+    fired = []
+    while trigger.next_fire_time is not None:
+        fired.append(trigger.next_fire_time)
+        trigger.triggered()
+    assert fired == [utc(2026, 1, 4), utc(2026, 1, 5)]
+    assert trigger.times_triggered == 3
+
+
+def test_a_rule_whose_day_parts_never_meet_has_no_fire_time_and_answers_at_once() -> None:
+    import time as clock
+
+    trigger = RecurrenceTrigger(
+        rule="FREQ=MINUTELY;BYMONTH=2;BYMONTHDAY=30", start_at=utc(2026, 1, 1)
+    )
+    began = clock.perf_counter()
+    assert trigger.next_fire_time_after(utc(2026, 1, 1)) is None
+    assert trigger.final_fire_time() is None
+    assert clock.perf_counter() - began < 1.0
+
+
+def test_a_set_position_no_period_holds_is_refused() -> None:
+    with pytest.raises(InvalidTriggerError, match="BYSETPOS 2 can never match"):
+        RecurrenceTrigger(rule="FREQ=MONTHLY;BYDAY=1MO;BYSETPOS=2", start_at=utc(2026, 1, 1))
+    with pytest.raises(InvalidTriggerError, match="BYSETPOS"):
+        RecurrenceTrigger(rule="FREQ=SECONDLY;BYSETPOS=366", start_at=utc(2026, 1, 1))
+    RecurrenceTrigger(rule="FREQ=DAILY;BYHOUR=9,17;BYSETPOS=-1", start_at=utc(2026, 1, 1))
+
+
+def test_an_until_past_year_9999_on_the_zone_clock_is_no_bound() -> None:
+    trigger = RecurrenceTrigger(
+        rule="FREQ=YEARLY;UNTIL=99991231T235959Z",
+        start_at=utc(2026, 1, 1),
+        time_zone="Asia/Kolkata",
+    )
+    assert trigger.next_fire_time_after(utc(2026, 6, 1)) == utc(2027, 1, 1)
+
+
+def test_no_fire_time_is_searched_past_2299() -> None:
+    trigger = RecurrenceTrigger(rule="FREQ=YEARLY", start_at=utc(2026, 1, 1))
+    assert trigger.next_fire_time_after(utc(2299, 6, 1)) is None
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "FREQ=SECONDLY;BYYEARDAY=1;BYHOUR=0;BYMINUTE=0,1",
+        "FREQ=MINUTELY;BYMONTHDAY=1;BYHOUR=9",
+        "FREQ=HOURLY;BYDAY=MO;BYMONTH=1",
+        "FREQ=SECONDLY;BYMONTH=1;BYMONTHDAY=1;BYHOUR=0;BYMINUTE=0;COUNT=70",
+    ],
+)
+def test_a_sub_daily_rule_on_rare_days_keeps_its_occurrences(rule: str) -> None:
+    from dateutil import rrule as du
+
+    start = datetime(2026, 1, 1, 0, 0, 5)
+    plain = list(du.rrulestr(rule, dtstart=start).between(start, datetime(2028, 1, 3), inc=True))
+    trigger = RecurrenceTrigger(rule=rule, start_at=start.replace(tzinfo=UTC), time_zone="UTC")
+    fired, t = [], trigger.next_fire_time_after(utc(2025, 12, 31))
+    while t is not None and t < utc(2028, 1, 3) and len(fired) < len(plain) + 1:
+        fired.append(t.replace(tzinfo=None))
+        t = trigger.next_fire_time_after(t)
+    assert fired == plain
+
+
+def test_a_secondly_rule_on_leap_days_answers_quickly() -> None:
+    import time as clock
+
+    trigger = RecurrenceTrigger(
+        rule="FREQ=SECONDLY;BYYEARDAY=366;BYHOUR=23", start_at=utc(2029, 1, 1)
+    )
+    began = clock.perf_counter()
+    assert trigger.next_fire_time_after(utc(2029, 1, 1)) == utc(2032, 12, 31, 23)
+    assert clock.perf_counter() - began < 1.0

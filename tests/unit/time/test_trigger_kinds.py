@@ -109,3 +109,31 @@ def test_an_end_before_the_start_is_invalid(trigger: Trigger) -> None:
 @pytest.mark.parametrize("windows_id", sorted(WINDOWS_TIME_ZONES))
 def test_every_windows_time_zone_id_resolves(windows_id: str) -> None:
     CronTrigger(expression="0 0 0 * * ?", time_zone=windows_id).validate()
+
+
+def test_every_kind_answers_its_final_fire_time() -> None:
+    from datetime import time as time_of_day
+
+    from celery_quartz.triggers import (
+        CalendarIntervalTrigger,
+        CronTrigger,
+        DailyTimeIntervalTrigger,
+        RecurrenceTrigger,
+        SimpleTrigger,
+    )
+
+    start = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    end = datetime(2026, 1, 10, 12, tzinfo=timezone.utc)
+    kinds = [
+        SimpleTrigger(start_at=start, repeat_interval=timedelta(hours=1), repeat_count=-1),
+        CronTrigger(expression="0 0 6 * * ?", start_at=start),
+        CalendarIntervalTrigger(start_at=start, repeat_interval=1),
+        DailyTimeIntervalTrigger(start_at=start, start_time_of_day=time_of_day(6)),
+        RecurrenceTrigger(rule="FREQ=DAILY;BYHOUR=6", start_at=start),
+    ]
+    for trigger in kinds:
+        assert trigger.final_fire_time() is None, trigger.kind
+        trigger.end_at = end
+        last = trigger.final_fire_time()
+        assert last is not None and last <= end, trigger.kind
+        assert trigger.next_fire_time_after(last) is None, trigger.kind

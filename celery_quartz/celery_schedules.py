@@ -12,16 +12,8 @@ from typing import Any
 
 from celery import schedules as celery_schedules
 
-from celery_quartz.cron import (
-    _DOM,
-    _HOUR,
-    _MINUTE,
-    _MONTH,
-    CronExpression,
-    _compress,
-    _Field,
-    _parse_plain,
-)
+from celery_quartz.cron import CronExpression
+from celery_quartz.cron._fields import _DOM, _HOUR, _MINUTE, _MONTH, _compress, _Field, _parse_plain
 from celery_quartz.errors import CronSyntaxError, ValidationError
 from celery_quartz.keys import TriggerKey
 from celery_quartz.triggers._time import utc

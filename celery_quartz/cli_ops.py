@@ -563,7 +563,7 @@ class _Failed(click.ClickException):
 
 
 def _zone(name: str | None) -> Any:
-    from celery_quartz.cron import resolve_time_zone
+    from celery_quartz.tz import resolve_time_zone
 
     if not name:
         return timezone.utc

@@ -25,8 +25,8 @@ from typing import Any
 
 from celery import schedules
 
-from celery_quartz.cron import resolve_time_zone
 from celery_quartz.importers import SourceEntry
+from celery_quartz.tz import resolve_time_zone
 
 #: The group the imported jobs are stored in.
 GROUP = "redbeat"

@@ -19,7 +19,6 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 from celery_quartz.affinity import PreferredNode
-from celery_quartz.cron import resolve_time_zone
 from celery_quartz.errors import CronSyntaxError, QuartzError, SchedulingFileError
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json_object
 from celery_quartz.keys import (
@@ -41,6 +40,7 @@ from celery_quartz.triggers import (
     SimpleTrigger,
     Trigger,
 )
+from celery_quartz.tz import resolve_time_zone
 
 UTC = timezone.utc
 

@@ -149,6 +149,14 @@ class RecurrenceTrigger(ScheduleTrigger):
         if end is None and not counted and "UNTIL=" not in self.rule:
             return None
         limit = None if end is None else end.astimezone(zone).replace(tzinfo=None) + _MAX_SHIFT
+        until = getattr(rule, "_until", None)
+        if not counted and until is not None:
+            # Walk only the stretch before UNTIL, as before end_at: a MINUTELY rule years long
+            # has millions of occurrences.
+            if until.tzinfo is not None:
+                until = until.astimezone(zone).replace(tzinfo=None)
+            until_limit = until + _MAX_SHIFT
+            limit = until_limit if limit is None else min(limit, until_limit)
         expansion = rule
         if limit is not None:
             expansion = self._expansion_from(rule, dtstart, limit - 2 * _MAX_SHIFT, counted)

@@ -85,3 +85,16 @@ def test_rrule_text_parses_or_raises_our_error(text: str, zone: str, at: datetim
     except QuartzError:
         pass
     assert time.perf_counter() - began < BOUND, text
+
+
+def test_the_final_fire_time_of_a_long_until_bounded_rule_is_found_without_walking_it() -> None:
+    # Found by the suite's fuzz test: a MINUTELY rule with an UNTIL four years away took a minute.
+    at = datetime(2026, 6, 1, tzinfo=timezone.utc)
+    trigger = RecurrenceTrigger(
+        rule="WKST=SU;FREQ=MINUTELY;UNTIL=20300101T000000Z",
+        start_at=at - timedelta(days=400),
+        time_zone="Europe/Berlin",
+    )
+    began = time.perf_counter()
+    assert trigger.final_fire_time() == datetime(2030, 1, 1, tzinfo=timezone.utc)
+    assert time.perf_counter() - began < BOUND

@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # A hung test must fail the run, not hang it.
-PYTEST_FLAGS ?= --timeout=900
+PYTEST_FLAGS ?= --timeout=900 --durations=40
 
 .PHONY: venv check-services test lint docs demo election-demo service-demo
 

@@ -105,6 +105,7 @@ class Processes:
             self.stop(name)
         for log in self._logs:
             log.close()  # type: ignore[attr-defined]
+        self._logs.clear()
 
     def log(self, name: str) -> str:
         return (self.workdir / f"{name}.log").read_text(errors="replace")
@@ -117,9 +118,16 @@ class Processes:
 
 @contextmanager
 def processes(workdir: Path, env: dict[str, str]) -> Iterator[Processes]:
+    """The processes of one test; stopped at the end. When the test fails inside, the end of
+    each process's log is printed, so a failure on CI shows what beat and the workers did."""
     procs = Processes(workdir, env)
     try:
         yield procs
+    except BaseException:
+        procs.stop_all()
+        for name in procs.procs:
+            print(f"----- {name}.log (end) -----\n{procs.log(name)[-3000:]}")
+        raise
     finally:
         procs.stop_all()
 

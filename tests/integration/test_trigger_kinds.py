@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 from datetime import time as time_of_day
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from sqlalchemy import create_engine, select
@@ -38,8 +39,16 @@ def _executed(url: str, group: str) -> list[Any]:
 
 
 def _even_second(seconds_from_now: float) -> datetime:
-    at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=seconds_from_now)
-    return at + timedelta(seconds=at.second % 2)
+    """An even second from now whose next ten seconds stay within one Helsinki day (the
+    daily-time-interval kind's five fires must not cross its local midnight)."""
+    while True:
+        now = datetime.now(timezone.utc).replace(microsecond=0)
+        at = now + timedelta(seconds=seconds_from_now)
+        at += timedelta(seconds=at.second % 2)
+        local = at.astimezone(ZoneInfo("Europe/Helsinki"))
+        if (local + timedelta(seconds=10)).date() == local.date():
+            return at
+        time.sleep(1)
 
 
 def _env(pg_url: str, redis_url: str) -> dict[str, str]:
@@ -74,9 +83,13 @@ def _five_kinds(start: datetime) -> list[Any]:
         DailyTimeIntervalTrigger(
             key=key("daily-time-interval"),
             start_at=start,
+            # repeat_count counts per day from start_time_of_day (Quartz.NET): the day's
+            # window opens at the start's local time of day.
+            start_time_of_day=start.astimezone(ZoneInfo("Europe/Helsinki")).time(),
             repeat_interval=2,
             repeat_interval_unit="SECOND",
             repeat_count=4,
+            end_at=start + timedelta(seconds=8),  # inclusive; else again tomorrow
             time_zone="Europe/Helsinki",
         ),
         RecurrenceTrigger(

@@ -51,4 +51,17 @@ app.conf.quartz_execution_limits = {"reindex": 2}
 app.conf.quartz_checkin_interval = float(os.environ.get("QUARTZ_CHECKIN_INTERVAL", 7.5))
 app.conf.quartz_checkin_misfire_threshold = float(os.environ.get("QUARTZ_CHECKIN_THRESHOLD", 7.5))
 
+# Set by docker-compose.yml (docs/operations.md): beat's HTTP health endpoint (/healthz), and the
+# dashboard's port, its one read-only token and the proxies it trusts. Unset: no health endpoint,
+# and a dashboard that refuses every request.
+if os.environ.get("QUARTZ_HEALTH_PORT"):
+    app.conf.quartz_health_port = int(os.environ["QUARTZ_HEALTH_PORT"])
+app.conf.quartz_dashboard_port = int(os.environ.get("QUARTZ_DASHBOARD_PORT", 5566))
+if os.environ.get("QUARTZ_DASHBOARD_TOKEN"):
+    token = os.environ["QUARTZ_DASHBOARD_TOKEN"]
+    app.conf.quartz_dashboard_tokens = {token: {"principal": "ops", "write": False}}
+app.conf.quartz_dashboard_forwarded_allow_ips = os.environ.get(
+    "QUARTZ_DASHBOARD_FORWARDED_ALLOW_IPS", "127.0.0.1"
+)
+
 celery_quartz.install(app)

@@ -1,4 +1,4 @@
-# celery-quartz with its PostgreSQL and Redis extras, and a Celery project to run.
+# celery-quartz with its PostgreSQL, Redis and dashboard extras, and a Celery project to run.
 #
 #   docker build -t celery-quartz .                        # the quickstart project in /app
 #   docker build -t myproj --build-arg PROJECT=path/to/myproj .   # your own project instead
@@ -26,7 +26,7 @@ COPY celery_quartz ./celery_quartz
 # Flower is pinned here, not a dependency of the package: only the image's flower service needs it.
 # The package itself is this checkout, at the version it states (DL3013 asks for a pin on it).
 # hadolint ignore=DL3013
-RUN pip install ".[postgres,redis]" "flower==2.2.0" \
+RUN pip install ".[postgres,redis,dashboard]" "flower==2.2.0" \
     && rm -rf /src
 
 WORKDIR /app

@@ -41,6 +41,16 @@ def probe(env: dict[str, str], module: str) -> dict[str, Any]:
             "default_queue": app.conf.task_default_queue or "celery",
             "group_queues": {group: settings.limits.queue_for(group) for group in sorted(groups)},
             "tasks": sorted(app.tasks),
+            "health_port": settings.health_port,
+            "health_address": settings.health_address,
+            "dashboard_port": settings.dashboard_port,
+            "dashboard_read_only": settings.dashboard_read_only,
+            "dashboard_forwarded_allow_ips": settings.dashboard_forwarded_allow_ips,
+            # What each token may do, never the token itself.
+            "dashboard_token_writes": [
+                spec.get("write", True) if isinstance(spec, dict) else True
+                for spec in (settings.dashboard_tokens or {}).values()
+            ],
         }
     finally:
         os.environ.clear()

@@ -33,6 +33,7 @@ SERVICES = compose.load()["services"]
 APP_SERVICES = {name: s for name, s in SERVICES.items() if s.get("image") == "celery-quartz:local"}
 BEATS = {name: s for name, s in APP_SERVICES.items() if s["command"][3:4] == ["beat"]}
 WORKERS = {name: s for name, s in APP_SERVICES.items() if s["command"][3:4] == ["worker"]}
+DASHBOARD = SERVICES["dashboard"]
 
 
 def test_the_compose_file_is_valid_against_the_compose_specification() -> None:
@@ -84,11 +85,12 @@ def test_everything_waits_for_the_one_shot_schema_upgrade() -> None:
     assert schema["command"][3:] == ["quartz", "schema", "upgrade"]
     assert schema["restart"] == "no"
     assert schema["depends_on"]["postgres"]["condition"] == "service_healthy"
-    for name in [*BEATS, *WORKERS]:
+    for name in [*BEATS, *WORKERS, "dashboard"]:
         depends = SERVICES[name]["depends_on"]
         assert depends["schema"]["condition"] == "service_completed_successfully", name
         assert depends["postgres"]["condition"] == "service_healthy", name
-        assert depends["redis"]["condition"] == "service_healthy", name
+        if name != "dashboard":  # it reads the store and publishes nothing
+            assert depends["redis"]["condition"] == "service_healthy", name
 
 
 # -- the commands --------------------------------------------------------------------------------
@@ -121,8 +123,8 @@ COMMANDS = _celery_commands()
 def test_the_file_runs_the_commands_the_topology_needs() -> None:
     verbs = {tuple(c[3:5]) for c in COMMANDS}
     assert {("beat", "-S"), ("worker", "-l"), ("flower", "--port=5555")} <= verbs
-    assert ("quartz", "schema") in verbs and ("quartz", "status") in verbs
-    assert ("inspect", "ping") in verbs
+    assert ("quartz", "schema") in verbs and ("quartz", "dashboard") in verbs
+    assert ("inspect", "quartz_health") in verbs
     assert all(c[1:3] == ("-A", "proj") for c in COMMANDS)
 
 
@@ -194,9 +196,20 @@ def test_the_schedulers_form_one_cluster_each_with_its_own_instance_id() -> None
     assert len({info[name]["scheduler_name"] for name in BEATS}) == 1
     # The one-shot schema service upgrades the tables; schedulers must not race it.
     assert not any(info[name]["schema_auto_upgrade"] for name in BEATS)
-    # Each scheduler's health check looks for its own id in `quartz status`.
+
+
+def test_each_scheduler_serves_its_health_endpoint_where_its_health_check_asks() -> None:
+    # The check runs inside the scheduler's container: the loopback address, the port its
+    # environment gives the project. test_compose_services runs it against a real beat.
+    info = probed()
     for name, service in BEATS.items():
-        assert "$QUARTZ_INSTANCE_ID" in service["healthcheck"]["test"][1], name
+        env = compose.environment(service)
+        assert info[name]["health_port"] == int(env["QUARTZ_HEALTH_PORT"]), name
+        assert info[name]["health_address"] == "127.0.0.1", name
+        test = service["healthcheck"]["test"]
+        assert test[:3] == ["CMD", "python", "-c"], name
+        assert "'http://127.0.0.1:%s/healthz' % os.environ['QUARTZ_HEALTH_PORT']" in test[3], name
+    assert all(info[name]["health_port"] is None for name in WORKERS)
 
 
 def _queues(command: list[str]) -> set[str]:
@@ -215,8 +228,51 @@ def test_every_execution_group_and_the_default_queue_have_their_own_worker() -> 
         assert _queues(WORKERS[served[queue]]["command"]) == {queue}
 
 
-def test_the_worker_health_check_pings_the_worker_by_its_node_name() -> None:
+def test_the_worker_health_check_asks_the_worker_by_its_node_name_for_its_quartz_health() -> None:
     for name, service in WORKERS.items():
         command, env = service["command"], compose.environment(service)
         node = command[command.index("-n") + 1]
         assert node == f"{env['WORKER_NAME']}@%h", name
+        check = service["healthcheck"]["test"][1]
+        assert check.startswith("celery -A proj inspect quartz_health "), name
+        assert '-d "$WORKER_NAME@$HOSTNAME"' in check, name
+        assert check.endswith('--json | grep -qF \'"status": "healthy"\''), name
+
+
+# -- the dashboard ---------------------------------------------------------------------------------
+
+
+def _option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_the_dashboard_is_read_only_over_the_same_store() -> None:
+    info = probed()
+    assert "--read-only" in DASHBOARD["command"]
+    assert info["dashboard"]["store_url"] == info["beat-1"]["store_url"]
+    assert info["dashboard"]["scheduler_name"] == info["beat-1"]["scheduler_name"]
+    # Its one token, from .env, may not write either.
+    assert info["dashboard"]["dashboard_token_writes"] == [False]
+
+
+def test_the_dashboard_is_served_under_a_prefix_on_loopback_for_a_proxy() -> None:
+    command, info = DASHBOARD["command"], probed()["dashboard"]
+    assert _option(command, "--url-prefix") == "/quartz"
+    # Every interface of its container, so that the published port reaches it ...
+    assert _option(command, "--address") == "0.0.0.0"
+    # ... and the host publishes it on its loopback only, to the port the project listens on.
+    (published,) = DASHBOARD["ports"]
+    host, host_port, container_port = published.rsplit(":", 2)
+    assert host == "127.0.0.1" and host_port == compose.env_example()["DASHBOARD_PORT"]
+    assert int(container_port) == info["dashboard_port"]
+    assert (
+        info["dashboard_forwarded_allow_ips"]
+        == compose.env_example()["DASHBOARD_FORWARDED_ALLOW_IPS"]
+    )
+
+
+def test_the_dashboard_health_check_reads_the_api_under_its_prefix_with_its_token() -> None:
+    test = DASHBOARD["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    assert "/quartz/api/v1/schedulers' % os.environ['QUARTZ_DASHBOARD_PORT']" in test[3]
+    assert "'Bearer ' + os.environ['QUARTZ_DASHBOARD_TOKEN']" in test[3]

@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # A hung test must fail the run, not hang it.
 PYTEST_FLAGS ?= --timeout=900 --durations=40
 
-.PHONY: venv check-services test lint docs demo election-demo service-demo
+.PHONY: venv check-services test lint docs demo election-demo service-demo migration-demo
 
 venv: $(STAMP)
 
@@ -53,3 +53,8 @@ election-demo: venv
 # pinned to one worker, a flaky call retried with backoff; then what ran where and a verdict.
 service-demo: venv
 	cd examples/service && ../../$(PY) demo.py
+
+# A django-celery-beat schedule moved into celery-quartz with the importer (SQLite and the
+# filesystem broker): dry run, import, import again, the triggers listed, one fired by beat.
+migration-demo: venv
+	cd examples/django-migration && ../../$(PY) demo.py

@@ -117,6 +117,19 @@ class Firing:
     #: worker whose own (``worker_direct``) queue that is, for a pinned firing.
     queue: str | None = None
     node: str | None = None
+    #: Times its message expired unstarted and it was published again.
+    expired_count: int = 0
+
+    @property
+    def task_id(self) -> str:
+        """The Celery task id of its message: the fire instance id, suffixed ``.r<n>`` once it
+        has been published again after ``n`` expiries. A worker that discards an expired message
+        adds its task id to its revoked set (and shares that set with the workers it meets), so a
+        copy sent again under the same id would be discarded too. The worker reads the fire
+        instance id from the header."""
+        if self.expired_count:
+            return f"{self.fire_instance_id}.r{self.expired_count}"
+        return self.fire_instance_id
 
     def header(self) -> dict[str, Any]:
         """What the worker reads back into a :class:`~celery_quartz.context.JobExecutionContext`."""

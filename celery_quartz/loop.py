@@ -48,6 +48,8 @@ _MAX_MISFIRE_SCAN_INTERVAL = 15.0
 _UNSERVED_LOG_INTERVAL_MS = 60_000
 #: How often the queues that workers with the hooks consume are read again (milliseconds).
 _HOOKED_QUEUES_INTERVAL_MS = 60_000
+#: How long the broadcast asking workers which queues they consume waits for replies (seconds).
+_ACTIVE_QUEUES_TIMEOUT = 1.0
 #: Pause before trying again when the store does not answer.
 _STORE_RETRY = 1.0
 
@@ -117,8 +119,12 @@ class SchedulingLoop:
         #: reports the time since.
         self.last_acquisition: datetime | None = None
         #: Queues this loop publishes to that no live worker with the hooks consumes, as last
-        #: read (at most once a minute): their expired firings are not published again.
+        #: read (at most once a minute).
         self.unhooked_queues: frozenset[str] = frozenset()
+        #: The queues a worker without the hooks consumes (it answered the ``active_queues``
+        #: broadcast and has no check-in row), with those workers' names; read by a misfire
+        #: scan that has an expired firing to decide on while some queue is unhooked, else None.
+        self.unhooked_consumers: dict[str, list[str]] | None = None
         self._hooked_read_at: int | None = None
         #: Lifecycle status (see :mod:`celery_quartz.lifecycle`).
         self.status = SchedulerStatus.CREATED
@@ -531,12 +537,17 @@ class SchedulingLoop:
         self._check_hooked_queues()
         # A message may be started up to its expiry; the grace lets a worker that took it just
         # in time record the start before the firing counts as missed.
+        grace = self.settings.checkin_misfire_threshold + 1.0
+        self.unhooked_consumers = None
+        if self.unhooked_queues and self.store.count_expired_firings(grace=grace):
+            # Asked now, outside the store's transaction, and only with something to decide.
+            self.unhooked_consumers = self._read_unhooked_consumers()
         expired = self.store.resolve_expired_firings(
             self.instance_id,
-            grace=self.settings.checkin_misfire_threshold + 1.0,
+            grace=grace,
             max_count=self.settings.max_misfires_per_round,
             router=self.router,
-            refuse=self._refuse_unhooked if self.unhooked_queues else None,
+            refuse=self._refuse_unhooked if self.unhooked_consumers else None,
         )
         self._publish(expired)
         more = more or len(expired) >= self.settings.max_misfires_per_round
@@ -551,7 +562,12 @@ class SchedulingLoop:
 
         A worker started without ``celery_quartz.install(app)`` runs a firing without recording
         its start, so the firing looks expired and unstarted; published again, it would run
-        twice. Such a queue's expired firings are therefore dropped (:meth:`_refuse_unhooked`).
+        twice. While a queue has no hooked worker and a firing has expired, the misfire scan
+        asks the workers which queues they consume (:meth:`_read_unhooked_consumers`): an
+        expired firing of a queue that a worker without the hooks consumes is dropped
+        (:meth:`_refuse_unhooked`). A queue that no worker consumes at all (its workers are
+        down, or one is restarting) is not evidence of anything: its expired firings follow
+        their triggers' misfire instructions.
         """
         published = getattr(self.publisher, "queues", None)
         if not published:
@@ -571,18 +587,55 @@ class SchedulingLoop:
             logger.warning(
                 "no worker with the celery-quartz hooks checks in for queue %r, which this "
                 "scheduler publishes to: a worker started without celery_quartz.install(app) "
-                "would run its firings unrecorded; their expired firings are not published again",
+                "would run its firings unrecorded, so an expired firing of it is published "
+                "again only when no such worker consumes the queue",
                 queue,
             )
+
+    def _read_unhooked_consumers(self) -> dict[str, list[str]]:
+        """The workers without the hooks consuming each of :attr:`unhooked_queues`, by queue.
+
+        The workers are asked which queues they consume (Celery's ``active_queues``
+        broadcast); one with no check-in row is a worker without the hooks. Empty when the
+        broadcast cannot be sent or no such worker answers: no evidence, nothing refused."""
+        app = getattr(self.publisher, "app", None)
+        if app is None:
+            return {}
+        try:
+            replies = app.control.inspect(timeout=_ACTIVE_QUEUES_TIMEOUT).active_queues() or {}
+        except Exception as exc:
+            logger.warning("could not ask the workers which queues they consume: %s", exc)
+            return {}
+        # Read after the replies, so that a hooked worker that answered has checked in by now
+        # (it checks in before it consumes). Any worker row counts, alive or not: its process
+        # has the hooks even while its check-ins are late.
+        checked_in = {n.instance_name for n in self.store.list_nodes() if n.kind == "worker"}
+        found: dict[str, list[str]] = {}
+        for worker, consumed in sorted(replies.items()):
+            if worker in checked_in:
+                continue
+            for queue in consumed or ():
+                name = queue.get("name") if isinstance(queue, dict) else None
+                if name in self.unhooked_queues:
+                    found.setdefault(name, []).append(worker)
+        for queue, workers in sorted(found.items()):
+            logger.warning(
+                "queue %r is consumed by %s without the celery-quartz hooks "
+                "(celery_quartz.install(app) not called): its firings run unrecorded",
+                queue,
+                ", ".join(workers),
+            )
+        return found
 
     def _refuse_unhooked(self, firing: Firing) -> str | None:
         queue_of = getattr(self.publisher, "queue_of", None)
         queue = queue_of(firing) if queue_of is not None else None
-        if queue is None or queue not in self.unhooked_queues:
+        consumers = (self.unhooked_consumers or {}).get(queue) if queue is not None else None
+        if not consumers:
             return None
         return (
-            f"no worker with the celery-quartz hooks consumes queue {queue!r} (a worker without "
-            "them may have run it unrecorded): not published again"
+            f"queue {queue!r} is consumed by {', '.join(consumers)} without the celery-quartz "
+            "hooks (it may have run the firing unrecorded): not published again"
         )
 
     def _until_housekeeping(self, now: datetime) -> float:

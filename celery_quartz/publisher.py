@@ -178,7 +178,7 @@ class Publisher:
                         firing.task,
                         args=firing.args,
                         kwargs=firing.kwargs,
-                        task_id=firing.fire_instance_id,
+                        task_id=firing.task_id,
                         # kwargsrepr as a header: Celery lays custom headers over its own
                         # (as an option it would also land in the message's properties).
                         headers={
@@ -330,7 +330,7 @@ class RedisPath:
             for firing in firings:
                 queue = self._queue(firing)
                 expires = _expires(firing)
-                task_id = firing.fire_instance_id
+                task_id = firing.task_id
                 dispatcher.publish(
                     "task-sent",
                     {
@@ -365,7 +365,7 @@ class RedisPath:
         names): only the firing's own values are encoded, each on its own. ``headers`` are
         extra message headers (a trace context), as ``send_task(headers=...)`` adds them.
         """
-        task_id = _encode(firing.fire_instance_id)
+        task_id = _encode(firing.task_id)
         expires = _expires(firing)
         args, kwargs = firing.args, firing.kwargs
         values = {

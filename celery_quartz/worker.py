@@ -67,7 +67,7 @@ class _WorkerHooks:
         self._stores: dict[tuple[int, str], Store] = {}
         self._lock = threading.Lock()
         #: Told of each start recorded (``after_start(task, context)``) and refused
-        #: (``refused(task, task_id, header, reason)``), beside the core: instrumentation.
+        #: (``refused(task, fire_instance_id, header, reason)``), beside the core: instrumentation.
         self.middleware: list[Any] = []
 
     def store(self, scheduler_name: str) -> Store:
@@ -97,33 +97,36 @@ class _WorkerHooks:
     def before_start(self, task: Task, task_id: str) -> None:
         request = task.request
         header = firing_header(request)
-        if header is None or getattr(request, "quartz_fire_instance_id", None) == task_id:
+        if header is None or getattr(request, "quartz_task_id", None) == task_id:
             return
+        # The message's task id is the fire instance id, suffixed once the firing has been
+        # published again after an expiry (:attr:`celery_quartz.firing.Firing.task_id`).
+        fire_id = str(header.get("fire_instance_id") or task_id)
         worker = request.hostname or "unknown"
         uncertain = _custom_headers(request).get(_UNCERTAIN_START)
         try:
             started = self.store(header["scheduler"]).start_execution(
-                task_id, worker, restart_from=uncertain
+                fire_id, worker, restart_from=uncertain
             )
         except DBAPIError:
             # The store did not answer (a restart, a blip): deliver the same firing again shortly
             # rather than run it unrecorded or lose it. Whether this start was recorded before
             # the connection broke is unknown; the next delivery may take over from this worker.
-            logger.warning("firing %s: the store did not answer; retrying in 1 s", task_id)
+            logger.warning("firing %s: the store did not answer; retrying in 1 s", fire_id)
             headers = {**_custom_headers(request), HEADER: header, _UNCERTAIN_START: worker}
             for m in self.middleware:
-                m.refused(task, task_id, header, "the store did not answer; held back")
+                m.refused(task, fire_id, header, "the store did not answer; held back")
             raise task.retry(countdown=1, max_retries=None, headers=headers) from None
         if not started:
             logger.info(
                 "firing %s of trigger %s is already executing or complete: not starting it again",
-                task_id,
+                fire_id,
                 ".".join(reversed(header["trigger"])),
             )
             for m in self.middleware:
-                m.refused(task, task_id, header, "already executing or complete")
+                m.refused(task, fire_id, header, "already executing or complete")
             raise Ignore()
-        request.quartz_fire_instance_id = task_id
+        request.quartz_task_id = task_id
         request.quartz_context = context = JobExecutionContext.from_header(header, worker)
         for m in self.middleware:
             m.after_start(task, context)
@@ -140,15 +143,16 @@ class _WorkerHooks:
         if task is None or task.app is not self.app:
             return
         request = task.request
-        if task_id is None or getattr(request, "quartz_fire_instance_id", None) != task_id:
+        if task_id is None or getattr(request, "quartz_task_id", None) != task_id:
             return
         context: JobExecutionContext = request.quartz_context
         store = self.store(context.scheduler_name)
-        request.quartz_fire_instance_id = None
+        request.quartz_task_id = None
+        fire_id = context.fire_instance_id
         if state == RETRY:
-            _persist(lambda: store.return_to_published(task_id), task_id)
+            _persist(lambda: store.return_to_published(fire_id), fire_id)
         elif isinstance(retval, RefireJob):
-            self._refire(task, store, context)
+            self._refire(task, store, context, task_id)
         else:
             header = firing_header(request) or {}
             job_data = context.job_data if header.get("persist_job_data") else None
@@ -162,15 +166,16 @@ class _WorkerHooks:
             )
             _persist(
                 lambda: store.complete_execution(
-                    task_id, job_data=job_data, failed=failed, outcome=outcome
+                    fire_id, job_data=job_data, failed=failed, outcome=outcome
                 ),
-                task_id,
+                fire_id,
             )
 
-    def _refire(self, task: Task, store: Store, context: JobExecutionContext) -> None:
-        """Run the same firing again at once, with ``refire_count`` one higher."""
-        task_id = context.fire_instance_id
-        if not _persist(lambda: store.return_to_published(task_id, refire=True), task_id):
+    def _refire(self, task: Task, store: Store, context: JobExecutionContext, task_id: str) -> None:
+        """Run the same firing again at once, with ``refire_count`` one higher (the same
+        message task id: its message ran, so no worker has it revoked)."""
+        fire_id = context.fire_instance_id
+        if not _persist(lambda: store.return_to_published(fire_id, refire=True), fire_id):
             return
         request = task.request
         header = dict(firing_header(request) or {})
@@ -185,7 +190,7 @@ class _WorkerHooks:
             exchange=delivery.get("exchange"),
             routing_key=delivery.get("routing_key"),
         )
-        logger.info("firing %s refired (refire count %d)", task_id, context.refire_count + 1)
+        logger.info("firing %s refired (refire count %d)", fire_id, context.refire_count + 1)
 
 
 #: Header of a firing re-delivered after a start whose recording is uncertain: names the worker.
@@ -206,7 +211,7 @@ _PERSIST_MAX_DELAY = 5.0
 _PERSIST_LOG_INTERVAL = 30.0
 
 
-def _persist(write: Callable[[], Any], task_id: str) -> Any:
+def _persist(write: Callable[[], Any], fire_id: str) -> Any:
     """Run a store write, retrying until the store answers.
 
     A completion that is never recorded would leave the firing in flight for ever (and a
@@ -227,7 +232,7 @@ def _persist(write: Callable[[], Any], task_id: str) -> Any:
                 logger.warning(
                     "firing %s: the store did not answer for %.0fs; still retrying to record "
                     "its end",
-                    task_id,
+                    fire_id,
                     now - began,
                 )
                 next_log = now + _PERSIST_LOG_INTERVAL
@@ -236,7 +241,7 @@ def _persist(write: Callable[[], Any], task_id: str) -> Any:
             continue
         if time.monotonic() - began > 1.0:
             logger.info(
-                "firing %s: its end recorded after %.0fs", task_id, time.monotonic() - began
+                "firing %s: its end recorded after %.0fs", fire_id, time.monotonic() - began
             )
         return result
 

@@ -96,15 +96,15 @@ class ExecutionInstrumentation:
         instruments().execution_active.add(1, attributes)
         setattr(request, _OBSERVED, (time.perf_counter(), span, token, attributes))
 
-    def refused(self, task: Any, task_id: str, header: dict[str, Any], reason: str) -> None:
+    def refused(self, task: Any, fire_id: str, header: dict[str, Any], reason: str) -> None:
         if not sdk_configured():
             return
         try:
-            self._veto(task, task_id, header, reason)
+            self._veto(task, fire_id, header, reason)
         except Exception:
             logger.debug("veto instrumentation failed", exc_info=True)
 
-    def _veto(self, task: Any, task_id: str, header: dict[str, Any], reason: str) -> None:
+    def _veto(self, task: Any, fire_id: str, header: dict[str, Any], reason: str) -> None:
         job = header.get("job") or ["", ""]
         trigger = header.get("trigger") or ["", ""]
         span = tracer().start_span(
@@ -118,7 +118,7 @@ class ExecutionInstrumentation:
                 TRIGGER_NAME: trigger[0],
                 TRIGGER_GROUP: trigger[1],
                 TASK_NAME: task.name,
-                FIRE_INSTANCE_ID: task_id,
+                FIRE_INSTANCE_ID: fire_id,
                 "quartz.veto.reason": reason,
             },
         )

@@ -340,13 +340,20 @@ class SchedulingStore(abc.ABC):
         instruction of their trigger (:func:`celery_quartz.misfire.expired_firing_outcome`);
         returns those to publish again, now owned by ``instance_name`` with a fresh expiry.
         A firing to publish again for which ``refuse`` gives a reason is dropped instead, with
-        that reason logged (the loop refuses a queue no hooked worker consumes: an unhooked
-        worker may have run the firing without recording it).
+        that reason logged (the loop refuses a queue that a worker without the hooks consumes:
+        it may have run the firing without recording it).
 
         ``grace`` (seconds past the expiry) lets a worker that took the message just in time
         mark it EXECUTING first. Race settled: two schedulers resolving the same firing, or a
         worker starting it meanwhile; exactly one outcome holds.
         """
+
+    @abc.abstractmethod
+    def count_expired_firings(self, *, grace: float) -> int:
+        """How many firings :meth:`resolve_expired_firings` would resolve now (any instance's):
+        in flight, never started, their message expired more than ``grace`` seconds ago. The
+        loop reads it before asking the workers which queues they consume, which it does only
+        when there is something to decide."""
 
     @abc.abstractmethod
     def set_trigger_error(self, acquired: AcquiredFiring, reason: str) -> None:

@@ -240,8 +240,9 @@ def test_a_worker_without_the_hooks_is_noticed_and_no_occurrence_runs_twice(
 ) -> None:
     """A worker started without ``celery_quartz.install(app)`` runs each firing but never
     records its start: the firing then looks expired and unstarted. Beat warns about the queue,
-    reports degraded health, and drops the expired firings instead of publishing them again
-    (each would run a second time)."""
+    reports degraded health, asks the workers which queues they consume, and drops the expired
+    firings of the queue that worker consumes instead of publishing them again (each would run
+    a second time)."""
     store = ledger_app.prepared_store(pg_url)
     now = datetime.now(timezone.utc)
     quartz = Quartz(ledger_app.app, store=store)
@@ -282,12 +283,60 @@ def test_a_worker_without_the_hooks_is_noticed_and_no_occurrence_runs_twice(
     assert body["data"]["unhooked_queues"] == ["celery"]
     assert "no worker with the celery-quartz hooks checks in for queue 'celery'" in log
     assert re.search(r"was not started by any worker .*: published again", log) is None
-    assert log.count("dropped: misfire: no worker with the celery-quartz hooks") == 5
+    assert (
+        len(
+            re.findall(
+                r"queue 'celery' is consumed by unhooked@\S+ without the celery-quartz "
+                r"hooks",
+                log,
+            )
+        )
+        >= 1
+    )
+    assert log.count("dropped: misfire: queue 'celery' is consumed by unhooked@") == 5
     engine = create_engine(pg_url)
     with engine.connect() as conn:
         dups = conn.execute(select(func.count()).select_from(ledger_app.duplicates)).scalar_one()
     engine.dispose()
     assert (_ledger_rows(pg_url), dups) == (5, 0)
+    store.dispose()
+
+
+def test_a_queue_no_worker_consumes_yet_is_not_taken_for_an_unhooked_worker(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """No worker at all consumes the queue when a firing expires (between a worker's death and
+    its replacement's check-in, or before the first one starts). Nothing says a worker without
+    the hooks ran it, so the firing follows its trigger's instruction (a one-shot's: fire now)
+    and is published again; the hooked worker started afterwards runs the occurrence once."""
+    store = ledger_app.prepared_store(pg_url)
+    quartz = Quartz(ledger_app.app, store=store)
+    quartz.schedule_job(
+        Job(key=JobKey("gap", "obs"), task="ledger.record"),
+        SimpleTrigger(
+            key=TriggerKey("gap", "obs"),
+            start_at=datetime.now(timezone.utc) + timedelta(seconds=2),
+            repeat_count=0,
+            repeat_interval=timedelta(0),
+        ),
+    )
+    # The republished message expires the threshold after it is sent: time for a worker to start.
+    env = ledger_app.environment(pg_url, redis_url, MISFIRE_THRESHOLD="20")
+    with processes(tmp_path, env) as procs:
+        procs.beat("beat1")
+        wait_for(
+            lambda: "was not started by any worker" in procs.log("beat1"),
+            timeout=90,
+            message="the expired firing to be resolved",
+        )
+        log = procs.log("beat1")
+        assert "no worker with the celery-quartz hooks checks in for queue 'celery'" in log
+        assert "dropped: misfire" not in log
+        assert re.search(r"firing \S+ of trigger obs\.gap was not started .*: published again", log)
+        procs.worker("late", concurrency=1, extra=["-P", "solo"])
+        wait_for(lambda: _ledger_rows(pg_url) == 1, timeout=60, message="the occurrence to run")
+        wait_for(lambda: not store.firing_states(), timeout=30, message="its completion")
+    assert _ledger_rows(pg_url) == 1
     store.dispose()
 
 

@@ -93,6 +93,15 @@ def test_the_envelope_carries_the_firings_own_values(
         assert properties["expiration"] == "60005"
 
 
+def test_a_firing_published_again_after_an_expiry_has_a_task_id_of_its_own() -> None:
+    firing = _firing(expired_count=2)
+    message = json.loads(_path().envelope(firing, "celery", NOW, "tag"))
+    headers = message["headers"]
+    assert headers["id"] == headers["root_id"] == f"{firing.fire_instance_id}.r2"
+    assert message["properties"]["correlation_id"] == headers["id"]
+    assert headers["quartz"]["fire_instance_id"] == firing.fire_instance_id
+
+
 def _identity(firing: Firing) -> str:
     """What a firing's kwargsrepr adds for Flower: which job, trigger and fire time it is."""
     return (

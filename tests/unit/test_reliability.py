@@ -229,6 +229,26 @@ def test_an_expired_firing_whose_instruction_runs_it_now_is_published_again_once
     assert (again.fire_instance_id, again.expires_millis) == (fire_id, to_millis(at(128.501)))
 
 
+def test_the_expired_firings_are_counted_as_resolving_them_would_find_them(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(
+        store,
+        cron("c1", "0 0 * * * ?", misfire=CronMisfireInstruction.FIRE_ONCE_NOW),
+        cron("c2", "0 0 * * * ?"),
+    )
+    firings = store.fire(A, acquire(store, until=at(3600), window=3600))
+    store.mark_published(A, [f.fire_instance_id for f in firings])
+    started = next(f for f in firings if f.trigger_key.name == "c2")
+    assert store.start_execution(started.fire_instance_id, WORKER)
+    clock.set(at(68.5))
+    assert store.count_expired_firings(grace=8.5) == 0  # within the grace
+    clock.set(at(68.501))
+    assert store.count_expired_firings(grace=8.5) == 1  # the started one is not expired
+    assert len(expire(store)) == 1
+    assert store.count_expired_firings(grace=8.5) == 0  # published again, a fresh expiry
+
+
 def test_a_firing_that_expires_a_second_time_is_dropped(
     store: MemoryStore, clock: FakeClock
 ) -> None:

@@ -100,7 +100,7 @@ def deliver(app: Celery, firing: Firing) -> Any:
     return app.tasks[firing.task].apply(
         args=firing.args,
         kwargs=firing.kwargs,
-        task_id=firing.fire_instance_id,
+        task_id=firing.task_id,
         headers={HEADER: firing.header()},
         throw=False,
     )
@@ -115,6 +115,26 @@ def test_a_firing_runs_and_its_completion_removes_it(
     assert len(contexts) == 1
     assert file_store.firing_states() == {}
     assert file_store.get_trigger_state(TriggerKey("every-minute")) == TriggerState.WAITING
+
+
+def test_a_firing_published_again_after_its_expiry_runs_under_a_task_id_of_its_own(
+    app: Celery, file_store: SqlStore, clock: FakeClock, contexts: list
+) -> None:
+    """A worker that discarded the expired message keeps its task id revoked; the copy sent
+    again has its own (suffixed) task id, and the worker finds the firing by the header."""
+    firing = fired(file_store, repeat_count=0)
+    file_store.mark_published("sched-a", [firing.fire_instance_id])
+    clock.set(T0 + timedelta(seconds=120))
+    [again] = file_store.resolve_expired_firings("sched-b", grace=8.5, max_count=10)
+    assert (again.fire_instance_id, again.expired_count) == (firing.fire_instance_id, 1)
+    assert again.task_id == f"{firing.fire_instance_id}.r1" != firing.task_id
+    result = deliver(app, again)
+    assert (result.state, result.id) == ("SUCCESS", again.task_id)
+    assert [c.fire_instance_id for c in contexts] == [firing.fire_instance_id]
+    assert file_store.firing_states() == {}
+    # The first message, delivered late under the plain id, does not run the occurrence again.
+    assert deliver(app, firing).state == "IGNORED"
+    assert len(contexts) == 1
 
 
 def test_the_task_reads_its_firing_from_the_context(

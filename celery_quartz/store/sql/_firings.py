@@ -211,6 +211,7 @@ class FiringsSql(DefinitionsSql):
                     job_data=json.loads(r.job_data),
                     trigger_data=json.loads(r.trigger_data or "{}"),
                     expires_millis=r.expires_time,
+                    expired_count=r.expired_count,
                     recovering=r.recovering,
                     retry_attempt=r.retry_attempt,
                     refire_count=r.refire_count,

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from sqlalchemy import (
     delete,
+    func,
     select,
     update,
 )
@@ -175,6 +176,22 @@ class MisfiresSql(FiringsSql):
                 because,
             )
         return firings
+
+    def count_expired_firings(self, *, grace: float) -> int:
+        f = self.tables.fired_triggers
+        cutoff = self._now() - int(grace * 1000)
+        with self.transaction() as conn:
+            return int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(f)
+                    .where(
+                        self._scoped(f),
+                        f.c.state.in_([FiringState.FIRED, FiringState.PUBLISHED]),
+                        f.c.expires_time < cutoff,
+                    )
+                ).scalar_one()
+            )
 
     def set_trigger_error(self, acquired: AcquiredFiring, reason: str) -> None:
         """Put a claimed trigger in ERROR (Quartz: its job cannot be run) and drop the claim."""

@@ -211,6 +211,18 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         **_where(triggers.c.execution_group.is_not(None)),
     )
 
+    # The operators' "of this execution group" listing, in page order (schema 0005): the page is
+    # the next rows of the index, not a sort of the whole group. Partial, as the one above;
+    # that one (with the state) serves the schedulers' per-group reads.
+    Index(
+        f"ix_{p}triggers_exec_group_page",
+        triggers.c.sched_name,
+        triggers.c.execution_group,
+        triggers.c.trigger_group,
+        triggers.c.trigger_name,
+        **_where(triggers.c.execution_group.is_not(None)),
+    )
+
     # The operators' "pinned to this worker" listing, in page order; partial: only pinned
     # triggers have an entry (and pay for it when they fire). Schema 0004.
     Index(

@@ -91,6 +91,29 @@ def test_acquisition_is_an_index_range_scan_on_postgres(pg_url: str) -> None:
     engine.dispose()
 
 
+def test_a_page_of_one_execution_group_is_an_index_range_scan_on_postgres(pg_url: str) -> None:
+    from sqlalchemy import text
+
+    engine = create_store_engine(pg_url)
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("SET enable_seqscan = off"))
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                text(
+                    "EXPLAIN SELECT trigger_name FROM quartz_triggers WHERE sched_name = 'x' "
+                    "AND execution_group = 'reports' AND (trigger_group, trigger_name) > ('g', 'n')"
+                    " ORDER BY trigger_group, trigger_name LIMIT 101"
+                )
+            )
+        )
+    assert "ix_quartz_triggers_exec_group_page" in plan, plan
+    # The page is the index's next rows: no sort of every trigger of the group.
+    assert "Sort" not in plan, plan
+    engine.dispose()
+
+
 def _celery(args: list[str], store_url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "CQ_STORE_URL": store_url}
     return subprocess.run(
@@ -106,10 +129,10 @@ def _celery(args: list[str], store_url: str, cwd: Path) -> subprocess.CompletedP
 def test_celery_quartz_schema_commands(tmp_path: Path, pg_url: str) -> None:
     before = _celery(["schema", "check"], pg_url, tmp_path)
     assert before.returncode == 1, before.stdout + before.stderr
-    assert "expected 0004" in before.stdout
+    assert "expected 0005" in before.stdout
     upgraded = _celery(["schema", "upgrade"], pg_url, tmp_path)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "empty -> 0004" in upgraded.stdout
+    assert "empty -> 0005" in upgraded.stdout
     after = _celery(["schema", "check"], pg_url, tmp_path)
     assert after.returncode == 0, after.stdout + after.stderr
     assert "matches" in after.stdout

@@ -119,6 +119,8 @@ class TriggerSet:
     first_ms: int
     interval_s: float
     step_ms: float = 0.0
+    #: The triggers' execution group (their firings go to the queue of that name).
+    execution_group: str | None = None
 
 
 def seed(url: str, dsn: str, sets: Sequence[TriggerSet]) -> float:
@@ -158,6 +160,7 @@ def seed(url: str, dsn: str, sets: Sequence[TriggerSet]) -> float:
                 start_at=from_millis(s.first_ms),
                 repeat_interval=timedelta(seconds=s.interval_s),
                 repeat_count=REPEAT_INDEFINITELY,
+                execution_group=s.execution_group,
             ),
         )
         with store.transaction() as conn:
@@ -194,6 +197,15 @@ def seed(url: str, dsn: str, sets: Sequence[TriggerSet]) -> float:
         conn.commit()
     vacuum(dsn)
     return time.perf_counter() - started
+
+
+def drop_index(dsn: str, name: str) -> None:
+    """Drop index ``name`` of the store's tables (to measure what it costs)."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(name)))
 
 
 def vacuum(dsn: str) -> None:
@@ -488,7 +500,9 @@ def check_messages(redis_client: Any, queue: str = QUEUE, chunk: int = 10_000) -
     return MessageCheck(total, len(per_occurrence), duplicates, without)
 
 
-def verify_with_worker(redis_server: Any, broker_url: str, sample: int = 200) -> tuple[int, int]:
+def verify_with_worker(
+    redis_server: Any, broker_url: str, sample: int = 200, queue: str = QUEUE
+) -> tuple[int, int]:
     """Keep ``sample`` messages in the queue and let a stock Celery worker consume them.
 
     Returns (messages sampled, of them run by the worker). The worker is ``celery -A bench.app
@@ -496,8 +510,8 @@ def verify_with_worker(redis_server: Any, broker_url: str, sample: int = 200) ->
     Celery task message for ``bench.noop``, which records its task id in Redis.
     """
     client = redis_server.client(0)
-    client.ltrim(QUEUE, 0, sample - 1)
-    ids = {json.loads(raw)["headers"]["id"] for raw in client.lrange(QUEUE, 0, -1)}
+    client.ltrim(queue, 0, sample - 1)
+    ids = {json.loads(raw)["headers"]["id"] for raw in client.lrange(queue, 0, -1)}
     record_url = redis_server.url(1)
     recorder = redis_server.client(1)
     recorder.delete("bench:ran")
@@ -513,7 +527,7 @@ def verify_with_worker(redis_server: Any, broker_url: str, sample: int = 200) ->
             proc = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", "bench.app", "worker", "-c", "2",
                  "-l", "warning", "-n", "bench-worker@%h", "--without-mingle", "--without-gossip",
-                 "-Q", QUEUE],
+                 "-Q", queue],
                 cwd=tmp, env=env, stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
             try:

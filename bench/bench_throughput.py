@@ -12,6 +12,15 @@ the Redis list), and at the end a sample of the messages is consumed by a stock 
 
 ``--profile`` runs cProfile inside every scheduler process of the last run and prints the
 merged top functions by cumulative time.
+
+``--execution-group NAME`` puts every trigger in that execution group (no limit set: its firings
+go to the queue NAME). ``--without-index NAME`` drops that index after seeding: run alternately
+with and without it to measure what an index costs per firing, e.g. the execution-group page
+index (schema 0005)::
+
+    .venv/bin/python bench/bench_throughput.py --nodes 2 --execution-group reports
+    .venv/bin/python bench/bench_throughput.py --nodes 2 --execution-group reports \
+        --without-index ix_quartz_triggers_exec_group_page
 """
 
 from __future__ import annotations
@@ -24,9 +33,11 @@ import time
 
 from _harness import (
     PG_STAT_STATEMENTS,
+    QUEUE,
     NodeConfig,
     TriggerSet,
     check_messages,
+    drop_index,
     fresh_store,
     machine_summary,
     median,
@@ -57,6 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--pg-stats", action="store_true", help="pg_stat_statements of the last run"
     )
+    parser.add_argument(
+        "--execution-group",
+        help="put every trigger in this execution group (no limit; its queue has its name)",
+    )
+    parser.add_argument(
+        "--without-index",
+        metavar="NAME",
+        help="drop this index after seeding (run with and without it, alternately, to measure "
+        "what the index costs per firing)",
+    )
     args = parser.parse_args(argv)
     node_counts = [int(n) for n in args.nodes.split(",")]
     n = args.triggers
@@ -66,8 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         url, dsn = fresh_store(pg)
         broker = rd.url(0)
         redis = rd.client(0)
-        seconds = seed(url, dsn, [TriggerSet("due", n, now_ms() - 1000, interval_s=3600)])
+        group = args.execution_group
+        queue = group or QUEUE
+        seconds = seed(
+            url,
+            dsn,
+            [TriggerSet("due", n, now_ms() - 1000, interval_s=3600, execution_group=group)],
+        )
         print(f"seeded {n:,} jobs and triggers in {seconds:.1f}s", flush=True)
+        if args.without_index:
+            drop_index(dsn, args.without_index)
+            print(f"index {args.without_index} dropped", flush=True)
         rows = []
         profile_dir = tempfile.mkdtemp(prefix="cq-bench-prof-")
         profile_paths: list[str] = []
@@ -117,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 )[0][0]
                 if args.pg_stats and final:
                     stats = statement_stats(dsn, n)
-                msgs = check_messages(redis)
+                msgs = check_messages(redis, queue)
                 ok = (
                     published == n
                     and not_advanced == 0
@@ -153,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                     median(redis_per_firing),
                 )
             )
-        sampled, ran = verify_with_worker(rd, broker, args.sample)
+        sampled, ran = verify_with_worker(rd, broker, args.sample, queue)
         print(f"\nstock Celery worker ran {ran} of {sampled} sampled messages", flush=True)
         base = rows[0][1]
         print(f"\n## throughput, {n:,} triggers due (median of {args.repeats})\n")

@@ -8,6 +8,8 @@ benchmark's own processes agree:
     BENCH_RECORD_URL      Redis URL where the sample worker records the task ids it ran
     BENCH_BEAT_ENTRIES    number of ``beat_schedule`` entries (peers scenario), default 0
     BENCH_BEAT_INTERVAL   their interval in seconds, default 1
+    BENCH_BEAT_AT         epoch milliseconds: instead, every entry is due once, at that instant
+                          (the pipeline scenario's stock beat baseline)
     BENCH_REDBEAT_URL     Redis URL for celery-redbeat's keys (peers scenario)
     BENCH_HOOKS           non-empty: install celery-quartz's worker hooks (pipeline scenario)
 
@@ -20,8 +22,11 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import datetime, timedelta
+from typing import Any
 
 from celery import Celery
+from celery.schedules import schedstate, schedule
 
 app = Celery("bench", broker=os.environ.get("BENCH_BROKER_URL", "memory://"))
 app.conf.update(
@@ -38,10 +43,34 @@ app.conf.update(
     redbeat_lock_timeout=60,
 )
 
+
+class OnceAt(schedule):  # type: ignore[misc]
+    """Due once, at ``at`` (epoch seconds): a stock beat entry that fires when a benchmark's
+    celery-quartz triggers would, all at one instant."""
+
+    def __init__(self, at: float) -> None:
+        super().__init__(run_every=timedelta(hours=1))
+        self.at = at
+
+    def is_due(self, last_run_at: datetime) -> schedstate:
+        now = time.time()
+        if now < self.at:
+            return schedstate(False, self.at - now)
+        return schedstate(last_run_at.timestamp() < self.at, 3600.0)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return self.__class__, (self.at,)
+
+
 _entries = int(os.environ.get("BENCH_BEAT_ENTRIES", "0"))
 _interval = float(os.environ.get("BENCH_BEAT_INTERVAL", "1"))
+_at = os.environ.get("BENCH_BEAT_AT")
 app.conf.beat_schedule = {
-    f"entry-{i:07d}": {"task": "bench.noop", "schedule": _interval} for i in range(_entries)
+    f"entry-{i:07d}": {
+        "task": "bench.noop",
+        "schedule": OnceAt(int(_at) / 1000) if _at else _interval,
+    }
+    for i in range(_entries)
 }
 
 _recorder = None

@@ -23,6 +23,9 @@ Measured until every firing has run and its fired row is gone: executions comple
 start lateness (worker start minus scheduled time, p50/p99; on a backlog this is mostly queueing),
 and the time from a firing to its completion record (p50/p99). In the same run, the same two
 schedulers publish the same N with no worker: the end-to-end rate is given as a ratio to that.
+The baseline, also in each repeat: stock ``celery beat`` (PersistentScheduler) with N entries
+all due at one instant and two stock workers (no hooks), executions/s from that instant to the
+last execution; the end-to-end rate is also given as a ratio to it.
 
 **sustained.** The same processes at a fixed rate: ``rate`` triggers each fire once a second,
 their start times spread evenly (as ``bench_lateness.py`` spreads them), schedulers sleeping what
@@ -235,6 +238,60 @@ def end_to_end(*, n: int, url: str, dsn: str, rd: Any, pg: Any, timeout: float) 
         "complete_p99": _percentile(to_completion, 0.99),
         "duplicates": int(record.get("bench:runs") or 0) - record.scard("bench:ran"),
         "left": _fired_left(dsn),
+    }
+
+
+#: How long before the instant its entries are due stock beat is started (it loads them first).
+_STOCK_BEAT_LEAD_MS = 15_000
+
+
+def stock_end_to_end(*, n: int, rd: Any, timeout: float) -> dict[str, float]:
+    """The baseline: stock ``celery beat`` (one process, the default PersistentScheduler) with
+    ``n`` entries of ``bench.noop`` all due at one instant, and two stock workers (prefork, 2
+    processes each, no hooks): executions/s from that instant to the last execution."""
+    record = rd.client(1)
+    record.delete("bench:ran", "bench:runs")
+    rd.client(0).delete(QUEUE)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "BENCH_BROKER_URL": rd.url(0),
+        "BENCH_RECORD_URL": rd.url(1),
+    }
+    with tempfile.TemporaryDirectory(prefix="cq-bench-stock-") as tmp:
+        folder = Path(tmp)
+        workers = [
+            _start_worker(folder, f"stock{i}", env, pool="prefork", concurrency=2) for i in range(2)
+        ]
+        due = now_ms() + _STOCK_BEAT_LEAD_MS
+        beat_log = folder / "beat.log"
+        with open(beat_log, "wb") as log:
+            beat = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "bench.app", "beat", "-l", "warning",
+                 "-s", str(folder / "schedule")],
+                cwd=folder, env={**env, "BENCH_BEAT_ENTRIES": str(n), "BENCH_BEAT_AT": str(due)},
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            deadline = time.monotonic() + timeout
+            first_ms = None
+            while record.scard("bench:ran") < n:
+                for proc, path in [*workers, (beat, beat_log)]:
+                    _alive(proc, path, deadline)
+                if first_ms is None and record.scard("bench:ran"):
+                    first_ms = now_ms()
+                time.sleep(0.01)
+            done_ms = now_ms()
+        finally:
+            stop_process(beat)
+            for proc, _ in workers:
+                stop_process(proc)
+    return {
+        "rate": n / ((done_ms - due) / 1000),
+        # Near 0 unless beat was still loading its entries at the instant (then it is unfair
+        # to stock beat, and the lead must grow).
+        "first_ms": float("nan") if first_ms is None else float(first_ms - due),
+        "duplicates": int(record.get("bench:runs") or 0) - record.scard("bench:ran"),
     }
 
 
@@ -451,7 +508,7 @@ def e2e(args: argparse.Namespace, pg: Any, rd: Any) -> int:
     url, dsn = fresh_store(pg)
     seed(url, dsn, [TriggerSet("e2e", n, now_ms(), interval_s=3600)])
     checks_failed = 0
-    publish, runs = [], []
+    publish, runs, stock = [], [], []
     for _ in range(args.repeats):
         publish.append(publish_only(n=n, url=url, dsn=dsn, rd=rd, timeout=args.timeout))
         result = end_to_end(n=n, url=url, dsn=dsn, rd=rd, pg=pg, timeout=args.timeout)
@@ -462,6 +519,16 @@ def e2e(args: argparse.Namespace, pg: Any, rd: Any) -> int:
             f"ms p99 {result['complete_p99']:.0f} ms",
             flush=True,
         )
+        baseline = stock_end_to_end(n=n, rd=rd, timeout=args.timeout)
+        stock.append(baseline["rate"])
+        print(
+            f"  stock beat + 2 stock workers: {baseline['rate']:.0f} executions/s (first "
+            f"execution {baseline['first_ms']:.0f} ms after the instant)",
+            flush=True,
+        )
+        if baseline["duplicates"]:
+            checks_failed += 1
+            print(f"  CHECK FAILED: stock run: {baseline['duplicates']:.0f} ran twice")
         if result["duplicates"] or result["left"]:
             checks_failed += 1
             print(
@@ -477,6 +544,8 @@ def e2e(args: argparse.Namespace, pg: Any, rd: Any) -> int:
                 "executions/s",
                 "publish-only firings/s",
                 "end to end / publish only",
+                "stock beat + workers executions/s",
+                "end to end / stock",
                 "start lateness p50 / p99 ms",
                 "fire to completion p50 / p99 ms",
             ),
@@ -485,6 +554,8 @@ def e2e(args: argparse.Namespace, pg: Any, rd: Any) -> int:
                     f"{rate:.0f}",
                     f"{median(publish):.0f}",
                     f"{rate / median(publish):.2f}",
+                    f"{median(stock):.0f}",
+                    f"{rate / median(stock):.2f}",
                     f"{median([r['late_p50'] for r in runs]):.0f} / "
                     f"{median([r['late_p99'] for r in runs]):.0f}",
                     f"{median([r['complete_p50'] for r in runs]):.0f} / "

@@ -283,16 +283,7 @@ def test_a_worker_without_the_hooks_is_noticed_and_no_occurrence_runs_twice(
     assert body["data"]["unhooked_queues"] == ["celery"]
     assert "no worker with the celery-quartz hooks checks in for queue 'celery'" in log
     assert re.search(r"was not started by any worker .*: published again", log) is None
-    assert (
-        len(
-            re.findall(
-                r"queue 'celery' is consumed by unhooked@\S+ without the celery-quartz "
-                r"hooks",
-                log,
-            )
-        )
-        >= 1
-    )
+    assert re.search(r"queue 'celery' is consumed by unhooked@\S+ without the celery-quartz", log)
     assert log.count("dropped: misfire: queue 'celery' is consumed by unhooked@") == 5
     engine = create_engine(pg_url)
     with engine.connect() as conn:

@@ -428,13 +428,21 @@ def _percentile(values: list[int], q: float) -> float:
     return float(values[min(len(values) - 1, int(q * len(values)))])
 
 
+def _fresh_store(pg: Any, driver: str) -> tuple[str, str]:
+    """A new store database; its SQLAlchemy URL uses ``driver`` (schedulers' and workers')."""
+    from sqlalchemy.engine import make_url
+
+    url, dsn = fresh_store(pg)
+    return make_url(url).set(drivername=f"postgresql+{driver}").render_as_string(False), dsn
+
+
 def overhead(args: argparse.Namespace, pg: Any, rd: Any) -> int:
     """The overhead scenario; the number of runs whose checks failed."""
     pools = [(p.split(":")[0], int(p.split(":")[1])) for p in args.pools.split(",")]
     n = args.firings
     print(f"## overhead: {n:,} firings of bench.noop drained per run", flush=True)
     checks_failed = 0
-    url, dsn = fresh_store(pg)
+    url, dsn = _fresh_store(pg, args.driver)
     broker = rd.url(0)
     dump = publish_once(url, dsn, broker, rd.client(0), n)
     record = rd.client(1)
@@ -505,7 +513,7 @@ def e2e(args: argparse.Namespace, pg: Any, rd: Any) -> int:
     """The end-to-end scenario; the number of runs whose checks failed."""
     n = args.e2e_firings
     print(f"## end to end: {n:,} triggers due at once, 2 schedulers, 2 hooked workers", flush=True)
-    url, dsn = fresh_store(pg)
+    url, dsn = _fresh_store(pg, args.driver)
     seed(url, dsn, [TriggerSet("e2e", n, now_ms(), interval_s=3600)])
     checks_failed = 0
     publish, runs, stock = [], [], []
@@ -576,7 +584,7 @@ def sustained_scenario(args: argparse.Namespace, pg: Any, rd: Any) -> int:
         f"{args.warmup:.0f} s, 2 schedulers, 2 hooked workers",
         flush=True,
     )
-    url, dsn = fresh_store(pg)
+    url, dsn = _fresh_store(pg, args.driver)
     seed(url, dsn, [TriggerSet("load", max(rates), now_ms() + 3_600_000, interval_s=1.0)])
     rows, held, failed = [], None, 0
     for rate in rates:
@@ -618,9 +626,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="50,100,200,300,400", help="sustained: firings/s")
     parser.add_argument("--warmup", type=float, default=5.0, help="sustained: seconds")
     parser.add_argument("--duration", type=float, default=20.0, help="sustained: seconds")
+    parser.add_argument(
+        "--driver",
+        choices=("psycopg2", "psycopg"),
+        default="psycopg2",
+        help="the store URL's driver (psycopg: psycopg 3, which prepares repeated statements)",
+    )
     args = parser.parse_args(argv)
     scenarios = args.scenarios.split(",")
-    print(f"# pipeline; {machine_summary()}", flush=True)
+    print(f"# pipeline; {machine_summary()}; store driver {args.driver}", flush=True)
     failed = 0
     with services() as (pg, rd):
         if "overhead" in scenarios:

@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_pipeline.py [--firings 20000] [--repeats 2]
         [--pools threads:8,prefork:2] [--scenarios overhead,e2e,sustained]
         [--e2e-firings 10000] [--rates 50,100,200,300,400] [--warmup 5] [--duration 20]
+        [--driver psycopg2|psycopg]
 
 **overhead.**
 N due triggers are fired and published once (one scheduler node, as ``bench_throughput.py``

@@ -215,6 +215,14 @@ def test_flower_names_each_firings_job_trigger_and_scheduled_time(
     with processes(tmp_path, env) as procs:
         procs.flower("flower", flower_port)
         procs.worker("worker1", concurrency=1, extra=["-E"])
+
+        def seen_by_flower() -> bool:
+            code, body = _get(f"http://127.0.0.1:{flower_port}/api/workers?status=true")
+            return code == 200 and any(name.startswith("worker1@") for name in body or {})
+
+        # Flower's event receiver is connected once it has an event from the worker: a
+        # task-sent event published before that would not reach it (events are not queued).
+        wait_for(seen_by_flower, timeout=60, message="Flower to receive the worker's events")
         procs.beat("beat1")
         url = f"http://127.0.0.1:{flower_port}/api/tasks?taskname=ledger.record"
 

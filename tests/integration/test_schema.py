@@ -68,50 +68,43 @@ def test_upgrading_from_0001_keeps_the_rows_makes_the_indexes_partial_and_rename
     engine.dispose()
 
 
-def test_acquisition_is_an_index_range_scan_on_postgres(pg_url: str) -> None:
+def _plan(url: str, query: str) -> str:
+    """PostgreSQL's plan of ``query`` on a migrated store, with sequential scans discouraged (an
+    empty table would otherwise be scanned)."""
     from sqlalchemy import text
 
-    engine = create_store_engine(pg_url)
-    migrate.upgrade(engine)
-    with engine.begin() as conn:
-        conn.execute(text("SET enable_seqscan = off"))
-        plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                text(
-                    "EXPLAIN SELECT trigger_name FROM quartz_triggers WHERE sched_name = 'x' "
-                    "AND trigger_state = 'WAITING' AND next_fire_time <= 1000 "
-                    "ORDER BY next_fire_time, priority DESC LIMIT 100"
-                )
-            )
-        )
+    engine = create_store_engine(url)
+    try:
+        migrate.upgrade(engine)
+        with engine.begin() as conn:
+            conn.execute(text("SET enable_seqscan = off"))
+            return "\n".join(r[0] for r in conn.execute(text(f"EXPLAIN {query}")))
+    finally:
+        engine.dispose()
+
+
+def test_acquisition_is_an_index_range_scan_on_postgres(pg_url: str) -> None:
+    plan = _plan(
+        pg_url,
+        "SELECT trigger_name FROM quartz_triggers WHERE sched_name = 'x' "
+        "AND trigger_state = 'WAITING' AND next_fire_time <= 1000 "
+        "ORDER BY next_fire_time, priority DESC LIMIT 100",
+    )
     assert "ix_quartz_triggers_acquire" in plan, plan
     # Ordered as the index is: the batch is the index's first rows, with no sort of all that is due.
     assert "Sort" not in plan, plan
-    engine.dispose()
 
 
 def test_a_page_of_one_execution_group_is_an_index_range_scan_on_postgres(pg_url: str) -> None:
-    from sqlalchemy import text
-
-    engine = create_store_engine(pg_url)
-    migrate.upgrade(engine)
-    with engine.begin() as conn:
-        conn.execute(text("SET enable_seqscan = off"))
-        plan = "\n".join(
-            r[0]
-            for r in conn.execute(
-                text(
-                    "EXPLAIN SELECT trigger_name FROM quartz_triggers WHERE sched_name = 'x' "
-                    "AND execution_group = 'reports' AND (trigger_group, trigger_name) > ('g', 'n')"
-                    " ORDER BY trigger_group, trigger_name LIMIT 101"
-                )
-            )
-        )
+    plan = _plan(
+        pg_url,
+        "SELECT trigger_name FROM quartz_triggers WHERE sched_name = 'x' "
+        "AND execution_group = 'reports' AND (trigger_group, trigger_name) > ('g', 'n') "
+        "ORDER BY trigger_group, trigger_name LIMIT 101",
+    )
     assert "ix_quartz_triggers_exec_group_page" in plan, plan
     # The page is the index's next rows: no sort of every trigger of the group.
     assert "Sort" not in plan, plan
-    engine.dispose()
 
 
 def _celery(args: list[str], store_url: str, cwd: Path) -> subprocess.CompletedProcess[str]:

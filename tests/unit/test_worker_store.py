@@ -4,6 +4,9 @@ its own; everything else takes the general transaction. Both must decide the sam
 
 from __future__ import annotations
 
+import logging
+
+import pytest
 from sqlalchemy import event, select
 
 from celery_quartz.affinity import PreferredNode
@@ -15,9 +18,9 @@ from tests.unit.builders import A, add, at, one_shot, repeating
 W1, W2 = "celery@w1", "celery@w2"
 
 
-def fired(db: SqlStore, *names: str) -> dict[str, str]:
-    """Fire the due triggers ``names``; their fire instance ids by trigger name."""
-    claim = db.claim(A, no_later_than=at(1), max_count=10, time_window=0.0)
+def fired(db: SqlStore, *names: str, second: int = 1) -> dict[str, str]:
+    """Fire the triggers ``names`` due by ``second``; their fire instance ids by trigger name."""
+    claim = db.claim(A, no_later_than=at(second), max_count=10, time_window=0.0)
     ids = {f.trigger_key.name: f.fire_instance_id for f in claim.firings}
     assert set(names) <= set(ids)
     db.mark_published(A, list(ids.values()))
@@ -83,9 +86,65 @@ def test_a_completion_that_releases_nothing_is_one_statement_on_postgresql(db: S
     assert db.complete_execution(fire_id)
     assert db.firing_states() == {}
     if db.dialect == "postgresql":
-        assert len([s for s in seen if s.lstrip().upper().startswith(("DELETE", "WITH"))]) == 1
-        assert len(seen) == 2  # the completion, and firing_states' read
+        # On psycopg2 the statement is prepared on the connection first (see below).
+        ran = [s for s in seen if s.lstrip().upper().startswith(("DELETE", "WITH", "EXECUTE"))]
+        assert len(ran) == 1
+        prepared = [s for s in seen if s.startswith("PREPARE")]
+        assert len(seen) == 2 + len(prepared)  # the completion, and firing_states' read
     assert not db.complete_execution(fire_id)  # already done
+
+
+def test_on_psycopg2_the_worker_statements_are_prepared_once_per_connection(
+    pg_url: str, clock: FakeClock
+) -> None:
+    """psycopg2 sends statements as text, so PostgreSQL would parse and plan the start and the
+    completion on every execution: they are prepared once per connection and run by name."""
+    db = SqlStore(pg_url, scheduler_name="unit", clock=clock, pool_size=1)
+    db.create_tables()
+    try:
+        add(db, repeating("t1", at(0), 1))
+        seen = statements(db)
+        for second in range(3):
+            clock.set(at(second))
+            fire_id = fired(db, "t1", second=second)["t1"]
+            assert db.start_execution(fire_id, W1)
+            assert db.complete_execution(fire_id)
+        worker = [s for s in seen if s.startswith(("PREPARE", "EXECUTE"))]
+        assert [s.split()[0] for s in worker] == ["PREPARE", "EXECUTE", "PREPARE"] + ["EXECUTE"] * 5
+        with db._autocommit.connect() as conn:
+            names = set(conn.exec_driver_sql("SELECT name FROM pg_prepared_statements").scalars())
+        assert names == {s.split()[1].partition("(")[0] for s in worker[:3:2]}
+    finally:
+        db.dispose()
+
+
+def test_a_prepared_statement_gone_from_its_session_is_run_unprepared_from_then_on(
+    pg_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pooler that hands a connection's statements to different sessions (PgBouncer in
+    transaction mode) loses what was prepared: the store notices, says so once, and runs its
+    statements as text from then on; no start or completion is lost."""
+    db = SqlStore(pg_url, scheduler_name="unit", clock=clock, pool_size=1)
+    db.create_tables()
+    try:
+        add(db, repeating("t1", at(0), 1))
+        first = fired(db, "t1", second=0)["t1"]
+        assert db.start_execution(first, W1)
+        assert db.complete_execution(first)
+        with db._autocommit.connect() as conn:
+            conn.exec_driver_sql("DEALLOCATE ALL")
+        seen = statements(db)
+        clock.set(at(1))
+        second = fired(db, "t1", second=1)["t1"]
+        with caplog.at_level(logging.WARNING, logger="celery_quartz.store"):
+            assert db.start_execution(second, W1)
+        assert "unprepared from now on" in caplog.text
+        assert not db.start_execution(second, W2)
+        assert db.complete_execution(second)
+        assert db.firing_states() == {}
+        assert [s.split()[0] for s in seen if s.startswith(("PREPARE", "EXECUTE"))] == ["EXECUTE"]
+    finally:
+        db.dispose()
 
 
 def test_the_last_firing_of_a_complete_trigger_removes_it(db: SqlStore) -> None:

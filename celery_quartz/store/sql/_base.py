@@ -19,7 +19,7 @@ from sqlalchemy import (
     select,
     tuple_,
 )
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from celery_quartz.affinity import PreferredNode
 from celery_quartz.clock import Clock, SystemClock, from_millis, to_millis
@@ -47,6 +47,7 @@ from celery_quartz.store.schema import (
     Tables,
     build_tables,
 )
+from celery_quartz.store.sql._prepared import CompiledStatement
 from celery_quartz.store.sql._rows import (
     datetime_or_none,
     json_value,
@@ -62,6 +63,12 @@ logger = logging.getLogger(__name__)
 
 #: Name of the ``locks`` row that carries the leadership epoch.
 LEADER_LOCK = "LEADER"
+
+#: Key of a pooled connection's ``info``: the names of the statements prepared on it (the dict
+#: lives as long as the driver's connection, and a new connection starts with an empty one).
+_PREPARED = "celery_quartz_prepared"
+#: SQLSTATE ``invalid_sql_statement_name``: ``EXECUTE`` of a statement the session does not have.
+_UNDEFINED_PREPARED_STATEMENT = "26000"
 
 
 class SqlBase:
@@ -113,6 +120,8 @@ class SqlBase:
         #: The misfire threshold in milliseconds (see ``misfire_threshold`` above).
         self.misfire_threshold_ms = int(misfire_threshold * 1000)
         self.checkin_misfire_threshold_ms = int(checkin_misfire_threshold * 1000)
+        #: Whether :meth:`_execute_compiled` prepares statements on the server (psycopg2).
+        self._prepare_statements = True
         #: A non-clustered leader's fencing epoch: its writes check it
         #: (:mod:`celery_quartz.store.sql.cluster`).
         self.fence: Fence | None = None
@@ -137,21 +146,46 @@ class SqlBase:
         if "_autocommit" in self.__dict__:
             self._autocommit.dispose()
 
-    def _compiled(self, statement: Any) -> tuple[str, dict[str, Any]]:
-        """``statement`` as the driver's SQL and its fixed parameters, compiled once by the
-        caller (a ``cached_property``) for :meth:`_execute_compiled`."""
-        compiled = statement.compile(dialect=self.engine.dialect)
-        return str(compiled), dict(compiled.params)
+    def _compiled(self, statement: Any) -> CompiledStatement:
+        """``statement`` compiled once for :meth:`_execute_compiled` (by a ``cached_property``
+        of the caller): the driver's SQL, its fixed parameters and, on psycopg2, the statement
+        to prepare it on the server."""
+        return CompiledStatement.of(statement, self.engine.dialect)
 
-    @staticmethod
     def _execute_compiled(
-        conn: Connection, compiled: tuple[str, dict[str, Any]], **params: Any
+        self, conn: Connection, compiled: CompiledStatement, **params: Any
     ) -> Any:
         """Run a statement compiled by :meth:`_compiled` with ``params``: the driver gets the SQL
         as is, with none of the per-call work of building, caching and binding a Core statement
-        (for the worker's one-statement start and completion, run once per execution)."""
-        sql, fixed = compiled
-        return conn.exec_driver_sql(sql, {**fixed, **params})
+        (for the worker's one-statement start and completion, run once per execution).
+
+        On psycopg2 the statement is prepared on the server once per connection (``PREPARE``)
+        and then run by name (``EXECUTE``), so PostgreSQL parses and plans it once rather than
+        on every execution; psycopg 3 prepares a statement it runs often by itself. A server
+        that does not keep the prepared statement between two of its connection's statements
+        (a pooler such as PgBouncer in transaction mode hands them to different sessions) makes
+        this store run its statements unprepared from then on, with a warning."""
+        statement = compiled.prepared
+        if statement is None or not self._prepare_statements:
+            return conn.exec_driver_sql(compiled.sql, {**compiled.fixed, **params})
+        prepared: set[str] = conn.connection.info.setdefault(_PREPARED, set())
+        if statement.name not in prepared:
+            conn.exec_driver_sql(statement.prepare)
+            prepared.add(statement.name)
+        try:
+            return conn.exec_driver_sql(statement.execute, {**compiled.fixed, **params})
+        except DBAPIError as exc:
+            if getattr(exc.orig, "pgcode", None) != _UNDEFINED_PREPARED_STATEMENT:
+                raise
+        prepared.discard(statement.name)
+        self._prepare_statements = False
+        logger.warning(
+            "store %s: a statement prepared on this connection was gone at its next use (a "
+            "connection pooler between the workers and PostgreSQL?); running the store's "
+            "statements unprepared from now on",
+            self.engine.url.render_as_string(hide_password=True),
+        )
+        return conn.exec_driver_sql(compiled.sql, {**compiled.fixed, **params})
 
     @functools.cached_property
     def _autocommit(self) -> Engine:

@@ -27,6 +27,7 @@ from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store.abc import WorkerStore
 from celery_quartz.store.schema import FiringState, TriggerState
 from celery_quartz.store.sql._firings import FiringsSql
+from celery_quartz.store.sql._prepared import CompiledStatement
 from celery_quartz.store.sql._rows import outcome_columns
 from celery_quartz.store.views import FiringOutcome
 
@@ -106,7 +107,7 @@ class WorkerSql(FiringsSql, WorkerStore):
         return True
 
     @functools.cached_property
-    def _start_statement(self) -> tuple[str, dict[str, Any]]:
+    def _start_statement(self) -> CompiledStatement:
         """``WITH started AS (UPDATE fired … RETURNING …), claimed AS (UPDATE triggers … FROM
         started …) SELECT started.*, count(claimed)`` with parameters ``fire_id``, ``worker``
         and ``now`` (built once)."""
@@ -301,11 +302,11 @@ class WorkerSql(FiringsSql, WorkerStore):
         return done is not None
 
     @functools.cached_property
-    def _complete_alone_statement(self) -> tuple[str, dict[str, Any]]:
+    def _complete_alone_statement(self) -> CompiledStatement:
         return self._compiled(self._complete_alone_delete)
 
     @functools.cached_property
-    def _complete_recorded_statement(self) -> tuple[str, dict[str, Any]]:
+    def _complete_recorded_statement(self) -> CompiledStatement:
         """``WITH gone AS (DELETE … RETURNING …), recorded AS (UPDATE triggers … last outcome
         FROM gone) SELECT …``: the completion and its success kept on the trigger, one
         statement (parameters ``fire_id`` and ``now``)."""

@@ -9,12 +9,16 @@
 * at the end (success or failure), the row is removed and what waited on it is released; a task
   that asked Celery to retry it keeps its firing in flight for the next delivery; a failure is
   handed to the trigger's retry policy in the same transaction (see :mod:`celery_quartz.retry`).
+  A success whose end releases nothing is recorded with the process's other such ends, at most
+  ``quartz_worker_completion_delay`` seconds later (:class:`_CompletionBatch`).
 
 Messages that did not come from celery-quartz pass through untouched.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
 import threading
@@ -24,15 +28,17 @@ from typing import Any
 
 from celery import Celery, Task, bootsteps
 from celery.exceptions import Ignore
-from celery.signals import task_postrun, worker_shutdown
+from celery.signals import task_postrun, worker_process_shutdown, worker_shutdown
 from celery.states import FAILURE, RETRY
 from sqlalchemy.exc import DBAPIError
 
+from celery_quartz.clock import SystemClock, to_millis
 from celery_quartz.config import Settings
 from celery_quartz.context import JobExecutionContext, firing_header
 from celery_quartz.errors import RefireJob
 from celery_quartz.firing import HEADER
 from celery_quartz.store import Store, open_store
+from celery_quartz.store.records import FinishedExecution
 from celery_quartz.store.views import FiringOutcome
 
 logger = logging.getLogger(__name__)
@@ -58,6 +64,11 @@ def install(app: Celery) -> None:
     if app.finalized:
         hooks.guard_tasks()
     task_postrun.connect(hooks.on_postrun, weak=False)
+    # Before the check-in's own receiver (connected when the worker starts): the ends still
+    # waiting are recorded before the worker's check-in row is removed.
+    worker_process_shutdown.connect(hooks.record_waiting_ends, weak=False)
+    worker_shutdown.connect(hooks.record_waiting_ends, weak=False)
+    atexit.register(hooks.record_waiting_ends)
     app.steps["worker"].add(WorkerCheckIn)
 
 
@@ -69,6 +80,25 @@ class _WorkerHooks:
         #: Told of each start recorded (``after_start(task, context)``) and refused
         #: (``refused(task, fire_instance_id, header, reason)``), beside the core: instrumentation.
         self.middleware: list[Any] = []
+        self._batch: _CompletionBatch | None = None
+
+    @property
+    def batch(self) -> _CompletionBatch:
+        """This process's batch of successful ends (a forked child starts its own)."""
+        batch = self._batch
+        if batch is None or batch.pid != os.getpid():
+            with self._lock:
+                batch = self._batch
+                if batch is None or batch.pid != os.getpid():
+                    delay = Settings.from_app(self.app).worker_completion_delay
+                    batch = self._batch = _CompletionBatch(self.store, delay)
+        return batch
+
+    def record_waiting_ends(self, *_: Any, **__: Any) -> None:
+        """Record the ends this process still holds (its pool process, or the worker, stops)."""
+        batch = self._batch
+        if batch is not None and batch.pid == os.getpid():
+            batch.flush()
 
     def store(self, scheduler_name: str) -> Store:
         """This process's store for ``scheduler_name`` (engines are not shared across a fork)."""
@@ -117,7 +147,7 @@ class _WorkerHooks:
             for m in self.middleware:
                 m.refused(task, fire_id, header, "the store did not answer; held back")
             raise task.retry(countdown=1, max_retries=None, headers=headers) from None
-        if not started:
+        if started is None:
             logger.info(
                 "firing %s of trigger %s is already executing or complete: not starting it again",
                 fire_id,
@@ -127,6 +157,7 @@ class _WorkerHooks:
                 m.refused(task, fire_id, header, "already executing or complete")
             raise Ignore()
         request.quartz_task_id = task_id
+        request.quartz_batchable = started.batchable
         request.quartz_context = context = JobExecutionContext.from_header(header, worker)
         for m in self.middleware:
             m.after_start(task, context)
@@ -150,7 +181,7 @@ class _WorkerHooks:
         request.quartz_task_id = None
         fire_id = context.fire_instance_id
         if state == RETRY:
-            _persist(lambda: store.return_to_published(fire_id), fire_id)
+            _persist(lambda: store.return_to_published(fire_id), f"firing {fire_id}")
         elif isinstance(retval, RefireJob):
             self._refire(task, store, context, task_id)
         else:
@@ -158,6 +189,11 @@ class _WorkerHooks:
             job_data = context.job_data if header.get("persist_job_data") else None
             # Only an exception counts as a failure: Ignore and Reject end as IGNORED/REJECTED.
             failed = state == FAILURE
+            if not failed and job_data is None and getattr(request, "quartz_batchable", False):
+                batch = self.batch
+                if batch.delay > 0:
+                    batch.add(context.scheduler_name, fire_id)
+                    return
             # Kept on the trigger as its last outcome, in the completion's own transaction.
             outcome = (
                 FiringOutcome.of_exception(retval)
@@ -168,14 +204,16 @@ class _WorkerHooks:
                 lambda: store.complete_execution(
                     fire_id, job_data=job_data, failed=failed, outcome=outcome
                 ),
-                fire_id,
+                f"firing {fire_id}",
             )
 
     def _refire(self, task: Task, store: Store, context: JobExecutionContext, task_id: str) -> None:
         """Run the same firing again at once, with ``refire_count`` one higher (the same
         message task id: its message ran, so no worker has it revoked)."""
         fire_id = context.fire_instance_id
-        if not _persist(lambda: store.return_to_published(fire_id, refire=True), fire_id):
+        if not _persist(
+            lambda: store.return_to_published(fire_id, refire=True), f"firing {fire_id}"
+        ):
             return
         request = task.request
         header = dict(firing_header(request) or {})
@@ -211,8 +249,8 @@ _PERSIST_MAX_DELAY = 5.0
 _PERSIST_LOG_INTERVAL = 30.0
 
 
-def _persist(write: Callable[[], Any], fire_id: str) -> Any:
-    """Run a store write, retrying until the store answers.
+def _persist(write: Callable[[], Any], what: str) -> Any:
+    """Run a store write for ``what`` (``"firing <id>"``), retrying until the store answers.
 
     A completion that is never recorded would leave the firing in flight for ever (and a
     disallow_concurrent job blocked), however long the database is down, so the outage is waited
@@ -230,9 +268,8 @@ def _persist(write: Callable[[], Any], fire_id: str) -> Any:
             now = time.monotonic()
             if now >= next_log:
                 logger.warning(
-                    "firing %s: the store did not answer for %.0fs; still retrying to record "
-                    "its end",
-                    fire_id,
+                    "%s: the store did not answer for %.0fs; still retrying to record the end",
+                    what,
                     now - began,
                 )
                 next_log = now + _PERSIST_LOG_INTERVAL
@@ -240,10 +277,73 @@ def _persist(write: Callable[[], Any], fire_id: str) -> Any:
             delay = min(delay * 2, _PERSIST_MAX_DELAY)
             continue
         if time.monotonic() - began > 1.0:
-            logger.info(
-                "firing %s: its end recorded after %.0fs", fire_id, time.monotonic() - began
-            )
+            logger.info("%s: the end recorded after %.0fs", what, time.monotonic() - began)
         return result
+
+
+#: Most ends a batch holds: one more records them at once.
+_BATCH_SIZE = 200
+
+
+class _CompletionBatch:
+    """The successful ends of one process's executions, recorded together.
+
+    An execution whose end releases nothing (its job allows concurrent executions) and whose
+    job does not request recovery ends here rather than in a statement of its own: the ends are
+    recorded by one statement per scheduler name (:meth:`~celery_quartz.store.abc.WorkerStore.
+    complete_executions`) at most ``delay`` seconds after the first of them, at once when
+    :data:`_BATCH_SIZE` are waiting, and when the process stops (a pool process's
+    ``worker_process_shutdown``, the worker's ``worker_shutdown``, and at exit). Each keeps its
+    own finish time. What this changes, and what it does not, is in ``docs/reliability.md``.
+    """
+
+    def __init__(self, store: Callable[[str], Store], delay: float) -> None:
+        self.pid = os.getpid()
+        self.delay = delay
+        self._store = store
+        self._clock = SystemClock()
+        self._lock = threading.Lock()
+        self._waiting = threading.Condition(self._lock)
+        self._ends: dict[str, list[FinishedExecution]] = {}
+        self._count = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, scheduler_name: str, fire_instance_id: str) -> None:
+        end = FinishedExecution(fire_instance_id, to_millis(self._clock.now()))
+        with self._lock:
+            self._ends.setdefault(scheduler_name, []).append(end)
+            self._count += 1
+            full = self._count >= _BATCH_SIZE
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="celery-quartz-completions", daemon=True
+                )
+                self._thread.start()
+            self._waiting.notify()
+        if full:
+            self.flush()
+
+    def flush(self) -> None:
+        """Record every end waiting now (retrying while the store does not answer)."""
+        with self._lock:
+            ends, self._ends, self._count = self._ends, {}, 0
+        for scheduler_name, batch in ends.items():
+            store = self._store(scheduler_name)
+            _persist(
+                functools.partial(store.complete_executions, batch),
+                f"{len(batch)} firing(s) of {scheduler_name!r}",
+            )
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._count:
+                    self._waiting.wait()
+            time.sleep(self.delay)
+            try:
+                self.flush()
+            except Exception:  # the next add or the process's stop records them
+                logger.exception("recording a batch of firings' ends failed")
 
 
 def _guard_class(cls: type[Task], hooks: _WorkerHooks) -> None:

@@ -45,8 +45,10 @@ from celery_quartz.store.records import (
     CheckIn,
     Claim,
     Fence,
+    FinishedExecution,
     FiringOwners,
     LeaderMoveRecovery,
+    StartedExecution,
     SyncResult,
     WorkerRecovery,
 )
@@ -469,8 +471,8 @@ class WorkerStore(abc.ABC):
     @abc.abstractmethod
     def start_execution(
         self, fire_instance_id: str, worker_name: str, *, restart_from: str | None = None
-    ) -> bool:
-        """Mark a firing EXECUTING on ``worker_name``; False when it must not run here.
+    ) -> StartedExecution | None:
+        """Mark a firing EXECUTING on ``worker_name``; None when it must not run here.
 
         Race settled: the same firing delivered twice (a broker redelivery, a republish after a
         scheduler died between publishing and recording, a republish of an expired message):
@@ -507,6 +509,18 @@ class WorkerStore(abc.ABC):
 
         Race settled: completion against recovery of the same firing; exactly one of them acts,
         and a crash leaves either the firing in flight or its retry scheduled, never both.
+        """
+
+    @abc.abstractmethod
+    def complete_executions(self, finished: Sequence[FinishedExecution]) -> int:
+        """Record the successful ends of several executions at once (the worker's batch of
+        :attr:`StartedExecution.batchable` ones); how many were executing and are now complete.
+
+        Each trigger keeps the latest of its successes as its last outcome, unless an end that
+        finished later was recorded first. An execution whose end does release something, when
+        it comes to it (its one-shot trigger is COMPLETE), is completed as
+        :meth:`complete_execution` completes it. Race settled as there: one that was recovered
+        meanwhile is not executing any more, and is left to the recovery.
         """
 
 

@@ -75,6 +75,27 @@ class WorkerRecovery:
 
 
 @dataclass(frozen=True)
+class StartedExecution:
+    """A start that :meth:`~celery_quartz.store.abc.WorkerStore.start_execution` recorded."""
+
+    #: Its success may be recorded later, with others
+    #: (:meth:`~celery_quartz.store.abc.WorkerStore.complete_executions`): its end releases
+    #: nothing (its job allows concurrent executions), its job does not request recovery (a
+    #: worker lost before recording the end would have it run again), and the store records a
+    #: batch in one statement (PostgreSQL).
+    batchable: bool
+
+
+@dataclass(frozen=True)
+class FinishedExecution:
+    """A successful execution whose end is still to be recorded."""
+
+    fire_instance_id: str
+    #: When it finished (epoch milliseconds): its trigger's last finish time.
+    finished_millis: int
+
+
+@dataclass(frozen=True)
 class Fence:
     """The epoch a non-clustered scheduler was elected with; its writes require it unchanged."""
 

@@ -69,6 +69,8 @@ class FiringOutcome:
     failed: bool = False
     error_type: str | None = None
     error_message: str | None = None
+    #: When it finished (epoch milliseconds); None: when its end is recorded.
+    finished_millis: int | None = None
 
     @classmethod
     def of_exception(cls, exc: BaseException) -> FiringOutcome:

@@ -14,6 +14,7 @@ from sqlalchemy import create_engine, func, select
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
 from celery_quartz.publisher import Publisher
 from celery_quartz.store import SqlStore, migrate
+from celery_quartz.triggers.simple import REPEAT_INDEFINITELY
 from tests.integration import ledger_app
 from tests.integration.processes import processes, wait_for
 
@@ -139,4 +140,116 @@ def test_a_celery_retry_and_a_refire_run_the_same_firing_again_on_a_real_worker(
     # The one-shot trigger completed once, at the end: removed with its job.
     assert quartz.get_trigger(TriggerKey("again")) is None
     assert quartz.get_job(JobKey("again")) is None
+    store.dispose()
+
+
+def _fire_by_hand(store: SqlStore, redis_url: str, count: int) -> None:
+    """Fire every due trigger of the store and publish the firings, as a scheduler would."""
+    now = datetime.now(timezone.utc)
+    acquired = store.acquire_next_triggers(
+        "by-hand", no_later_than=now + timedelta(seconds=1), max_count=100, time_window=0
+    )
+    firings = store.fire("by-hand", acquired)
+    assert len(firings) == count
+    Publisher(Celery("ledger_app", broker=redis_url, set_as_current=False)).publish(firings)
+
+
+def _last_outcomes(store: SqlStore) -> dict[str, tuple[str | None, int | None]]:
+    t = store.tables.triggers
+    with store.transaction() as conn:
+        rows = conn.execute(select(t.c.trigger_name, t.c.last_outcome, t.c.last_finished_time))
+        return {r.trigger_name: (r.last_outcome, r.last_finished_time) for r in rows}
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_ends_held_for_a_batch_are_recorded_when_the_worker_stops(
+    tmp_path: Path, pg_url: str, redis_url: str, pool: str
+) -> None:
+    """A worker process holds successful ends to record them together, for at most
+    ``quartz_worker_completion_delay``; a warm shutdown records what it still holds (a prefork
+    pool process when it exits, a threads pool's worker when it stops), each with its own
+    finish time. The ends of a ``disallow_concurrent`` job and of a job that requests recovery
+    are never held."""
+    store = SqlStore(pg_url, scheduler_name="ledger_app")
+    migrate.upgrade(store.engine)
+    ledger_app.create_ledger(pg_url)
+    now = datetime.now(timezone.utc)
+    quartz = Quartz(ledger_app.app, store=store)
+    plain = [f"plain{i}" for i in range(4)]
+    kinds = {
+        **{name: {} for name in plain},
+        "nonconcurrent": {"disallow_concurrent": True},
+        "recoverable": {"requests_recovery": True},
+    }
+    for name, flags in kinds.items():
+        quartz.schedule_job(
+            Job(key=JobKey(name), task="ledger.record", **flags),
+            SimpleTrigger(
+                key=TriggerKey(name),
+                start_at=now,
+                repeat_count=REPEAT_INDEFINITELY,
+                repeat_interval=timedelta(hours=1),
+            ),
+        )
+    env = {
+        "CQ_BROKER_URL": redis_url,
+        "CQ_STORE_URL": pg_url,
+        "CQ_LEDGER_URL": pg_url,
+        "CQ_COMPLETION_DELAY": "600",
+    }
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1", concurrency=2, extra=["-P", pool])
+        _fire_by_hand(store, redis_url, len(kinds))
+        wait_for(lambda: _ledger_counts(pg_url)[0] == len(kinds), 30, message="every start")
+        # Not held: released and recorded at once.
+        wait_for(
+            lambda: (
+                set(store.firing_states().values()) == {"EXECUTING"}
+                and len(store.firing_states()) == len(plain)
+            ),
+            timeout=15,
+            message="the two that are never held to be recorded",
+        )
+        outcomes = _last_outcomes(store)
+        assert outcomes["nonconcurrent"][0] == outcomes["recoverable"][0] == "SUCCEEDED"
+        time.sleep(1)
+        assert len(store.firing_states()) == len(plain), "held ends recorded before the delay"
+        assert all(outcomes[name] == (None, None) for name in plain)
+        stopping = int(time.time() * 1000)
+        assert procs.stop("worker1") == 0
+    assert store.firing_states() == {}
+    outcomes = _last_outcomes(store)
+    for name in plain:
+        outcome, finished = outcomes[name]
+        assert outcome == "SUCCEEDED"
+        assert finished is not None and finished <= stopping, "the finish time is its own"
+    assert _ledger_counts(pg_url) == (len(kinds), 0)
+    store.dispose()
+
+
+def test_held_ends_are_recorded_within_the_delay(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """With the default delay (0.1 s) a held end is recorded soon after the task returns,
+    with no more executions to carry it."""
+    store = SqlStore(pg_url, scheduler_name="ledger_app")
+    migrate.upgrade(store.engine)
+    ledger_app.create_ledger(pg_url)
+    now = datetime.now(timezone.utc)
+    Quartz(ledger_app.app, store=store).schedule_job(
+        Job(key=JobKey("one"), task="ledger.record"),
+        SimpleTrigger(
+            key=TriggerKey("one"),
+            start_at=now,
+            repeat_count=REPEAT_INDEFINITELY,
+            repeat_interval=timedelta(hours=1),
+        ),
+    )
+    env = {"CQ_BROKER_URL": redis_url, "CQ_STORE_URL": pg_url, "CQ_LEDGER_URL": pg_url}
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1", concurrency=2)
+        _fire_by_hand(store, redis_url, 1)
+        wait_for(lambda: _ledger_counts(pg_url)[0] == 1, 30, message="the start")
+        wait_for(lambda: not store.firing_states(), timeout=5, message="the end recorded")
+        assert _last_outcomes(store)["one"][0] == "SUCCEEDED"
     store.dispose()

@@ -275,8 +275,8 @@ def test_mark_published_turns_fired_rows_published(store: MemoryStore) -> None:
 def test_start_execution_succeeds_once(store: MemoryStore) -> None:
     add(store, one_shot("t1", at(0)))
     fire_id = fire_one(store, "t1")
-    assert store.start_execution(fire_id, "w1@host") is True
-    assert store.start_execution(fire_id, "w2@host") is False
+    assert store.start_execution(fire_id, "w1@host") is not None
+    assert store.start_execution(fire_id, "w2@host") is None
     assert store.firing_states() == {fire_id: FiringState.EXECUTING}
 
 
@@ -284,13 +284,13 @@ def test_start_execution_accepts_a_published_firing(store: MemoryStore) -> None:
     add(store, one_shot("t1", at(0)))
     fire_id = fire_one(store, "t1")
     store.mark_published(A, [fire_id])
-    assert store.start_execution(fire_id, "w1@host") is True
+    assert store.start_execution(fire_id, "w1@host") is not None
 
 
 def test_start_execution_refuses_a_firing_that_is_only_acquired(store: MemoryStore) -> None:
     add(store, one_shot("t1", at(0)))
     [claimed] = acquire(store)
-    assert store.start_execution(claimed.fire_instance_id, "w1@host") is False
+    assert store.start_execution(claimed.fire_instance_id, "w1@host") is None
 
 
 def test_complete_execution_removes_the_fired_row(store: MemoryStore) -> None:

@@ -4,6 +4,7 @@ their own store from ``quartz_store_url``."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from celery import Celery
 from celery.exceptions import Ignore
-from celery.signals import task_postrun
+from celery.signals import task_postrun, worker_process_shutdown, worker_shutdown
 
 from celery_quartz import (
     Job,
@@ -64,8 +65,14 @@ def app(file_store: SqlStore, contexts: list) -> Iterator[Celery]:
     install(app)
     app.finalize()
     yield app
+    _uninstall(app)
+
+
+def _uninstall(app: Celery) -> None:
     hooks = app._celery_quartz_hooks  # type: ignore[attr-defined]
     task_postrun.disconnect(hooks.on_postrun)
+    worker_process_shutdown.disconnect(hooks.record_waiting_ends)
+    worker_shutdown.disconnect(hooks.record_waiting_ends)
     for store in hooks._stores.values():
         store.dispose()
     app.close()
@@ -291,4 +298,90 @@ def test_a_task_that_asks_to_refire_runs_the_same_firing_again_with_its_count_up
     refired = Firing(**{**firing.__dict__, "refire_count": 1})
     assert deliver(app, refired).state == "SUCCESS"
     assert [c.refire_count for c in contexts] == [0, 1]
+    assert file_store.firing_states() == {}
+
+
+@pytest.fixture
+def pg_app(pg_url: str, clock: FakeClock) -> Iterator[tuple[Celery, SqlStore]]:
+    """The hooks on PostgreSQL, where a success's end may be held for a batch: ends are held
+    600 s unless a test sets ``quartz_worker_completion_delay``."""
+    store = SqlStore(pg_url, scheduler_name="t", clock=clock)
+    store.create_tables()
+    app = Celery("t", set_as_current=False)
+    app.conf.quartz_store_url = pg_url
+    app.conf.quartz_worker_completion_delay = 600.0
+
+    @app.task(name="tasks.report", shared=False)
+    def report(*args: Any, **kwargs: Any) -> str:
+        if kwargs.get("fail"):
+            raise RuntimeError("the job failed")
+        return "done"
+
+    install(app)
+    app.finalize()
+    yield app, store
+    _uninstall(app)
+    store.dispose()
+
+
+def test_on_postgresql_a_success_is_held_and_recorded_with_the_processs_other_ends(
+    pg_app: tuple[Celery, SqlStore],
+) -> None:
+    app, store = pg_app
+    firing = fired(store)
+    assert deliver(app, firing).state == "SUCCESS"
+    assert store.firing_states() == {firing.fire_instance_id: FiringState.EXECUTING}
+    app._celery_quartz_hooks.record_waiting_ends()  # type: ignore[attr-defined]
+    assert store.firing_states() == {}
+    [trigger] = store.list_triggers().items
+    assert trigger.last_outcome is not None and trigger.last_outcome.succeeded
+
+
+def test_a_failure_a_job_data_write_back_and_a_zero_delay_are_never_held(
+    pg_app: tuple[Celery, SqlStore],
+) -> None:
+    app, store = pg_app
+    failing = fired(store, kwargs={"fail": True})
+    assert deliver(app, failing).state == "FAILURE"
+    assert store.firing_states() == {}
+    store.remove_job(JobKey("report"))
+    persisting = fired(store, persist_job_data=True)
+    assert deliver(app, persisting).state == "SUCCESS"
+    assert store.firing_states() == {}
+    store.remove_job(JobKey("report"))
+    app.conf.quartz_worker_completion_delay = 0
+    app._celery_quartz_hooks._batch = None  # type: ignore[attr-defined]
+    plain = fired(store)
+    assert deliver(app, plain).state == "SUCCESS"
+    assert store.firing_states() == {}
+
+
+def test_held_ends_are_recorded_after_the_delay_or_at_once_when_the_batch_is_full(
+    file_store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery_quartz import worker
+
+    firing = fired(file_store)
+    assert file_store.start_execution(firing.fire_instance_id, "celery@w1")
+    timed = worker._CompletionBatch(lambda name: file_store, delay=0.05)
+    timed.add("t", firing.fire_instance_id)
+    deadline = time.monotonic() + 5
+    while file_store.firing_states() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert file_store.firing_states() == {}
+
+    monkeypatch.setattr(worker, "_BATCH_SIZE", 2)
+    full = worker._CompletionBatch(lambda name: file_store, delay=600)
+    ids = []
+    for minute in (1, 2):
+        file_store.clock.set(T0 + timedelta(minutes=minute))  # type: ignore[attr-defined]
+        acquired = file_store.acquire_next_triggers(
+            "sched-a", no_later_than=T0 + timedelta(minutes=minute), max_count=1, time_window=0
+        )
+        [next_firing] = file_store.fire("sched-a", acquired)
+        assert file_store.start_execution(next_firing.fire_instance_id, "celery@w1")
+        ids.append(next_firing.fire_instance_id)
+    full.add("t", ids[0])
+    assert set(file_store.firing_states()) == {ids[0], ids[1]}
+    full.add("t", ids[1])  # the second fills the batch: both recorded before add returns
     assert file_store.firing_states() == {}

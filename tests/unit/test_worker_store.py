@@ -5,6 +5,7 @@ its own; everything else takes the general transaction. Both must decide the sam
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import event, select
@@ -194,3 +195,108 @@ def test_a_completion_keeps_its_outcome_on_the_trigger_whichever_path_it_takes(
         if failed:
             assert outcome()[:2] == ("FAILED", "RuntimeError")
     assert outcome() == ("SUCCEEDED", None, 0, True)
+
+
+def outcomes(db: SqlStore) -> dict[str, tuple[str | None, int | None, int | None]]:
+    t = db.tables.triggers
+    with db.transaction() as conn:
+        rows = conn.execute(
+            select(
+                t.c.trigger_name, t.c.last_outcome, t.c.last_finished_time, t.c.last_started_time
+            )
+        )
+        return {r[0]: (r[1], r[2], r[3]) for r in rows}
+
+
+def test_a_start_says_whether_its_end_may_be_recorded_in_a_batch(db: SqlStore) -> None:
+    """Only an end that releases nothing, of a job that does not request recovery, and on a
+    database that records a batch in one statement."""
+    add(db, repeating("plain", at(0), 60, job="plain"), job="plain")
+    add(db, repeating("alone", at(0), 60, job="alone"), job="alone", disallow_concurrent=True)
+    add(db, repeating("recover", at(0), 60, job="recover"), job="recover", requests_recovery=True)
+    ids = fired(db, "plain", "alone", "recover")
+    started = {name: db.start_execution(fire_id, W1) for name, fire_id in ids.items()}
+    assert all(s is not None for s in started.values())
+    batchable = {name: s.batchable for name, s in started.items() if s is not None}
+    postgres = db.dialect == "postgresql"
+    assert batchable == {"plain": postgres, "alone": False, "recover": False}
+
+
+def test_ends_recorded_together_keep_each_triggers_latest_success(
+    db: SqlStore, clock: FakeClock
+) -> None:
+    from celery_quartz.store.records import FinishedExecution
+
+    add(db, repeating("t1", at(0), 1), repeating("t2", at(0), 1))
+    firings: list[tuple[str, str]] = []  # (trigger, fire id)
+    for second in range(2):
+        clock.set(at(second))
+        for name, fire_id in fired(db, "t1", "t2", second=second).items():
+            assert db.start_execution(fire_id, W1)
+            firings.append((name, fire_id))
+    finished = [
+        FinishedExecution(fire_id, 5_000 + n * 10) for n, (_, fire_id) in enumerate(firings)
+    ]
+    seen = statements(db)
+    assert db.complete_executions(list(reversed(finished))) == 4
+    assert db.firing_states() == {}
+    if db.dialect == "postgresql":
+        ran = [s for s in seen if s.lstrip().upper().startswith(("WITH", "EXECUTE", "DELETE"))]
+        assert len(ran) == 1, "one statement for the whole batch"
+    last = outcomes(db)
+    assert last["t1"][:2] == ("SUCCEEDED", 5_020)
+    assert last["t2"][:2] == ("SUCCEEDED", 5_030)
+    assert last["t1"][2] is not None  # its start
+    assert db.complete_executions(finished) == 0  # already complete
+
+
+@pytest.fixture(params=["pg_url", "pg_url_psycopg3"])
+def pg_db(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[SqlStore]:
+    db = SqlStore(request.getfixturevalue(request.param), scheduler_name="unit", clock=clock)
+    db.create_tables()
+    yield db
+    db.dispose()
+
+
+def test_an_end_recorded_late_does_not_hide_a_later_failure(
+    pg_db: SqlStore, clock: FakeClock
+) -> None:
+    """On PostgreSQL, where the worker holds ends to record them together: a held success
+    that finished before a failure recorded meanwhile leaves the failure as the trigger's last
+    outcome."""
+    db = pg_db
+    from celery_quartz.clock import to_millis
+    from celery_quartz.store.records import FinishedExecution
+    from celery_quartz.store.views import FiringOutcome
+
+    add(db, repeating("t1", at(0), 1))
+    first = fired(db, "t1", second=0)["t1"]
+    assert db.start_execution(first, W1)
+    held = FinishedExecution(first, to_millis(at(0)) + 500)
+    clock.set(at(1))
+    second = fired(db, "t1", second=1)["t1"]
+    assert db.start_execution(second, W1)
+    clock.set(at(2))
+    assert db.complete_execution(second, outcome=FiringOutcome(True, "RuntimeError", "boom"))
+    assert db.complete_executions([held]) == 1
+    assert outcomes(db)["t1"][:2] == ("FAILED", to_millis(at(2)))
+    assert db.firing_states() == {}
+
+
+def test_ends_recorded_together_release_what_they_must_one_by_one(db: SqlStore) -> None:
+    """A batch's firing whose trigger finished (COMPLETE) is completed as alone: the trigger
+    and its job are removed. One recovered meanwhile is not executing and is left alone."""
+    from celery_quartz.store.records import FinishedExecution
+
+    add(db, one_shot("once", at(0), job="once"), job="once")
+    add(db, repeating("t1", at(0), 60, job="repeating"), job="repeating")
+    ids = fired(db, "once", "t1")
+    for fire_id in ids.values():
+        assert db.start_execution(fire_id, W1)
+    assert (
+        db.complete_executions([FinishedExecution(ids["once"], 1), FinishedExecution(ids["t1"], 1)])
+        == 2
+    )
+    assert db.get_trigger_state(TriggerKey("once")) == NONE_STATE
+    assert db.firing_states() == {}
+    assert db.complete_executions([FinishedExecution(ids["once"], 2)]) == 0

@@ -127,7 +127,14 @@ class FiringsSql(DefinitionsSql):
             read = (
                 update(t)
                 .where(self._trigger_key_clause(trigger_key))
-                .values(outcome_columns(t, outcome, row.started_time, self._now()))
+                .values(
+                    outcome_columns(
+                        t,
+                        outcome,
+                        row.started_time,
+                        self._now() if outcome.finished_millis is None else outcome.finished_millis,
+                    )
+                )
                 .returning(t.c.trigger_state)
             )
         state = conn.execute(read).scalar_one_or_none()

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     ColumnElement,
     Connection,
@@ -25,6 +27,7 @@ from sqlalchemy import (
 from celery_quartz.job import encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store.abc import WorkerStore
+from celery_quartz.store.records import FinishedExecution, StartedExecution
 from celery_quartz.store.schema import FiringState, TriggerState
 from celery_quartz.store.sql._firings import FiringsSql
 from celery_quartz.store.sql._prepared import CompiledStatement
@@ -37,8 +40,8 @@ logger = logging.getLogger(__name__)
 class WorkerSql(FiringsSql, WorkerStore):
     def start_execution(
         self, fire_instance_id: str, worker_name: str, *, restart_from: str | None = None
-    ) -> bool:
-        """Mark a firing EXECUTING on ``worker_name``; False when it must not run here.
+    ) -> StartedExecution | None:
+        """Mark a firing EXECUTING on ``worker_name``; None when it must not run here.
 
         Race settled: the same firing delivered twice (a broker redelivery, a republish after a
         scheduler died between publishing and recording, a republish of an expired message).
@@ -77,17 +80,26 @@ class WorkerSql(FiringsSql, WorkerStore):
                     f.c.trigger_group,
                     f.c.preferred_node,
                     f.c.preferred_node_auto,
+                    f.c.is_nonconcurrent,
+                    f.c.requests_recovery,
                 )
             ).first()
-            if (
-                started is not None
-                and started.preferred_node_auto
-                and started.preferred_node != worker_name
-            ):
+            if started is None:
+                return None
+            if started.preferred_node_auto and started.preferred_node != worker_name:
                 self._claim_auto_pin(conn, started, worker_name)
-        return started is not None
+        return self._started(started)
 
-    def _start_in_one_statement(self, fire_instance_id: str, worker_name: str) -> bool:
+    def _started(self, row: Any) -> StartedExecution:
+        return StartedExecution(
+            batchable=self.dialect == "postgresql"
+            and not row.is_nonconcurrent
+            and not row.requests_recovery
+        )
+
+    def _start_in_one_statement(
+        self, fire_instance_id: str, worker_name: str
+    ) -> StartedExecution | None:
         """PostgreSQL: the start and its automatic pin's claim as one statement committed on its
         own (one round trip, where a transaction of two statements takes three). The same
         conditions as the general path: the start only from FIRED/PUBLISHED, the claim a
@@ -101,10 +113,10 @@ class WorkerSql(FiringsSql, WorkerStore):
                 now=self._now(),
             ).first()
         if row is None:
-            return False
+            return None
         if row.preferred_node_auto and row.preferred_node != worker_name:
             self._log_auto_pin(row, worker_name, claimed=bool(row.claimed))
-        return True
+        return self._started(row)
 
     @functools.cached_property
     def _start_statement(self) -> CompiledStatement:
@@ -126,7 +138,12 @@ class WorkerSql(FiringsSql, WorkerStore):
                 started_time=bindparam("now", type_=BigInteger),
             )
             .returning(
-                f.c.trigger_name, f.c.trigger_group, f.c.preferred_node, f.c.preferred_node_auto
+                f.c.trigger_name,
+                f.c.trigger_group,
+                f.c.preferred_node,
+                f.c.preferred_node_auto,
+                f.c.is_nonconcurrent,
+                f.c.requests_recovery,
             )
             .cte("started")
         )
@@ -151,6 +168,8 @@ class WorkerSql(FiringsSql, WorkerStore):
                 started.c.trigger_group,
                 started.c.preferred_node,
                 started.c.preferred_node_auto,
+                started.c.is_nonconcurrent,
+                started.c.requests_recovery,
                 select(func.count()).select_from(claimed).scalar_subquery().label("claimed"),
             )
         )
@@ -247,7 +266,7 @@ class WorkerSql(FiringsSql, WorkerStore):
             job_data is None
             and not failed
             and self.dialect == "postgresql"
-            and self._complete_alone(fire_instance_id, record_success=outcome is not None)
+            and self._complete_alone(fire_instance_id, outcome)
         ):
             return True
         f, j = self.tables.fired_triggers, self.tables.jobs
@@ -280,20 +299,21 @@ class WorkerSql(FiringsSql, WorkerStore):
             self._release_after_firing(conn, row, outcome)
         return True
 
-    def _complete_alone(self, fire_instance_id: str, *, record_success: bool) -> bool:
+    def _complete_alone(self, fire_instance_id: str, outcome: FiringOutcome | None) -> bool:
         """PostgreSQL: the common completion as one statement committed on its own: the fired
         row removed when its end releases nothing (its job allows concurrent firings, and its
         trigger is not COMPLETE). False when that does not hold, or when the firing is not
         executing: the caller's transaction then does the whole completion. One round trip
-        instead of three. With ``record_success`` the same statement keeps the success on the
-        trigger as its last outcome."""
+        instead of three. With a (successful) ``outcome`` the same statement keeps the success
+        on the trigger as its last outcome."""
         with self._autocommit.connect() as conn:
-            if record_success:
+            if outcome is not None:
+                finished = outcome.finished_millis
                 done = self._execute_compiled(
                     conn,
                     self._complete_recorded_statement,
                     fire_id=fire_instance_id,
-                    now=self._now(),
+                    now=self._now() if finished is None else finished,
                 ).first()
             else:
                 done = self._execute_compiled(
@@ -337,10 +357,102 @@ class WorkerSql(FiringsSql, WorkerStore):
             )
         )
 
+    def complete_executions(self, finished: Sequence[FinishedExecution]) -> int:
+        """Record the successful ends of several executions (see the abstract method). On
+        PostgreSQL those whose end releases nothing go in one statement committed on its own:
+        their rows removed, and each trigger's latest success kept as its last outcome; the
+        rest, and every end on another database, one by one as :meth:`complete_execution`."""
+        done: set[str] = set()
+        if finished and self.dialect == "postgresql":
+            with self._autocommit.connect() as conn:
+                row = self._execute_compiled(
+                    conn,
+                    self._complete_batch_statement,
+                    ids=[item.fire_instance_id for item in finished],
+                    finished=[item.finished_millis for item in finished],
+                ).one()
+            done = set(row.done or ())
+        return len(done) + sum(
+            self.complete_execution(
+                item.fire_instance_id, outcome=FiringOutcome(finished_millis=item.finished_millis)
+            )
+            # In the order they finished: each trigger keeps its latest.
+            for item in sorted(finished, key=lambda item: item.finished_millis)
+            if item.fire_instance_id not in done
+        )
+
     @functools.cached_property
-    def _complete_alone_delete(self) -> Any:
-        """The fired row removed when its end releases nothing; its key and start returned."""
+    def _complete_batch_statement(self) -> CompiledStatement:
+        """``WITH gone AS (DELETE fired USING unnest(ids, finished) … RETURNING …), latest AS
+        (them ranked by finish per trigger), recorded AS (UPDATE triggers … last outcome,
+        unless a later finish is already kept) SELECT array_agg(gone's ids), count(recorded)``
+        (parameters ``ids`` and ``finished``, arrays of the same length)."""
         f, t = self.tables.fired_triggers, self.tables.triggers
+        ended = (
+            func.unnest(
+                bindparam("ids", type_=ARRAY(String)),
+                bindparam("finished", type_=ARRAY(BigInteger)),
+            )
+            .table_valued("fire_instance_id", "finished_time")
+            .render_derived(name="ended")
+        )
+        gone = (
+            delete(f)
+            .where(
+                self._scoped(f),
+                f.c.fire_instance_id == ended.c.fire_instance_id,
+                *self._ends_alone(f),
+            )
+            .returning(
+                f.c.fire_instance_id,
+                f.c.sched_name,
+                f.c.trigger_name,
+                f.c.trigger_group,
+                f.c.started_time,
+                ended.c.finished_time,
+            )
+            .cte("gone")
+        )
+        key = (gone.c.sched_name, gone.c.trigger_name, gone.c.trigger_group)
+        latest = select(
+            *key,
+            gone.c.started_time,
+            gone.c.finished_time,
+            func.row_number()
+            .over(partition_by=key, order_by=gone.c.finished_time.desc())
+            .label("rank"),
+        ).cte("latest")
+        success = outcome_columns(t, FiringOutcome(), None, 0)
+        recorded = (
+            update(t)
+            .where(
+                t.c.sched_name == latest.c.sched_name,
+                t.c.trigger_name == latest.c.trigger_name,
+                t.c.trigger_group == latest.c.trigger_group,
+                latest.c.rank == 1,
+                func.coalesce(t.c.last_finished_time, 0) <= latest.c.finished_time,
+            )
+            .values(
+                {
+                    **success,
+                    "last_started_time": latest.c.started_time,
+                    "last_finished_time": latest.c.finished_time,
+                }
+            )
+            .returning(t.c.trigger_name)
+            .cte("recorded")
+        )
+        return self._compiled(
+            select(
+                select(func.array_agg(gone.c.fire_instance_id)).scalar_subquery().label("done"),
+                select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
+            )
+        )
+
+    def _ends_alone(self, f: Any) -> list[ColumnElement[bool]]:
+        """The fired rows whose end releases nothing: executing, of a job that allows
+        concurrent executions, and of a trigger that is not COMPLETE."""
+        t = self.tables.triggers
         trigger_complete = (
             select(t.c.trigger_name)
             .where(
@@ -351,14 +463,22 @@ class WorkerSql(FiringsSql, WorkerStore):
             )
             .exists()
         )
+        return [
+            f.c.state == FiringState.EXECUTING,
+            f.c.is_nonconcurrent.is_(False),
+            ~trigger_complete,
+        ]
+
+    @functools.cached_property
+    def _complete_alone_delete(self) -> Any:
+        """The fired row removed when its end releases nothing; its key and start returned."""
+        f = self.tables.fired_triggers
         return (
             delete(f)
             .where(
                 self._scoped(f),
                 f.c.fire_instance_id == bindparam("fire_id", type_=String),
-                f.c.state == FiringState.EXECUTING,
-                f.c.is_nonconcurrent.is_(False),
-                ~trigger_complete,
+                *self._ends_alone(f),
             )
             .returning(
                 f.c.fire_instance_id,

@@ -12,6 +12,8 @@ benchmark's own processes agree:
                           (the pipeline scenario's stock beat baseline)
     BENCH_REDBEAT_URL     Redis URL for celery-redbeat's keys (peers scenario)
     BENCH_HOOKS           non-empty: install celery-quartz's worker hooks (pipeline scenario)
+    BENCH_COMPLETION_DELAY  the hooked worker's ``quartz_worker_completion_delay`` (seconds);
+                          unset: the default
 
 The task ``bench.noop`` is the job of every benchmark trigger; run by a worker it adds its task id
 (the firing's fire instance id) to the Redis set ``bench:ran`` and counts its runs in
@@ -42,6 +44,8 @@ app.conf.update(
     redbeat_redis_url=os.environ.get("BENCH_REDBEAT_URL"),
     redbeat_lock_timeout=60,
 )
+if os.environ.get("BENCH_COMPLETION_DELAY"):
+    app.conf.quartz_worker_completion_delay = float(os.environ["BENCH_COMPLETION_DELAY"])
 
 
 class OnceAt(schedule):  # type: ignore[misc]

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_pipeline.py [--firings 20000] [--repeats 2]
         [--pools threads:8,prefork:2] [--scenarios overhead,e2e,sustained]
         [--e2e-firings 10000] [--rates 50,100,200,300,400] [--warmup 5] [--duration 20]
-        [--driver psycopg2|psycopg]
+        [--driver psycopg2|psycopg] [--completion-delays 0.1]
 
 **overhead.**
 N due triggers are fired and published once (one scheduler node, as ``bench_throughput.py``
@@ -14,6 +14,9 @@ Runs alternate stock and hooked, per pool, in each repeat; the hooked/stock rati
 rates is the result, with the CPU the worker, PostgreSQL and Redis spend per execution (from
 ``/proc``). Correctness is checked in every run: each message ran once (the task counts its runs
 and records its id in Redis), and after a hooked run no fired row is left.
+``--completion-delays 0,0.1`` runs the hooked worker once per ``quartz_worker_completion_delay``
+(0: every end a statement of its own; otherwise successes recorded in batches), each against the
+same stock runs.
 
 The rate is measured from the worker's first message taken (the queue shrinks) to the last
 execution recorded, so the worker's start-up is not counted.
@@ -121,6 +124,7 @@ def drain(
     pg_pid: int | None,
     redis_pid: int | None,
     timeout: float,
+    completion_delay: str = "",
 ) -> dict[str, float]:
     """One worker draining the queue; rate and CPU per execution."""
     record.delete("bench:ran", "bench:runs")
@@ -131,6 +135,7 @@ def drain(
         "BENCH_STORE_URL": url,
         "BENCH_RECORD_URL": record_url,
         "BENCH_HOOKS": "1" if hooked else "",
+        "BENCH_COMPLETION_DELAY": completion_delay,
     }
     client = record  # same server, db 1; the queue is db 0
     with tempfile.TemporaryDirectory(prefix="cq-bench-pipeline-") as tmp:
@@ -447,19 +452,24 @@ def overhead(args: argparse.Namespace, pg: Any, rd: Any) -> int:
     broker = rd.url(0)
     dump = publish_once(url, dsn, broker, rd.client(0), n)
     record = rd.client(1)
-    results: dict[tuple[str, bool], list[dict[str, float]]] = {}
+    delays = args.completion_delays.split(",")
+    # A run is stock (delay None) or hooked with one completion delay.
+    variants: list[str | None] = [None, *delays]
+    results: dict[tuple[str, str | None], list[dict[str, float]]] = {}
     for repeat in range(args.repeats):
         for pool, concurrency in pools:
-            # Alternate which goes first, so a drift in the machine's speed spreads evenly.
-            order = (False, True) if repeat % 2 == 0 else (True, False)
-            for hooked in order:
+            # Alternate the order, so a drift in the machine's speed spreads evenly.
+            order = variants if repeat % 2 == 0 else variants[::-1]
+            for delay in order:
+                hooked = delay is not None
                 restore(dsn, rd.client(0), dump)
                 result = drain(
                     pool=pool, concurrency=concurrency, hooked=hooked, n=n, url=url,
                     dsn=dsn, broker=broker, record=record, record_url=rd.url(1),
                     pg_pid=pg.pid, redis_pid=rd.pid, timeout=args.timeout,
+                    completion_delay=delay or "",
                 )  # fmt: skip
-                kind = "hooked" if hooked else "stock"
+                kind = f"hooked (completion delay {delay} s)" if hooked else "stock"
                 print(
                     f"  {pool} -c {concurrency} {kind}: {result['rate']:.0f} tasks/s, "
                     f"worker {result['worker_us']:.0f} µs, PostgreSQL {result['pg_us']:.0f} "
@@ -472,30 +482,34 @@ def overhead(args: argparse.Namespace, pg: Any, rd: Any) -> int:
                         f"  CHECK FAILED: {result['duplicates']:.0f} ran twice, "
                         f"{result['left']:.0f} fired rows left"
                     )
-                results.setdefault((pool, hooked), []).append(result)
+                results.setdefault((pool, delay), []).append(result)
 
     def med(runs: list[dict[str, float]], key: str) -> float:
         return median([r[key] for r in runs])
 
     rows = []
     for pool, concurrency in pools:
-        stock, hooked = results[(pool, False)], results[(pool, True)]
-        rows.append(
-            (
-                f"{pool} -c {concurrency}",
-                f"{med(stock, 'rate'):.0f}",
-                f"{med(hooked, 'rate'):.0f}",
-                f"{med(hooked, 'rate') / med(stock, 'rate'):.2f}",
-                f"{med(stock, 'worker_us'):.0f} → {med(hooked, 'worker_us'):.0f}",
-                f"{med(stock, 'pg_us'):.0f} → {med(hooked, 'pg_us'):.0f}",
-                f"{med(stock, 'redis_us'):.0f} → {med(hooked, 'redis_us'):.0f}",
+        stock = results[(pool, None)]
+        for delay in delays:
+            hooked_runs = results[(pool, delay)]
+            rows.append(
+                (
+                    f"{pool} -c {concurrency}",
+                    f"{delay} s",
+                    f"{med(stock, 'rate'):.0f}",
+                    f"{med(hooked_runs, 'rate'):.0f}",
+                    f"{med(hooked_runs, 'rate') / med(stock, 'rate'):.2f}",
+                    f"{med(stock, 'worker_us'):.0f} → {med(hooked_runs, 'worker_us'):.0f}",
+                    f"{med(stock, 'pg_us'):.0f} → {med(hooked_runs, 'pg_us'):.0f}",
+                    f"{med(stock, 'redis_us'):.0f} → {med(hooked_runs, 'redis_us'):.0f}",
+                )
             )
-        )
     print()
     print(
         table(
             (
                 "pool",
+                "completion delay",
                 "stock tasks/s",
                 "hooked tasks/s",
                 "hooked / stock",
@@ -632,6 +646,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("psycopg2", "psycopg"),
         default="psycopg2",
         help="the store URL's driver (psycopg: psycopg 3, which prepares repeated statements)",
+    )
+    parser.add_argument(
+        "--completion-delays",
+        default="0.1",
+        help="overhead: the hooked worker's quartz_worker_completion_delay values, comma-separated",
     )
     args = parser.parse_args(argv)
     scenarios = args.scenarios.split(",")

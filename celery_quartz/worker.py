@@ -324,15 +324,25 @@ class _CompletionBatch:
             self.flush()
 
     def flush(self) -> None:
-        """Record every end waiting now (retrying while the store does not answer)."""
+        """Record every end waiting now (retrying while the store does not answer). Ends that
+        fail otherwise are kept for the next attempt, and the error is raised."""
         with self._lock:
             ends, self._ends, self._count = self._ends, {}, 0
-        for scheduler_name, batch in ends.items():
-            store = self._store(scheduler_name)
-            _persist(
-                functools.partial(store.complete_executions, batch),
-                f"{len(batch)} firing(s) of {scheduler_name!r}",
-            )
+        for scheduler_name in list(ends):
+            batch = ends[scheduler_name]
+            try:
+                store = self._store(scheduler_name)
+                _persist(
+                    functools.partial(store.complete_executions, batch),
+                    f"{len(batch)} firing(s) of {scheduler_name!r}",
+                )
+            except BaseException:
+                with self._lock:
+                    for name, kept in ends.items():
+                        self._ends[name] = kept + self._ends.get(name, [])
+                        self._count += len(kept)
+                raise
+            del ends[scheduler_name]
 
     def _run(self) -> None:
         while True:
@@ -342,8 +352,9 @@ class _CompletionBatch:
             time.sleep(self.delay)
             try:
                 self.flush()
-            except Exception:  # the next add or the process's stop records them
-                logger.exception("recording a batch of firings' ends failed")
+            except Exception:  # kept: the next round, an add or the process's stop records them
+                logger.exception("recording a batch of firings' ends failed; trying again in 1 s")
+                time.sleep(1.0)
 
 
 def _guard_class(cls: type[Task], hooks: _WorkerHooks) -> None:

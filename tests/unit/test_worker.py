@@ -385,3 +385,28 @@ def test_held_ends_are_recorded_after_the_delay_or_at_once_when_the_batch_is_ful
     assert set(file_store.firing_states()) == {ids[0], ids[1]}
     full.add("t", ids[1])  # the second fills the batch: both recorded before add returns
     assert file_store.firing_states() == {}
+
+
+def test_held_ends_whose_recording_fails_are_kept_for_the_next_attempt(
+    file_store: SqlStore,
+) -> None:
+    """Not only a store that does not answer (retried in place): any error leaves the ends
+    held, and the next attempt records them."""
+    from celery_quartz import worker
+
+    firing = fired(file_store)
+    assert file_store.start_execution(firing.fire_instance_id, "celery@w1")
+    failures = [RuntimeError("the pool is exhausted")]
+
+    def store(name: str) -> SqlStore:
+        if failures:
+            raise failures.pop()
+        return file_store
+
+    batch = worker._CompletionBatch(store, delay=600)
+    batch.add("t", firing.fire_instance_id)
+    with pytest.raises(RuntimeError, match="exhausted"):
+        batch.flush()
+    assert set(file_store.firing_states()) == {firing.fire_instance_id}
+    batch.flush()
+    assert file_store.firing_states() == {}

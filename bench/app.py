@@ -10,6 +10,9 @@ benchmark's own processes agree:
     BENCH_BEAT_INTERVAL   their interval in seconds, default 1
     BENCH_BEAT_AT         epoch milliseconds: instead, every entry is due once, at that instant
                           (the pipeline scenario's stock beat baseline)
+    BENCH_BEAT_RATE       instead, this many entries each due once a second from
+    BENCH_BEAT_FIRST      epoch milliseconds, their instants ``1000 / rate`` ms apart (the
+                          pipeline's sustained stock baseline; each passes its phase to the task)
     BENCH_REDBEAT_URL     Redis URL for celery-redbeat's keys (peers scenario)
     BENCH_HOOKS           non-empty: install celery-quartz's worker hooks (pipeline scenario)
     BENCH_COMPLETION_DELAY  the hooked worker's ``quartz_worker_completion_delay`` (seconds);
@@ -22,6 +25,7 @@ The task ``bench.noop`` is the job of every benchmark trigger; run by a worker i
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from datetime import datetime, timedelta
@@ -66,6 +70,25 @@ class OnceAt(schedule):  # type: ignore[misc]
         return self.__class__, (self.at,)
 
 
+class EverySecond(schedule):  # type: ignore[misc]
+    """Due once a second at ``phase`` (epoch seconds) plus whole seconds: a stock beat entry that
+    fires when a celery-quartz trigger of the sustained scenario would."""
+
+    def __init__(self, phase: float) -> None:
+        super().__init__(run_every=timedelta(seconds=1))
+        self.phase = phase
+
+    def is_due(self, last_run_at: datetime) -> schedstate:
+        now = time.time()
+        if now < self.phase:
+            return schedstate(False, self.phase - now)
+        instant = self.phase + math.floor(now - self.phase)
+        return schedstate(last_run_at.timestamp() < instant, instant + 1 - now)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return self.__class__, (self.phase,)
+
+
 _entries = int(os.environ.get("BENCH_BEAT_ENTRIES", "0"))
 _interval = float(os.environ.get("BENCH_BEAT_INTERVAL", "1"))
 _at = os.environ.get("BENCH_BEAT_AT")
@@ -76,12 +99,23 @@ app.conf.beat_schedule = {
     }
     for i in range(_entries)
 }
+if os.environ.get("BENCH_BEAT_RATE"):
+    _rate = int(os.environ["BENCH_BEAT_RATE"])
+    _first = int(os.environ["BENCH_BEAT_FIRST"])
+    app.conf.beat_schedule = {
+        f"entry-{i:07d}": {
+            "task": "bench.noop",
+            "schedule": EverySecond((_first + i * 1000 // _rate) / 1000),
+            "kwargs": {"phase_ms": _first + i * 1000 // _rate},
+        }
+        for i in range(_rate)
+    }
 
 _recorder = None
 
 
 @app.task(name="bench.noop", bind=True)
-def noop(self) -> None:  # type: ignore[no-untyped-def]
+def noop(self, phase_ms: int | None = None) -> None:  # type: ignore[no-untyped-def]
     global _recorder
     url = os.environ.get("BENCH_RECORD_URL")
     if not url:
@@ -97,7 +131,14 @@ def noop(self) -> None:  # type: ignore[no-untyped-def]
         import celery_quartz
 
         context = celery_quartz.current_context()
-        if context is not None:
+        if phase_ms is not None:
+            # A stock entry due every second at its phase: against the last such instant (a
+            # start over a second late would read as early as the next; the scenario counts
+            # the starts per instant, so a beat that falls behind shows as missed ones).
+            now_ms = time.time_ns() // 1_000_000
+            scheduled_ms = phase_ms + (now_ms - phase_ms) // 1000 * 1000
+            pipe.rpush("bench:late", f"{scheduled_ms}:{now_ms - scheduled_ms}")
+        elif context is not None:
             # Start lateness: this start against the occurrence's scheduled fire time.
             scheduled_ms = int(context.scheduled_fire_time.timestamp() * 1000)
             fired_ms = int(context.fire_time.timestamp() * 1000)

@@ -35,7 +35,10 @@ last execution; the end-to-end rate is also given as a ratio to it.
 their start times spread evenly (as ``bench_lateness.py`` spreads them), schedulers sleeping what
 the loop returns (as ``celery beat`` does). Rates rise until the p99 start lateness of the
 occurrences scheduled in the measured window passes 100 ms (or one never starts): the last rate
-that held is the pipeline's sustained rate.
+that held is the pipeline's sustained rate. The baseline, with ``--stock-rates``: stock
+``celery beat`` with ``rate`` entries of ``bench.noop``, each due once a second at its own phase
+(the same spread), and two stock workers; the task measures its start against its entry's last
+instant. The sustained rate is given as a ratio to the rate stock beat holds by the same rule.
 """
 
 from __future__ import annotations
@@ -627,7 +630,98 @@ def sustained_scenario(args: argparse.Namespace, pg: Any, rd: Any) -> int:
     print()
     print(table(("firings/s", "start lateness p50 ms", "p99 ms", "max ms", "missed", "held"), rows))
     print(f"highest rate held with p99 <= 100 ms: {held or 'none'}/s\n", flush=True)
+    stock_held = None
+    if args.stock_rates:
+        print(
+            f"## sustained, stock: rates {args.stock_rates}/s, stock celery beat and 2 stock "
+            "workers",
+            flush=True,
+        )
+        rows = []
+        for rate in [int(r) for r in args.stock_rates.split(",")]:
+            result = stock_sustained(
+                rate=rate, rd=rd, warmup=args.warmup, duration=args.duration,
+                timeout=args.timeout,
+            )  # fmt: skip
+            ok = result["p99"] <= 100 and result["missed"] == 0
+            stock_held = rate if ok else stock_held
+            if result["duplicates"]:
+                failed += 1
+            rows.append(
+                (
+                    rate,
+                    f"{result['p50']:.0f}",
+                    f"{result['p99']:.0f}",
+                    f"{result['max']:.0f}",
+                    f"{result['missed']:.0f}",
+                    "yes" if ok else "no",
+                )
+            )
+            print(f"  {rate}/s: p50 {rows[-1][1]} ms, p99 {rows[-1][2]} ms, missed {rows[-1][4]}")
+            if not ok:
+                break
+        print()
+        headers = ("entries/s", "start lateness p50 ms", "p99 ms", "max ms", "missed", "held")
+        print(table(headers, rows))
+        print(f"stock: highest rate held with p99 <= 100 ms: {stock_held or 'none'}/s")
+        if held and stock_held:
+            print(f"sustained rate, ours / stock: {held / stock_held:.2f}")
+        print(flush=True)
     return failed
+
+
+def stock_sustained(
+    *, rate: int, rd: Any, warmup: float, duration: float, timeout: float
+) -> dict[str, float]:
+    """The sustained baseline: stock ``celery beat`` with ``rate`` entries each due once a
+    second, their instants ``1/rate`` apart (as :func:`_spread` spreads the triggers), and two
+    stock workers (prefork, 2 processes each); start lateness of the instants in the measured
+    window, and how many of them never started."""
+    record = rd.client(1)
+    record.delete("bench:ran", "bench:runs", "bench:late")
+    rd.client(0).delete(QUEUE)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "BENCH_BROKER_URL": rd.url(0),
+        "BENCH_RECORD_URL": rd.url(1),
+        "BENCH_TIMES": "1",
+    }
+    with tempfile.TemporaryDirectory(prefix="cq-bench-stock-sustained-") as tmp:
+        folder = Path(tmp)
+        workers = [
+            _start_worker(folder, f"stock{i}", env, pool="prefork", concurrency=2) for i in range(2)
+        ]
+        first = now_ms() + 8000  # beat loads its entries first
+        beat_log = folder / "beat.log"
+        with open(beat_log, "wb") as log:
+            beat = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "bench.app", "beat", "-l", "warning",
+                 "-s", str(folder / "schedule")],
+                cwd=folder,
+                env={**env, "BENCH_BEAT_RATE": str(rate), "BENCH_BEAT_FIRST": str(first)},
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        since = first + int(warmup * 1000)
+        until = since + int(duration * 1000)
+        try:
+            deadline = time.monotonic() + timeout
+            while now_ms() < until + 3000:
+                for proc, path in [*workers, (beat, beat_log)]:
+                    _alive(proc, path, deadline)
+                time.sleep(0.1)
+        finally:
+            stop_process(beat)
+            for proc, _ in workers:
+                stop_process(proc)
+    late = sorted(_lateness(record, since, until))
+    return {
+        "p50": _percentile(late, 0.50),
+        "p99": _percentile(late, 0.99),
+        "max": float(late[-1]) if late else float("nan"),
+        "missed": rate * int(duration) - len(late),
+        "duplicates": int(record.get("bench:runs") or 0) - record.scard("bench:ran"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -641,6 +735,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="50,100,200,300,400", help="sustained: firings/s")
     parser.add_argument("--warmup", type=float, default=5.0, help="sustained: seconds")
     parser.add_argument("--duration", type=float, default=20.0, help="sustained: seconds")
+    parser.add_argument(
+        "--stock-rates",
+        default="25,50,100,200,300,400",
+        help="sustained: entries/s for stock beat with stock workers (empty: skip the baseline)",
+    )
     parser.add_argument(
         "--driver",
         choices=("psycopg2", "psycopg"),

@@ -604,12 +604,52 @@ def sustained_scenario(args: argparse.Namespace, pg: Any, rd: Any) -> int:
     )
     url, dsn = _fresh_store(pg, args.driver)
     seed(url, dsn, [TriggerSet("load", max(rates), now_ms() + 3_600_000, interval_s=1.0)])
+    failed, held = _rising(
+        rates,
+        lambda rate: sustained(
+            rate=rate,
+            url=url,
+            dsn=dsn,
+            rd=rd,
+            warmup=args.warmup,
+            duration=args.duration,
+            timeout=args.timeout,
+        ),
+        "firings/s",
+    )
+    print(f"highest rate held with p99 <= 100 ms: {held or 'none'}/s\n", flush=True)
+    if args.stock_rates:
+        print(
+            f"## sustained, stock: rates {args.stock_rates}/s, stock celery beat and 2 stock "
+            "workers",
+            flush=True,
+        )
+        stock_failed, stock_held = _rising(
+            [int(r) for r in args.stock_rates.split(",")],
+            lambda rate: stock_sustained(
+                rate=rate,
+                rd=rd,
+                warmup=args.warmup,
+                duration=args.duration,
+                timeout=args.timeout,
+            ),
+            "entries/s",
+        )
+        failed += stock_failed
+        print(f"stock: highest rate held with p99 <= 100 ms: {stock_held or 'none'}/s")
+        if held and stock_held:
+            print(f"sustained rate, ours / stock: {held / stock_held:.2f}")
+        print(flush=True)
+    return failed
+
+
+def _rising(rates: list[int], run: Any, unit: str) -> tuple[int, int | None]:
+    """Run ``run(rate)`` at rising rates until one does not hold (p99 start lateness over
+    100 ms, or a start missed); print each and the table. (Runs whose checks failed, the
+    highest rate held.)"""
     rows, held, failed = [], None, 0
     for rate in rates:
-        result = sustained(
-            rate=rate, url=url, dsn=dsn, rd=rd, warmup=args.warmup, duration=args.duration,
-            timeout=args.timeout,
-        )  # fmt: skip
+        result = run(rate)
         ok = result["p99"] <= 100 and result["missed"] == 0
         held = rate if ok else held
         if result["duplicates"]:
@@ -628,46 +668,8 @@ def sustained_scenario(args: argparse.Namespace, pg: Any, rd: Any) -> int:
         if not ok:
             break
     print()
-    print(table(("firings/s", "start lateness p50 ms", "p99 ms", "max ms", "missed", "held"), rows))
-    print(f"highest rate held with p99 <= 100 ms: {held or 'none'}/s\n", flush=True)
-    stock_held = None
-    if args.stock_rates:
-        print(
-            f"## sustained, stock: rates {args.stock_rates}/s, stock celery beat and 2 stock "
-            "workers",
-            flush=True,
-        )
-        rows = []
-        for rate in [int(r) for r in args.stock_rates.split(",")]:
-            result = stock_sustained(
-                rate=rate, rd=rd, warmup=args.warmup, duration=args.duration,
-                timeout=args.timeout,
-            )  # fmt: skip
-            ok = result["p99"] <= 100 and result["missed"] == 0
-            stock_held = rate if ok else stock_held
-            if result["duplicates"]:
-                failed += 1
-            rows.append(
-                (
-                    rate,
-                    f"{result['p50']:.0f}",
-                    f"{result['p99']:.0f}",
-                    f"{result['max']:.0f}",
-                    f"{result['missed']:.0f}",
-                    "yes" if ok else "no",
-                )
-            )
-            print(f"  {rate}/s: p50 {rows[-1][1]} ms, p99 {rows[-1][2]} ms, missed {rows[-1][4]}")
-            if not ok:
-                break
-        print()
-        headers = ("entries/s", "start lateness p50 ms", "p99 ms", "max ms", "missed", "held")
-        print(table(headers, rows))
-        print(f"stock: highest rate held with p99 <= 100 ms: {stock_held or 'none'}/s")
-        if held and stock_held:
-            print(f"sustained rate, ours / stock: {held / stock_held:.2f}")
-        print(flush=True)
-    return failed
+    print(table((unit, "start lateness p50 ms", "p99 ms", "max ms", "missed", "held"), rows))
+    return failed, held
 
 
 def stock_sustained(

@@ -330,31 +330,41 @@ class WorkerSql(FiringsSql, WorkerStore):
         """``WITH gone AS (DELETE … RETURNING …), recorded AS (UPDATE triggers … last outcome
         FROM gone) SELECT …``: the completion and its success kept on the trigger, one
         statement (parameters ``fire_id`` and ``now``)."""
-        t = self.tables.triggers
         gone = self._complete_alone_delete.cte("gone")
-        success = outcome_columns(t, FiringOutcome(), None, 0)
-        recorded = (
-            update(t)
-            .where(
-                t.c.sched_name == gone.c.sched_name,
-                t.c.trigger_name == gone.c.trigger_name,
-                t.c.trigger_group == gone.c.trigger_group,
-            )
-            .values(
-                {
-                    **success,
-                    "last_started_time": gone.c.started_time,
-                    "last_finished_time": bindparam("now", type_=BigInteger),
-                }
-            )
-            .returning(t.c.trigger_name)
-            .cte("recorded")
+        recorded = self._success_recorded(
+            gone, gone.c.started_time, bindparam("now", type_=BigInteger)
         )
         return self._compiled(
             select(
                 gone.c.fire_instance_id,
                 select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
             )
+        )
+
+    def _success_recorded(
+        self, ended: Any, started: Any, finished: Any, *conditions: ColumnElement[bool]
+    ) -> Any:
+        """``recorded AS (UPDATE triggers SET last outcome = success … FROM ended …
+        RETURNING trigger_name)``: a success kept on the trigger of each row of ``ended`` (a
+        CTE with the fired row's key) that meets ``conditions``."""
+        t = self.tables.triggers
+        return (
+            update(t)
+            .where(
+                t.c.sched_name == ended.c.sched_name,
+                t.c.trigger_name == ended.c.trigger_name,
+                t.c.trigger_group == ended.c.trigger_group,
+                *conditions,
+            )
+            .values(
+                {
+                    **outcome_columns(t, FiringOutcome(), None, 0),
+                    "last_started_time": started,
+                    "last_finished_time": finished,
+                }
+            )
+            .returning(t.c.trigger_name)
+            .cte("recorded")
         )
 
     def complete_executions(self, finished: Sequence[FinishedExecution]) -> int:
@@ -422,25 +432,12 @@ class WorkerSql(FiringsSql, WorkerStore):
             .over(partition_by=key, order_by=gone.c.finished_time.desc())
             .label("rank"),
         ).cte("latest")
-        success = outcome_columns(t, FiringOutcome(), None, 0)
-        recorded = (
-            update(t)
-            .where(
-                t.c.sched_name == latest.c.sched_name,
-                t.c.trigger_name == latest.c.trigger_name,
-                t.c.trigger_group == latest.c.trigger_group,
-                latest.c.rank == 1,
-                func.coalesce(t.c.last_finished_time, 0) <= latest.c.finished_time,
-            )
-            .values(
-                {
-                    **success,
-                    "last_started_time": latest.c.started_time,
-                    "last_finished_time": latest.c.finished_time,
-                }
-            )
-            .returning(t.c.trigger_name)
-            .cte("recorded")
+        recorded = self._success_recorded(
+            latest,
+            latest.c.started_time,
+            latest.c.finished_time,
+            latest.c.rank == 1,
+            func.coalesce(t.c.last_finished_time, 0) <= latest.c.finished_time,
         )
         return self._compiled(
             select(

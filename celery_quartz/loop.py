@@ -283,10 +283,17 @@ class SchedulingLoop:
             if self.status.is_shut_down:
                 return
             self.status = SchedulerStatus.SHUTTING_DOWN
+            began = time.monotonic()
+            logger.info("scheduler instance %s shutting down", self.instance_id)
             try:
                 self._shutdown(wait_for_jobs, timeout, sleep)
             finally:
                 self.status = SchedulerStatus.SHUTDOWN
+                logger.info(
+                    "scheduler instance %s shut down in %.1fs",
+                    self.instance_id,
+                    time.monotonic() - began,
+                )
 
     def _shutdown(
         self, wait_for_jobs: bool, timeout: float, sleep: Callable[[float], None]

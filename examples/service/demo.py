@@ -57,7 +57,13 @@ def main() -> int:
 
     shutil.rmtree(VAR, ignore_errors=True)
     VAR.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(HERE), "SERVICE_DIR": str(HERE)}
+    # PYTHONFAULTHANDLER: a process that does not stop when told is asked for its stacks (stop()).
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(HERE),
+        "SERVICE_DIR": str(HERE),
+        "PYTHONFAULTHANDLER": "1",
+    }
     os.environ.update(env)
     sys.path.insert(0, str(HERE))
     inbox = VAR / "nodes" / FILES_NODE / "inbox"
@@ -77,21 +83,22 @@ def main() -> int:
             stderr=subprocess.STDOUT,
         )
 
-    workers = [
-        start(
+    workers = {
+        f"worker-{machine}": start(
             f"worker-{machine}",
             ["worker", "-l", "info", "-c", "2", "-n", node, "-Q", queues],
             SERVICE_NODE_DIR=str(VAR / "nodes" / machine),
         )
         for machine, node, queues in NODES
-    ]
-    beats: list[subprocess.Popen[bytes]] = []
+    }
+    beats: dict[str, subprocess.Popen[bytes]] = {}
+    stuck: list[str] = []
     try:
         wait_for("worker", {node for _, node, _ in NODES}, timeout=90)
         loaded = datetime.now(timezone.utc)
         load_file()
-        beats = [
-            start(
+        beats = {
+            f"beat-{machine}": start(
                 f"beat-{machine}",
                 [
                     "beat",
@@ -106,7 +113,7 @@ def main() -> int:
                 QUARTZ_INSTANCE_ID=machine,
             )
             for machine, _, _ in NODES
-        ]
+        }
         wait_for("scheduler", {machine for machine, _, _ in NODES}, timeout=90)
         schedule_from_code()
         print(f"running {args.seconds:.0f}s")
@@ -125,19 +132,42 @@ def main() -> int:
             time.sleep(0.2)
         ended = datetime.now(timezone.utc)
     finally:
-        for beat in beats:
-            beat.send_signal(signal.SIGTERM)
-        for beat in beats:
-            beat.wait(timeout=30)
+        stuck += stop(beats, timeout=60)
         if beats:
             drain(timeout=20)
-        for worker in workers:
-            worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            worker.wait(timeout=30)
+        stuck += stop(workers, timeout=60)
         for log in logs:
             log.close()
-    return summarize(loaded, ended, dropped)
+    verdict = summarize(loaded, ended, dropped)
+    if stuck:
+        for name in stuck:
+            tail = (VAR / f"{name}.log").read_text(errors="replace").splitlines()[-60:]
+            print(f"\n--- the end of {name}.log ---", *tail, sep="\n")
+        print(f"\nFAILED: did not stop when told (SIGTERM): {', '.join(stuck)}")
+        return 1
+    return verdict
+
+
+def stop(procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> list[str]:
+    """Send SIGTERM to every process and wait for all of them, ``timeout`` seconds in all. One
+    still running then writes its threads' stacks to its log (SIGABRT, with faulthandler on) and
+    ends; the names of those are returned."""
+    for proc in procs.values():
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    stuck = []
+    for name, proc in procs.items():
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            stuck.append(name)
+            proc.send_signal(signal.SIGABRT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    return stuck
 
 
 def wait_for(kind: str, names: set[str], timeout: float) -> None:

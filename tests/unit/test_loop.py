@@ -4,6 +4,7 @@ to kombu's in-memory broker. Messages are read back from the broker's queue."""
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from datetime import datetime, timedelta
 
@@ -320,6 +321,19 @@ def test_shutdown_releases_the_acquired_batch_and_leaves_the_cluster(
     assert store.firing_states() == {}
     assert store.check_ins() == []
     assert published(app, queue) == []
+
+
+def test_shutdown_logs_its_start_and_its_end_with_how_long_it_took(
+    store: MemoryStore, app: Celery, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A stop that hangs shows in the log as one without its end.
+    loop = make_loop(store, app, clock)
+    loop.run_once()
+    with caplog.at_level(logging.INFO, logger="celery_quartz.loop"):
+        loop.shutdown()
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0] == f"scheduler instance {A} shutting down"
+    assert re.fullmatch(rf"scheduler instance {A} shut down in \d+\.\ds", messages[-1])
 
 
 # -- publishing failures and take-over ---------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import event, select
 
 from celery_quartz.affinity import PreferredNode
-from celery_quartz.clock import FakeClock
+from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.keys import TriggerKey
 from celery_quartz.store import NONE_STATE, FiringState, SqlStore, TriggerState
 from tests.unit.builders import A, add, at, one_shot, repeating
@@ -144,6 +144,90 @@ def test_a_prepared_statement_gone_from_its_session_is_run_unprepared_from_then_
         assert db.complete_execution(second)
         assert db.firing_states() == {}
         assert [s.split()[0] for s in seen if s.startswith(("PREPARE", "EXECUTE"))] == ["EXECUTE"]
+    finally:
+        db.dispose()
+
+
+def test_the_one_statement_start_and_completions_open_no_sqlalchemy_connection(
+    db: SqlStore,
+) -> None:
+    """On PostgreSQL the worker's per-execution statements run on a pooled driver connection
+    directly: a SQLAlchemy Connection and its result cost the worker more CPU than the
+    statement. Nothing listens to the statements here, so none goes through a Connection."""
+    from celery_quartz.store.records import FinishedExecution
+
+    add(db, repeating("t1", at(0), 60), repeating("t2", at(0), 60))
+    ids = fired(db, "t1", "t2")
+    connections: list[object] = []
+    engines = [db.engine] + ([db._autocommit] if db.dialect == "postgresql" else [])
+    for engine in engines:
+        event.listen(engine, "engine_connect", connections.append)
+    started = db.start_execution(ids["t1"], W1)
+    assert started is not None and db.start_execution(ids["t2"], W1)
+    assert not db.start_execution(ids["t1"], W2)
+    assert db.complete_execution(ids["t1"])
+    assert db.complete_executions([FinishedExecution(ids["t2"], to_millis(at(2)))]) == 1
+    if db.dialect == "postgresql":
+        assert connections == []
+        assert started.batchable
+    assert db.firing_states() == {}
+
+
+def test_a_connection_broken_under_a_start_is_a_dbapi_error_and_the_next_start_reconnects(
+    pg_url: str, clock: FakeClock
+) -> None:
+    """The driver's error on the direct path reaches the worker hooks as SQLAlchemy's
+    DBAPIError (they retry those through an outage), and the pool replaces the broken
+    connection. Without pre-ping, as the worker opens its store."""
+    from sqlalchemy.exc import DBAPIError
+
+    db = SqlStore(pg_url, scheduler_name="unit", clock=clock, pool_size=1, pre_ping=False)
+    db.create_tables()
+    try:
+        add(db, repeating("t1", at(0), 60), repeating("t2", at(0), 60))
+        ids = fired(db, "t1", "t2")
+        assert db.start_execution(ids["t1"], W1)
+        with db.engine.connect() as conn:
+            conn.exec_driver_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        with pytest.raises(DBAPIError) as raised:
+            db.start_execution(ids["t2"], W1)
+        assert raised.value.connection_invalidated
+        assert db.firing_states()[ids["t2"]] != FiringState.EXECUTING
+        assert db.start_execution(ids["t2"], W1)
+        assert db.firing_states() == {i: FiringState.EXECUTING for i in ids.values()}
+    finally:
+        db.dispose()
+
+
+def test_without_listeners_a_prepared_statement_gone_is_also_run_unprepared(
+    pg_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same fallback as above on the direct path (no one listens to the statements)."""
+    db = SqlStore(pg_url, scheduler_name="unit", clock=clock, pool_size=1)
+    db.create_tables()
+    try:
+        add(db, repeating("t1", at(0), 1))
+        first = fired(db, "t1", second=0)["t1"]
+        assert db.start_execution(first, W1)
+        assert db.complete_execution(first)
+        with db._autocommit.connect() as conn:
+            prepared = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements")
+            assert prepared.scalar() == 2  # the start and the completion
+            conn.exec_driver_sql("DEALLOCATE ALL")
+        clock.set(at(1))
+        second = fired(db, "t1", second=1)["t1"]
+        with caplog.at_level(logging.WARNING, logger="celery_quartz.store"):
+            assert db.start_execution(second, W1)
+        assert "unprepared from now on" in caplog.text
+        assert not db.start_execution(second, W2)
+        assert db.complete_execution(second)
+        assert db.firing_states() == {}
+        with db._autocommit.connect() as conn:
+            prepared = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements")
+            assert prepared.scalar() == 0
     finally:
         db.dispose()
 

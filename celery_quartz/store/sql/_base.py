@@ -6,7 +6,8 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections import namedtuple
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -165,17 +166,81 @@ class SqlBase:
         that does not keep the prepared statement between two of its connection's statements
         (a pooler such as PgBouncer in transaction mode hands them to different sessions) makes
         this store run its statements unprepared from then on, with a warning."""
+        return self._run_prepared(
+            lambda sql, values: conn.exec_driver_sql(sql, values),
+            conn.connection.info,
+            compiled,
+            {**compiled.fixed, **params},
+        )
+
+    def _run_alone(self, compiled: CompiledStatement, **params: Any) -> Any | None:
+        """The first row (None without one) of a statement compiled by :meth:`_compiled` that
+        commits on its own: PostgreSQL's one-statement start and completions, run once per
+        execution by the worker.
+
+        It runs on a pooled connection of :attr:`_autocommit`'s driver, prepared as by
+        :meth:`_execute_compiled`, without SQLAlchemy's per-call connection and result
+        handling, which costs the worker more CPU than the statement itself. The row's columns
+        are attributes, as on a SQLAlchemy row. A driver error is raised as SQLAlchemy's
+        :class:`~sqlalchemy.exc.DBAPIError`, and a connection it finds broken is invalidated
+        (the pool opens a new one), as through a Connection. While anyone listens to the
+        engine's statements (``before_cursor_execute``/``after_cursor_execute``: tracing,
+        tests), it runs through a Connection instead, so that they see it."""
+        engine = self._autocommit
+        events = engine.dispatch
+        if events.before_cursor_execute or events.after_cursor_execute:
+            with engine.connect() as conn:
+                return self._execute_compiled(conn, compiled, **params).first()
+        values = {**compiled.fixed, **params}
+        dbapi_error = engine.dialect.loaded_dbapi.Error
+        connection = cursor = None
+        try:
+            connection = engine.raw_connection()
+            cursor = connection.cursor()
+            self._run_prepared(cursor.execute, connection.info, compiled, values)
+            row = cursor.fetchone()
+            return None if row is None else _row_type(cursor.description)(*row)
+        except dbapi_error as exc:
+            broken = connection is not None and engine.dialect.is_disconnect(
+                exc, connection.dbapi_connection, cursor
+            )
+            if broken:
+                assert connection is not None
+                connection.invalidate(exc)
+            raise DBAPIError.instance(
+                compiled.sql,
+                values,
+                exc,
+                dbapi_error,
+                connection_invalidated=broken,
+                dialect=engine.dialect,
+            ) from exc
+        finally:
+            if connection is not None:
+                if cursor is not None and connection.is_valid:
+                    cursor.close()
+                connection.close()
+
+    def _run_prepared(
+        self,
+        run: Callable[[str, dict[str, Any] | None], Any],
+        info: dict[Any, Any],
+        compiled: CompiledStatement,
+        values: dict[str, Any],
+    ) -> Any:
+        """``run(sql, values)`` of ``compiled``: by name once prepared on the connection whose
+        ``info`` this is, else as text (see :meth:`_execute_compiled`)."""
         statement = compiled.prepared
         if statement is None or not self._prepare_statements:
-            return conn.exec_driver_sql(compiled.sql, {**compiled.fixed, **params})
-        prepared: set[str] = conn.connection.info.setdefault(_PREPARED, set())
+            return run(compiled.sql, values)
+        prepared: set[str] = info.setdefault(_PREPARED, set())
         if statement.name not in prepared:
-            conn.exec_driver_sql(statement.prepare)
+            run(statement.prepare, None)
             prepared.add(statement.name)
         try:
-            return conn.exec_driver_sql(statement.execute, {**compiled.fixed, **params})
-        except DBAPIError as exc:
-            if getattr(exc.orig, "pgcode", None) != _UNDEFINED_PREPARED_STATEMENT:
+            return run(statement.execute, values)
+        except Exception as exc:  # the driver's error, or SQLAlchemy's wrapping it
+            if getattr(getattr(exc, "orig", exc), "pgcode", None) != _UNDEFINED_PREPARED_STATEMENT:
                 raise
         prepared.discard(statement.name)
         self._prepare_statements = False
@@ -185,7 +250,7 @@ class SqlBase:
             "statements unprepared from now on",
             self.engine.url.render_as_string(hide_password=True),
         )
-        return conn.exec_driver_sql(compiled.sql, {**compiled.fixed, **params})
+        return run(compiled.sql, values)
 
     @functools.cached_property
     def _autocommit(self) -> Engine:
@@ -480,3 +545,13 @@ class SqlBase:
             ).where(self._scoped(s), s.c.kind == "worker")
         ).all()
         return router.live_workers(list(rows), now)
+
+
+@functools.lru_cache(maxsize=64)
+def _named_row(columns: tuple[str, ...]) -> Any:
+    return namedtuple("Row", columns, rename=True)
+
+
+def _row_type(description: Sequence[Any]) -> Any:
+    """A tuple type whose fields are the columns of a driver cursor's ``description``."""
+    return _named_row(tuple(column[0] for column in description))

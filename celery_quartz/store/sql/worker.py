@@ -104,14 +104,9 @@ class WorkerSql(FiringsSql, WorkerStore):
         own (one round trip, where a transaction of two statements takes three). The same
         conditions as the general path: the start only from FIRED/PUBLISHED, the claim a
         compare-and-swap against the pin the fired row recorded."""
-        with self._autocommit.connect() as conn:
-            row = self._execute_compiled(
-                conn,
-                self._start_statement,
-                fire_id=fire_instance_id,
-                worker=worker_name,
-                now=self._now(),
-            ).first()
+        row = self._run_alone(
+            self._start_statement, fire_id=fire_instance_id, worker=worker_name, now=self._now()
+        )
         if row is None:
             return None
         if row.preferred_node_auto and row.preferred_node != worker_name:
@@ -306,19 +301,15 @@ class WorkerSql(FiringsSql, WorkerStore):
         executing: the caller's transaction then does the whole completion. One round trip
         instead of three. With a (successful) ``outcome`` the same statement keeps the success
         on the trigger as its last outcome."""
-        with self._autocommit.connect() as conn:
-            if outcome is not None:
-                finished = outcome.finished_millis
-                done = self._execute_compiled(
-                    conn,
-                    self._complete_recorded_statement,
-                    fire_id=fire_instance_id,
-                    now=self._now() if finished is None else finished,
-                ).first()
-            else:
-                done = self._execute_compiled(
-                    conn, self._complete_alone_statement, fire_id=fire_instance_id
-                ).first()
+        if outcome is not None:
+            finished = outcome.finished_millis
+            done = self._run_alone(
+                self._complete_recorded_statement,
+                fire_id=fire_instance_id,
+                now=self._now() if finished is None else finished,
+            )
+        else:
+            done = self._run_alone(self._complete_alone_statement, fire_id=fire_instance_id)
         return done is not None
 
     @functools.cached_property
@@ -374,13 +365,12 @@ class WorkerSql(FiringsSql, WorkerStore):
         rest, and every end on another database, one by one as :meth:`complete_execution`."""
         done: set[str] = set()
         if finished and self.dialect == "postgresql":
-            with self._autocommit.connect() as conn:
-                row = self._execute_compiled(
-                    conn,
-                    self._complete_batch_statement,
-                    ids=[item.fire_instance_id for item in finished],
-                    finished=[item.finished_millis for item in finished],
-                ).one()
+            row = self._run_alone(
+                self._complete_batch_statement,
+                ids=[item.fire_instance_id for item in finished],
+                finished=[item.finished_millis for item in finished],
+            )
+            assert row is not None  # an aggregate: one row, whatever it removed
             done = set(row.done or ())
         return len(done) + sum(
             self.complete_execution(

@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_pipeline.py [--firings 20000] [--repeats 2]
         [--pools threads:8,prefork:2] [--scenarios overhead,e2e,sustained]
         [--e2e-firings 10000] [--rates 50,100,200,300,400] [--warmup 5] [--duration 20]
-        [--driver psycopg2|psycopg] [--completion-delays 0.1]
+        [--driver psycopg2|psycopg] [--completion-delays 0.1] [--compare-with DIR]
 
 **overhead.**
 N due triggers are fired and published once (one scheduler node, as ``bench_throughput.py``
@@ -16,7 +16,9 @@ rates is the result, with the CPU the worker, PostgreSQL and Redis spend per exe
 and records its id in Redis), and after a hooked run no fired row is left.
 ``--completion-delays 0,0.1`` runs the hooked worker once per ``quartz_worker_completion_delay``
 (0: every end a statement of its own; otherwise successes recorded in batches), each against the
-same stock runs.
+same stock runs. ``--compare-with DIR`` adds a hooked worker running the celery-quartz of another
+checkout (``git worktree add DIR <commit>``), at each delay, in the same alternation: a change's
+effect measured against the code before it in one run.
 
 The rate is measured from the worker's first message taken (the queue shrinks) to the last
 execution recorded, so the worker's start-up is not counted.
@@ -128,12 +130,14 @@ def drain(
     redis_pid: int | None,
     timeout: float,
     completion_delay: str = "",
+    code: Path = REPO,
 ) -> dict[str, float]:
-    """One worker draining the queue; rate and CPU per execution."""
+    """One worker draining the queue (celery-quartz and bench.app from the checkout ``code``);
+    rate and CPU per execution."""
     record.delete("bench:ran", "bench:runs")
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": str(code),
         "BENCH_BROKER_URL": broker,
         "BENCH_STORE_URL": url,
         "BENCH_RECORD_URL": record_url,
@@ -455,24 +459,28 @@ def overhead(args: argparse.Namespace, pg: Any, rd: Any) -> int:
     broker = rd.url(0)
     dump = publish_once(url, dsn, broker, rd.client(0), n)
     record = rd.client(1)
-    delays = args.completion_delays.split(",")
-    # A run is stock (delay None) or hooked with one completion delay.
-    variants: list[str | None] = [None, *delays]
-    results: dict[tuple[str, str | None], list[dict[str, float]]] = {}
+    # A run is stock (delay None) or hooked with one completion delay, with this checkout's
+    # celery-quartz or (--compare-with) another's.
+    codes = [REPO] + ([Path(args.compare_with).resolve()] if args.compare_with else [])
+    hooked_variants = [
+        (delay, code) for code in codes for delay in args.completion_delays.split(",")
+    ]
+    variants: list[tuple[str | None, Path]] = [(None, REPO), *hooked_variants]
+    results: dict[tuple[str, str | None, Path], list[dict[str, float]]] = {}
     for repeat in range(args.repeats):
         for pool, concurrency in pools:
             # Alternate the order, so a drift in the machine's speed spreads evenly.
             order = variants if repeat % 2 == 0 else variants[::-1]
-            for delay in order:
+            for delay, code in order:
                 hooked = delay is not None
                 restore(dsn, rd.client(0), dump)
                 result = drain(
                     pool=pool, concurrency=concurrency, hooked=hooked, n=n, url=url,
                     dsn=dsn, broker=broker, record=record, record_url=rd.url(1),
                     pg_pid=pg.pid, redis_pid=rd.pid, timeout=args.timeout,
-                    completion_delay=delay or "",
+                    completion_delay=delay or "", code=code,
                 )  # fmt: skip
-                kind = f"hooked (completion delay {delay} s)" if hooked else "stock"
+                kind = f"hooked (completion delay {delay} s{_from(code)})" if hooked else "stock"
                 print(
                     f"  {pool} -c {concurrency} {kind}: {result['rate']:.0f} tasks/s, "
                     f"worker {result['worker_us']:.0f} µs, PostgreSQL {result['pg_us']:.0f} "
@@ -485,20 +493,20 @@ def overhead(args: argparse.Namespace, pg: Any, rd: Any) -> int:
                         f"  CHECK FAILED: {result['duplicates']:.0f} ran twice, "
                         f"{result['left']:.0f} fired rows left"
                     )
-                results.setdefault((pool, delay), []).append(result)
+                results.setdefault((pool, delay, code), []).append(result)
 
     def med(runs: list[dict[str, float]], key: str) -> float:
         return median([r[key] for r in runs])
 
     rows = []
     for pool, concurrency in pools:
-        stock = results[(pool, None)]
-        for delay in delays:
-            hooked_runs = results[(pool, delay)]
+        stock = results[(pool, None, REPO)]
+        for delay, code in hooked_variants:
+            hooked_runs = results[(pool, delay, code)]
             rows.append(
                 (
                     f"{pool} -c {concurrency}",
-                    f"{delay} s",
+                    f"{delay} s{_from(code)}",
                     f"{med(stock, 'rate'):.0f}",
                     f"{med(hooked_runs, 'rate'):.0f}",
                     f"{med(hooked_runs, 'rate') / med(stock, 'rate'):.2f}",
@@ -525,6 +533,11 @@ def overhead(args: argparse.Namespace, pg: Any, rd: Any) -> int:
     )
     print(f"medians of {args.repeats} runs each\n", flush=True)
     return checks_failed
+
+
+def _from(code: Path) -> str:
+    """How a run names the checkout its hooks came from: nothing for this one."""
+    return "" if code == REPO else f", hooks from {code}"
 
 
 def e2e(args: argparse.Namespace, pg: Any, rd: Any) -> int:
@@ -752,6 +765,13 @@ def main(argv: list[str] | None = None) -> int:
         "--completion-delays",
         default="0.1",
         help="overhead: the hooked worker's quartz_worker_completion_delay values, comma-separated",
+    )
+    parser.add_argument(
+        "--compare-with",
+        default="",
+        metavar="DIR",
+        help="overhead: also drain with the hooks of the checkout in DIR (e.g. a git worktree of "
+        "an earlier commit), in the same alternation",
     )
     args = parser.parse_args(argv)
     scenarios = args.scenarios.split(",")

@@ -152,8 +152,8 @@ def test_the_one_statement_start_and_completions_open_no_sqlalchemy_connection(
     db: SqlStore,
 ) -> None:
     """On PostgreSQL the worker's per-execution statements run on a pooled driver connection
-    directly: a SQLAlchemy Connection and its result cost the worker more CPU than the
-    statement. Nothing listens to the statements here, so none goes through a Connection."""
+    directly: a SQLAlchemy Connection and its result added half again to the worker's CPU
+    per statement. Nothing listens to the statements here, so none goes through a Connection."""
     from celery_quartz.store.records import FinishedExecution
 
     add(db, repeating("t1", at(0), 60), repeating("t2", at(0), 60))

@@ -180,7 +180,7 @@ class SqlBase:
 
         It runs on a pooled connection of :attr:`_autocommit`'s driver, prepared as by
         :meth:`_execute_compiled`, without SQLAlchemy's per-call connection and result
-        handling, which costs the worker more CPU than the statement itself. The row's columns
+        handling, which added half again to the worker's CPU per statement. The row's columns
         are attributes, as on a SQLAlchemy row. A driver error is raised as SQLAlchemy's
         :class:`~sqlalchemy.exc.DBAPIError`, and a connection it finds broken is invalidated
         (the pool opens a new one), as through a Connection. While anyone listens to the

@@ -132,10 +132,10 @@ def main() -> int:
             time.sleep(0.2)
         ended = datetime.now(timezone.utc)
     finally:
-        stuck += stop(beats, timeout=60)
+        stuck += stop(beats, timeout=30)
         if beats:
             drain(timeout=20)
-        stuck += stop(workers, timeout=60)
+        stuck += stop(workers, timeout=30)
         for log in logs:
             log.close()
     verdict = summarize(loaded, ended, dropped)

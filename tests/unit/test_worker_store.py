@@ -119,12 +119,14 @@ def test_on_psycopg2_the_worker_statements_are_prepared_once_per_connection(
         db.dispose()
 
 
+@pytest.mark.parametrize("watched", [False, True], ids=["direct", "through-a-connection"])
 def test_a_prepared_statement_gone_from_its_session_is_run_unprepared_from_then_on(
-    pg_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
+    pg_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture, watched: bool
 ) -> None:
     """A pooler that hands a connection's statements to different sessions (PgBouncer in
     transaction mode) loses what was prepared: the store notices, says so once, and runs its
-    statements as text from then on; no start or completion is lost."""
+    statements as text from then on; no start or completion is lost. The same on the driver
+    connection directly and, while a listener watches the statements, through a Connection."""
     db = SqlStore(pg_url, scheduler_name="unit", clock=clock, pool_size=1)
     db.create_tables()
     try:
@@ -133,8 +135,10 @@ def test_a_prepared_statement_gone_from_its_session_is_run_unprepared_from_then_
         assert db.start_execution(first, W1)
         assert db.complete_execution(first)
         with db._autocommit.connect() as conn:
+            prepared = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements")
+            assert prepared.scalar() == 2  # the start and the completion
             conn.exec_driver_sql("DEALLOCATE ALL")
-        seen = statements(db)
+        seen = statements(db) if watched else []
         clock.set(at(1))
         second = fired(db, "t1", second=1)["t1"]
         with caplog.at_level(logging.WARNING, logger="celery_quartz.store"):
@@ -143,7 +147,12 @@ def test_a_prepared_statement_gone_from_its_session_is_run_unprepared_from_then_
         assert not db.start_execution(second, W2)
         assert db.complete_execution(second)
         assert db.firing_states() == {}
-        assert [s.split()[0] for s in seen if s.startswith(("PREPARE", "EXECUTE"))] == ["EXECUTE"]
+        if watched:
+            executed = [s.split()[0] for s in seen if s.startswith(("PREPARE", "EXECUTE"))]
+            assert executed == ["EXECUTE"]
+        with db._autocommit.connect() as conn:
+            prepared = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements")
+            assert prepared.scalar() == 0
     finally:
         db.dispose()
 
@@ -198,36 +207,6 @@ def test_a_connection_broken_under_a_start_is_a_dbapi_error_and_the_next_start_r
         assert db.firing_states()[ids["t2"]] != FiringState.EXECUTING
         assert db.start_execution(ids["t2"], W1)
         assert db.firing_states() == {i: FiringState.EXECUTING for i in ids.values()}
-    finally:
-        db.dispose()
-
-
-def test_without_listeners_a_prepared_statement_gone_is_also_run_unprepared(
-    pg_url: str, clock: FakeClock, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The same fallback as above on the direct path (no one listens to the statements)."""
-    db = SqlStore(pg_url, scheduler_name="unit", clock=clock, pool_size=1)
-    db.create_tables()
-    try:
-        add(db, repeating("t1", at(0), 1))
-        first = fired(db, "t1", second=0)["t1"]
-        assert db.start_execution(first, W1)
-        assert db.complete_execution(first)
-        with db._autocommit.connect() as conn:
-            prepared = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements")
-            assert prepared.scalar() == 2  # the start and the completion
-            conn.exec_driver_sql("DEALLOCATE ALL")
-        clock.set(at(1))
-        second = fired(db, "t1", second=1)["t1"]
-        with caplog.at_level(logging.WARNING, logger="celery_quartz.store"):
-            assert db.start_execution(second, W1)
-        assert "unprepared from now on" in caplog.text
-        assert not db.start_execution(second, W2)
-        assert db.complete_execution(second)
-        assert db.firing_states() == {}
-        with db._autocommit.connect() as conn:
-            prepared = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements")
-            assert prepared.scalar() == 0
     finally:
         db.dispose()
 

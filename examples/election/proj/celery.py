@@ -26,6 +26,8 @@ if not store_url.startswith("postgresql"):
 
 app = Celery("election", broker=broker, include=["proj.tasks"])
 if broker.startswith("filesystem"):
+    # Kombu's filesystem transport, each message written whole before a worker can take it.
+    app.conf.broker_transport = "celery_quartz.filesystem_broker:Transport"
     queue_dir = here / "var" / "broker"
     (queue_dir / "processed").mkdir(parents=True, exist_ok=True)
     app.conf.broker_transport_options = {

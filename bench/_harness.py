@@ -600,18 +600,24 @@ def reset_statement_stats(dsn: str) -> None:
 
 
 def statement_stats(dsn: str, firings: int, top: int = 12) -> str:
-    """The statements that took the most database time since the last reset, per firing."""
+    """The statements that took the most database time since the last reset, per firing: their
+    execution, and beside it their planning (0 unless ``pg_stat_statements.track_planning`` is
+    on; parsing is in neither)."""
     rows = query(
         dsn,
-        "SELECT calls, total_exec_time, rows, regexp_replace(query, '\\s+', ' ', 'g') "
+        "SELECT calls, total_exec_time, total_plan_time, rows, "
+        "regexp_replace(query, '\\s+', ' ', 'g') "
         "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database "
         "WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT %s",
         [top],
     )
     total = sum(r[1] for r in rows)
     return table(
-        ["calls", "total ms", "µs/firing", "share", "rows", "statement"],
-        [(c, t, t * 1000 / firings, f"{t / total:.0%}", n, q[:110]) for c, t, n, q in rows],
+        ["calls", "total ms", "µs/firing", "share", "planning µs/firing", "rows", "statement"],
+        [
+            (c, t, t * 1000 / firings, f"{t / total:.0%}", p * 1000 / firings, n, q[:110])
+            for c, t, p, n, q in rows
+        ],
     )
 
 

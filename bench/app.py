@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from datetime import datetime, timedelta
 from typing import Any
@@ -112,6 +113,10 @@ if os.environ.get("BENCH_BEAT_RATE"):
     }
 
 _recorder = None
+# One client per process, made once: two threads of a threads-pool worker that each made one
+# left the first unreferenced, and its connections were closed under the thread using it (the
+# task failed with "I/O operation on closed file", its run unrecorded, and the drain waited).
+_recorder_lock = threading.Lock()
 
 
 @app.task(name="bench.noop", bind=True)
@@ -120,11 +125,15 @@ def noop(self, phase_ms: int | None = None) -> None:  # type: ignore[no-untyped-
     url = os.environ.get("BENCH_RECORD_URL")
     if not url:
         return
-    if _recorder is None:
+    recorder = _recorder
+    if recorder is None:
         import redis
 
-        _recorder = redis.Redis.from_url(url)
-    pipe = _recorder.pipeline(transaction=False)
+        with _recorder_lock:
+            if _recorder is None:
+                _recorder = redis.Redis.from_url(url)
+            recorder = _recorder
+    pipe = recorder.pipeline(transaction=False)
     pipe.sadd("bench:ran", self.request.id)
     pipe.incr("bench:runs")
     if os.environ.get("BENCH_TIMES"):

@@ -157,9 +157,18 @@ def drain(
                 time.sleep(0.002)
             t0 = time.perf_counter()
             cpu0 = (process_cpu_s(proc.pid), process_cpu_s(pg_pid), process_cpu_s(redis_pid))
-            while client.scard("bench:ran") < n:
+            ran, progress = 0, time.monotonic()
+            while ran < n:
                 _alive(proc, log_path, deadline)
                 time.sleep(0.002)
+                if (latest := client.scard("bench:ran")) != ran:
+                    ran, progress = latest, time.monotonic()
+                elif time.monotonic() - progress > _STALLED and not queue.llen(QUEUE):
+                    raise RuntimeError(
+                        f"the worker ran {ran} of {n} and has taken every message, with none "
+                        f"recorded in {_STALLED:.0f} s (a task failed?):\n"
+                        + log_path.read_text()[-3000:]
+                    )
             # The last completion is recorded after the task returns.
             while hooked and _fired_left(dsn):
                 _alive(proc, log_path, deadline)
@@ -177,6 +186,10 @@ def drain(
         "duplicates": runs - client.scard("bench:ran"),
         "left": _fired_left(dsn) if hooked else 0,
     }
+
+
+#: Seconds without a recorded run, the queue empty, after which a drain is reported stalled.
+_STALLED = 20.0
 
 
 def _start_worker(

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     n = args.triggers
     print(f"# throughput: {n:,} triggers all due; {machine_summary()}", flush=True)
 
-    # Planning tracked too: a statement's planning is what preparing it would save.
+    # Each statement's planning too, beside its execution.
     pg_settings = {**PG_STAT_STATEMENTS, "pg_stat_statements.track_planning": "on"}
     with services(pg_settings if args.pg_stats else None) as (pg, rd):
         url, dsn = fresh_store(pg)

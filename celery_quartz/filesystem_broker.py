@@ -7,16 +7,19 @@ This transport writes each message under a name no consumer takes, then renames 
 (atomic within one filesystem). The examples' no-server broker uses it::
 
     app = Celery("proj", broker="filesystem://")
-    app.conf.broker_transport = "celery_quartz.filesystem_broker:Transport"
+    filesystem_broker.configure(app, Path("var") / "broker")
 
-with the same ``broker_transport_options`` as kombu's (``data_folder_in``, ``data_folder_out``,
-``processed_folder``, ...). It is a broker for demos and tests on one machine, as kombu's is.
+:func:`configure` sets ``broker_transport`` to :class:`Transport`, with kombu's
+``broker_transport_options`` (``data_folder_in``, ``data_folder_out``, ``processed_folder``,
+``control_folder``) all under one folder. It is a broker for demos and tests on one machine, as
+kombu's is.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 from time import monotonic
 from typing import Any
 
@@ -46,3 +49,20 @@ class Transport(filesystem.Transport):
     """Kombu's filesystem transport with :class:`Channel`."""
 
     Channel = Channel
+
+
+def configure(app: Any, folder: Path | str, *, polling_interval: float = 0.1) -> None:
+    """Make ``app``'s ``filesystem://`` broker this module's :class:`Transport`, its queues,
+    processed messages and control files under ``folder`` (created if missing). Every process
+    of the app (beats, workers, the CLI) must name the same folder, so give an absolute one:
+    kombu's default control folder is ``./control``, wherever each process runs."""
+    folder = Path(folder).absolute()
+    (folder / "processed").mkdir(parents=True, exist_ok=True)
+    app.conf.broker_transport = f"{__name__}:Transport"
+    app.conf.broker_transport_options = {
+        "data_folder_in": str(folder),
+        "data_folder_out": str(folder),
+        "processed_folder": str(folder / "processed"),
+        "control_folder": str(folder / "control"),
+        "polling_interval": polling_interval,
+    }

@@ -75,3 +75,34 @@ def test_a_consumer_polling_while_a_message_is_written_takes_nothing_until_it_is
     assert channel._get("q") == {"n": 1}
     with pytest.raises(Empty):
         channel._get("q")
+
+
+def test_configure_puts_an_apps_queues_processed_and_control_files_under_one_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the examples call: ``configure(app, folder)`` (a relative folder taken from where
+    the app is configured, not from wherever kombu later runs) sets this transport, creates the
+    folders, and a task sent through the app is read back from that folder."""
+    from celery import Celery
+
+    monkeypatch.chdir(tmp_path)
+    app = Celery("t", broker="filesystem://", set_as_current=False)
+    filesystem_broker.configure(app, Path("var") / "broker", polling_interval=0.5)
+    folder = tmp_path / "var" / "broker"
+    assert app.conf.broker_transport == "celery_quartz.filesystem_broker:Transport"
+    assert app.conf.broker_transport_options == {
+        "data_folder_in": str(folder),
+        "data_folder_out": str(folder),
+        "processed_folder": str(folder / "processed"),
+        "control_folder": str(folder / "control"),
+        "polling_interval": 0.5,
+    }
+    assert (folder / "processed").is_dir()
+
+    app.send_task("tasks.ping", task_id="id-1", queue="q")
+    with app.connection_for_read() as conn:
+        message = conn.SimpleQueue("q", no_ack=True).get(timeout=1)
+        assert message.headers["id"] == "id-1"
+        assert isinstance(conn.transport, filesystem_broker.Transport)
+    assert [p.suffix for p in folder.iterdir() if p.is_file()] == []  # taken, none staged
+    app.close()

@@ -13,6 +13,7 @@ from pathlib import Path
 from celery import Celery
 
 import celery_quartz
+from celery_quartz import filesystem_broker
 
 here = Path(os.environ.get("ELECTION_DIR", Path.cwd()))
 (here / "var").mkdir(parents=True, exist_ok=True)
@@ -26,17 +27,8 @@ if not store_url.startswith("postgresql"):
 
 app = Celery("election", broker=broker, include=["proj.tasks"])
 if broker.startswith("filesystem"):
-    # Kombu's filesystem transport, each message written whole before a worker can take it.
-    app.conf.broker_transport = "celery_quartz.filesystem_broker:Transport"
-    queue_dir = here / "var" / "broker"
-    (queue_dir / "processed").mkdir(parents=True, exist_ok=True)
-    app.conf.broker_transport_options = {
-        "data_folder_in": str(queue_dir),
-        "data_folder_out": str(queue_dir),
-        "processed_folder": str(queue_dir / "processed"),
-        "control_folder": str(queue_dir / "control"),
-        "polling_interval": 0.1,
-    }
+    # Messages as files under var/broker, each written whole before a worker can take it.
+    filesystem_broker.configure(app, here / "var" / "broker")
 app.conf.quartz_store_url = store_url
 app.conf.quartz_clustered = False
 app.conf.quartz_election = "postgresql"

@@ -11,6 +11,7 @@ from pathlib import Path
 from celery import Celery
 
 import celery_quartz
+from celery_quartz import filesystem_broker
 
 here = Path(os.environ.get("SERVICE_DIR", Path.cwd()))
 # The default store, the ledger and the filesystem broker live here, whatever the broker.
@@ -19,17 +20,8 @@ broker = os.environ.get("BROKER_URL", "filesystem://")
 
 app = Celery("service", broker=broker, include=["proj.tasks"])
 if broker.startswith("filesystem"):
-    # Kombu's filesystem transport, each message written whole before a worker can take it.
-    app.conf.broker_transport = "celery_quartz.filesystem_broker:Transport"
-    queue_dir = here / "var" / "broker"
-    (queue_dir / "processed").mkdir(parents=True, exist_ok=True)
-    app.conf.broker_transport_options = {
-        "data_folder_in": str(queue_dir),
-        "data_folder_out": str(queue_dir),
-        "processed_folder": str(queue_dir / "processed"),
-        "control_folder": str(queue_dir / "control"),
-        "polling_interval": 0.1,
-    }
+    # Messages as files under var/broker, each written whole before a worker can take it.
+    filesystem_broker.configure(app, here / "var" / "broker")
 app.conf.quartz_store_url = os.environ.get(
     "QUARTZ_STORE_URL", f"sqlite:///{here / 'var' / 'quartz.db'}"
 )

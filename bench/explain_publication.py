@@ -62,19 +62,16 @@ HOT_SCHEMA = (
 )
 
 
-def store_statement() -> str:
-    """The store's own statement, as psycopg sends it (pyformat parameters)."""
+def store_statement() -> tuple[str, dict[str, Any]]:
+    """The store's own statement as the driver gets it, and the values it fixes itself."""
     from sqlalchemy.dialects import postgresql
 
     from celery_quartz.store.sql import SqlStore
+    from celery_quartz.store.sql._prepared import CompiledStatement
 
     store = SqlStore("postgresql://nobody@localhost/none", scheduler_name="bench")
-    compiled = store._mark_published_statement.compile(dialect=postgresql.dialect())
-    sql = compiled.string
-    for name, value in compiled.params.items():
-        if name not in ("ids", "instance", "at"):
-            sql = sql.replace(f"%({name})s", f"'{value}'")
-    return sql.replace("%(at)s", "5")
+    compiled = CompiledStatement.of(store._mark_published_statement, postgresql.dialect())
+    return compiled.sql, {**compiled.fixed, "at": 5}
 
 
 def load(cur: Any, rows: int) -> list[str]:
@@ -120,13 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     import psycopg2
 
     print(f"# publication update plans; {machine_summary()}")
-    forms: list[tuple[str, str | None, str]] = [
-        ("store (state in ix_fired_instance)", None, store_statement())
+    store_sql, store_values = store_statement()
+    forms: list[tuple[str, str | None, str, dict[str, Any]]] = [
+        ("store (state in ix_fired_instance)", None, store_sql, store_values)
     ]
-    forms += [(f"HOT schema, {name}", HOT_SCHEMA, sql) for name, sql in HOT_FORMS.items()]
+    forms += [(f"HOT schema, {name}", HOT_SCHEMA, sql, {}) for name, sql in HOT_FORMS.items()]
     with services() as (pg, _rd):
         for rows in (int(n) for n in args.rows.split(",")):
-            for label, schema, sql in forms:
+            for label, schema, sql, fixed in forms:
                 _url, dsn = fresh_store(pg)
                 conn = psycopg2.connect(dsn)
                 conn.autocommit = True
@@ -136,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                     cur.execute(schema)
                 ids = load(cur, rows)
                 params = {
+                    **fixed,
                     "sched": "bench",
                     "scheds": ["bench"] * len(ids),
                     "ids": ids,

@@ -127,9 +127,7 @@ class Firing:
         adds its task id to its revoked set (and shares that set with the workers it meets), so a
         copy sent again under the same id would be discarded too. The worker reads the fire
         instance id from the header."""
-        if self.expired_count:
-            return f"{self.fire_instance_id}.r{self.expired_count}"
-        return self.fire_instance_id
+        return message_task_id(self.fire_instance_id, self.expired_count)
 
     def header(self) -> dict[str, Any]:
         """What the worker reads back into a :class:`~celery_quartz.context.JobExecutionContext`."""
@@ -152,3 +150,8 @@ class Firing:
         if self.origin_trigger_key is not None:
             header["origin_trigger"] = [self.origin_trigger_key.name, self.origin_trigger_key.group]
         return header
+
+
+def message_task_id(fire_instance_id: str, expired_count: int) -> str:
+    """The Celery task id of a firing's message (:attr:`Firing.task_id`)."""
+    return f"{fire_instance_id}.r{expired_count}" if expired_count else fire_instance_id

@@ -10,7 +10,10 @@
   that asked Celery to retry it keeps its firing in flight for the next delivery; a failure is
   handed to the trigger's retry policy in the same transaction (see :mod:`celery_quartz.retry`).
   A success whose end releases nothing is recorded with the process's other such ends, at most
-  ``quartz_worker_completion_delay`` seconds later (:class:`_CompletionBatch`).
+  ``quartz_worker_completion_delay`` seconds later (:class:`_CompletionBatch`);
+* a pool process stopped while running a firing (its hard time limit, the OOM killer, a revoke
+  with ``terminate=True``) cannot record the end: the worker's main process does, when Celery
+  reports it (:class:`_LostEnds`).
 
 Messages that did not come from celery-quartz pass through untouched.
 """
@@ -21,15 +24,26 @@ import atexit
 import functools
 import logging
 import os
+import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery, Task, bootsteps
-from celery.exceptions import Ignore
-from celery.signals import task_postrun, worker_process_shutdown, worker_shutdown
+from celery.exceptions import Ignore, Terminated, TimeLimitExceeded, WorkerLostError
+from celery.signals import (
+    task_failure,
+    task_postrun,
+    task_received,
+    task_revoked,
+    worker_process_shutdown,
+    worker_shutdown,
+)
 from celery.states import FAILURE, RETRY
+from celery.worker import state as worker_state
 from sqlalchemy.exc import DBAPIError
 
 from celery_quartz.clock import SystemClock, to_millis
@@ -38,7 +52,7 @@ from celery_quartz.context import JobExecutionContext, firing_header
 from celery_quartz.errors import RefireJob
 from celery_quartz.firing import HEADER
 from celery_quartz.store import Store, open_store
-from celery_quartz.store.records import FinishedExecution
+from celery_quartz.store.records import FinishedExecution, ProcessLoss
 from celery_quartz.store.views import FiringOutcome
 
 logger = logging.getLogger(__name__)
@@ -64,10 +78,14 @@ def install(app: Celery) -> None:
     if app.finalized:
         hooks.guard_tasks()
     task_postrun.connect(hooks.on_postrun, weak=False)
+    task_received.connect(hooks.on_received, weak=False)
+    task_failure.connect(hooks.on_failure, weak=False)
+    task_revoked.connect(hooks.on_revoked, weak=False)
     # Before the check-in's own receiver (connected when the worker starts): the ends still
     # waiting are recorded before the worker's check-in row is removed.
     worker_process_shutdown.connect(hooks.record_waiting_ends, weak=False)
     worker_shutdown.connect(hooks.record_waiting_ends, weak=False)
+    worker_shutdown.connect(hooks.record_lost_ends, weak=False)
     atexit.register(hooks.record_waiting_ends)
     app.steps["worker"].add(WorkerCheckIn)
 
@@ -81,6 +99,13 @@ class _WorkerHooks:
         #: (``refused(task, fire_instance_id, header, reason)``), beside the core: instrumentation.
         self.middleware: list[Any] = []
         self._batch: _CompletionBatch | None = None
+        #: The firings the worker's main process received and Celery still holds (weakly: gone
+        #: with Celery's request), by task id; and that process's pid.
+        self._received: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self._receiving_pid: int | None = None
+        self._lost_ends: _LostEnds | None = None
+        #: The scheduler names of the firings the main process received.
+        self.scheduler_names: set[str] = set()
 
     @property
     def batch(self) -> _CompletionBatch:
@@ -99,6 +124,120 @@ class _WorkerHooks:
         batch = self._batch
         if batch is not None and batch.pid == os.getpid():
             batch.flush()
+
+    def on_received(self, sender: Any = None, request: Any = None, **_: Any) -> None:
+        """Celery's ``task_received``, in the worker's main process: a firing's request is
+        remembered until Celery drops it, in case its pool process is lost (:meth:`on_failure`)."""
+        if (
+            request is None
+            or getattr(request, "task", None) is None
+            or request.task.app is not self.app
+        ):
+            return
+        header = (getattr(request, "request_dict", None) or {}).get(HEADER)
+        if isinstance(header, dict):
+            self._receiving_pid = os.getpid()
+            self._received[request.id] = request
+            self.scheduler_names.add(header["scheduler"])
+
+    def on_failure(
+        self,
+        sender: Any = None,
+        task_id: str | None = None,
+        exception: BaseException | None = None,
+        **_: Any,
+    ) -> None:
+        """Celery's ``task_failure``: a firing whose pool process was killed at its hard time
+        limit, or died, is ended from the worker's main process, which Celery tells; the
+        process that would have recorded the end is gone."""
+        if isinstance(exception, TimeLimitExceeded):
+            self._stopped(task_id, exception, ProcessLoss.TIMED_OUT)
+        elif isinstance(exception, WorkerLostError):
+            self._stopped(task_id, exception, ProcessLoss.CRASHED)
+
+    def on_revoked(
+        self,
+        sender: Any = None,
+        request: Any = None,
+        terminated: bool = False,
+        signum: Any = None,
+        **_: Any,
+    ) -> None:
+        """Celery's ``task_revoked``: a firing revoked with ``terminate=True`` while it ran."""
+        if terminated and request is not None:
+            stopped = Terminated(f"revoked with terminate (signal {signum})")
+            self._stopped(request.id, stopped, ProcessLoss.TERMINATED)
+
+    def _stopped(self, task_id: str | None, exception: BaseException, loss: ProcessLoss) -> None:
+        """End the firing of ``task_id`` as ``loss`` says, if it is one this process received
+        and ran in a pool process. The end is written by a thread (:class:`_LostEnds`), so that
+        Celery's event loop never waits on the store."""
+        if task_id is None or os.getpid() != self._receiving_pid:
+            return  # a pool process's own signal: its task_postrun ends the firing
+        if worker_state.should_terminate:
+            return  # a cold shutdown: the worker's executions are recovered as a dead worker's
+        request = self._received.pop(task_id, None)
+        if request is None or getattr(request, "worker_pid", None) == os.getpid():
+            return  # not a firing, or it ran in this process, whose task_postrun ends it
+        header = request.request_dict[HEADER]
+        lost = self._lost_ends
+        if lost is None:
+            lost = self._lost_ends = _LostEnds(self.store)
+        lost.add(
+            _LostEnd(
+                scheduler_name=header["scheduler"],
+                fire_instance_id=str(header.get("fire_instance_id") or task_id),
+                worker_name=request.hostname or "unknown",
+                outcome=FiringOutcome.of_exception(exception),
+                loss=loss,
+            )
+        )
+
+    def record_orphaned_successes(self, worker_name: str) -> int:
+        """In the worker's main process, once a pool process has stopped: the successes it held
+        for a batch (:class:`_CompletionBatch`) and never recorded, because it was killed (the
+        OOM killer, a signal), are recorded as succeeded now. How many.
+
+        Such a firing is EXECUTING on this worker, and Celery counts its message as succeeded
+        and no longer holds it: every other end is recorded before the pool process hands its
+        result back, so nothing but a held success looks like that. A live pool process may
+        record one of them too; the firing succeeded either way, and the first write wins. The
+        finish time recorded is now: the real one was lost with the process."""
+        recorded = 0
+        for scheduler_name in sorted(self.scheduler_names):
+            with _STORE_ACCESS:
+                store = self.store(scheduler_name)
+                executing = store.executing_task_ids(worker_name)
+            if not executing:
+                continue
+            # After the read: a firing executing then is still held by Celery if it still runs.
+            held = {request.id for request in tuple(worker_state.reserved_requests)}
+            succeeded = worker_state.successful_requests
+            now = to_millis(SystemClock().now())
+            ends = [
+                FinishedExecution(fire_id, now)
+                for task_id, fire_id in executing.items()
+                if task_id in succeeded and task_id not in held
+            ]
+            if not ends:
+                continue
+            with _STORE_ACCESS:
+                done = store.complete_executions(ends)
+            recorded += done
+            logger.warning(
+                "worker %s: %d firing(s) of %r that a stopped pool process had run and not yet "
+                "recorded are recorded as succeeded: %s",
+                worker_name,
+                done,
+                scheduler_name,
+                ", ".join(end.fire_instance_id for end in ends),
+            )
+        return recorded
+
+    def record_lost_ends(self, *_: Any, **__: Any) -> None:
+        """At the worker's shutdown: the lost pool processes' ends not yet written are."""
+        if self._lost_ends is not None:
+            self._lost_ends.wait(timeout=_LOST_ENDS_SHUTDOWN_WAIT)
 
     def store(self, scheduler_name: str) -> Store:
         """This process's store for ``scheduler_name`` (engines are not shared across a fork)."""
@@ -177,8 +316,14 @@ class _WorkerHooks:
         if task_id is None or getattr(request, "quartz_task_id", None) != task_id:
             return
         context: JobExecutionContext = request.quartz_context
-        store = self.store(context.scheduler_name)
         request.quartz_task_id = None
+        if state is None:
+            # No outcome: a SystemExit or KeyboardInterrupt went through the task, this process
+            # being stopped under it (the SIGTERM of a hard time limit or of a revoke with
+            # terminate, a cold shutdown). Its end is not a success: it is left to the worker's
+            # main process (:meth:`_stopped`), or to the recovery of a dead worker.
+            return
+        store = self.store(context.scheduler_name)
         fire_id = context.fire_instance_id
         if state == RETRY:
             _persist(lambda: store.return_to_published(fire_id), f"firing {fire_id}")
@@ -357,6 +502,75 @@ class _CompletionBatch:
                 time.sleep(1.0)
 
 
+@dataclass(frozen=True)
+class _LostEnd:
+    scheduler_name: str
+    fire_instance_id: str
+    worker_name: str
+    outcome: FiringOutcome
+    loss: ProcessLoss
+
+
+#: How long a stopping worker waits for the lost pool processes' ends still to be written.
+_LOST_ENDS_SHUTDOWN_WAIT = 10.0
+
+
+class _LostEnds:
+    """The ends of firings whose pool process was lost, written from the worker's main process
+    by a thread of their own (:meth:`~celery_quartz.store.abc.WorkerStore.end_lost_execution`),
+    in order, each retried while the store does not answer."""
+
+    def __init__(self, store: Callable[[str], Store]) -> None:
+        self._store = store
+        self._queue: queue.Queue[_LostEnd] = queue.Queue()
+        self._thread = threading.Thread(
+            target=self._run, name="celery-quartz-lost-ends", daemon=True
+        )
+        self._thread.start()
+
+    def add(self, end: _LostEnd) -> None:
+        self._queue.put(end)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until every end added is written; False if some still wait after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self._queue.unfinished_tasks:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def _run(self) -> None:
+        while True:
+            end = self._queue.get()
+            try:
+                self._write(end)
+            except Exception:
+                logger.exception(
+                    "firing %s: recording its lost execution failed", end.fire_instance_id
+                )
+            finally:
+                self._queue.task_done()
+
+    def _write(self, end: _LostEnd) -> None:
+        def write() -> str | None:
+            # The store opened under the lock as well: a pool process forked meanwhile must not
+            # inherit the hooks' lock, or an engine's, held by this thread.
+            with _STORE_ACCESS:
+                return self._store(end.scheduler_name).end_lost_execution(
+                    end.fire_instance_id, end.worker_name, end.outcome, loss=end.loss
+                )
+
+        if _persist(write, f"firing {end.fire_instance_id}") is None:
+            logger.info(
+                "firing %s: its pool process stopped (%s), but it is not executing on %s: "
+                "nothing to end",
+                end.fire_instance_id,
+                end.outcome.error_type,
+                end.worker_name,
+            )
+
+
 def _guard_class(cls: type[Task], hooks: _WorkerHooks) -> None:
     if cls.__dict__.get(_GUARDED):
         return
@@ -403,6 +617,11 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         self.last_checkin: float | None = None
         self.interval: float | None = None
         self.queues: list[str] = []
+        #: The prefork pool's processes at the last check-in (None: not a prefork pool, or
+        #: not seen yet).
+        self._pool_processes: frozenset[int] | None = None
+        #: A pool process stopped, and the successes it may have held are not recorded yet.
+        self._orphans_pending = False
 
     def start(self, parent: Any) -> None:
         settings = Settings.from_app(parent.app)
@@ -429,6 +648,8 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         self.queues = queues
         store = self._store
 
+        hooks: _WorkerHooks | None = getattr(parent.app, "_celery_quartz_hooks", None)
+
         def run() -> None:
             while not self._stop.is_set():
                 try:
@@ -439,6 +660,18 @@ class WorkerCheckIn(bootsteps.StartStopStep):
                 except Exception:
                     logger.exception("worker %s: check-in failed; retrying in 1 s", name)
                     wait = min(1.0, interval)
+                if hooks is not None and self._pool_process_stopped(parent):
+                    self._orphans_pending = True
+                if hooks is not None and self._orphans_pending:
+                    try:
+                        hooks.record_orphaned_successes(name)
+                        self._orphans_pending = False
+                    except Exception:
+                        logger.exception(
+                            "worker %s: recording a stopped pool process's successes failed; "
+                            "trying again at the next check-in",
+                            name,
+                        )
                 self._stop.wait(wait)
 
         self._thread = threading.Thread(target=run, name="celery-quartz-checkin", daemon=True)
@@ -447,6 +680,18 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         logger.info(
             "worker %s checks in every %.1fs (queues %s)", name, interval, ", ".join(queues)
         )
+
+    def _pool_process_stopped(self, parent: Any) -> bool:
+        """Whether a process of the worker's prefork pool has stopped since the last look
+        (the pool's own ``info``, as ``celery inspect stats`` shows it)."""
+        try:
+            processes = parent.pool.info.get("processes")
+        except Exception:  # not started yet, stopping, or a pool without processes
+            return False
+        if not isinstance(processes, list) or not processes:
+            return False
+        seen, self._pool_processes = self._pool_processes, frozenset(processes)
+        return seen is not None and not seen <= self._pool_processes
 
     @staticmethod
     def _check_in(

@@ -48,6 +48,7 @@ from celery_quartz.store.records import (
     FinishedExecution,
     FiringOwners,
     LeaderMoveRecovery,
+    ProcessLoss,
     StartedExecution,
     SyncResult,
     WorkerRecovery,
@@ -521,6 +522,31 @@ class WorkerStore(abc.ABC):
         it comes to it (its one-shot trigger is COMPLETE), is completed as
         :meth:`complete_execution` completes it. Race settled as there: one that was recovered
         meanwhile is not executing any more, and is left to the recovery.
+        """
+
+    @abc.abstractmethod
+    def executing_task_ids(self, worker_name: str) -> dict[str, str]:
+        """The firings EXECUTING on ``worker_name``, by the Celery task id of their message
+        (:attr:`~celery_quartz.firing.Firing.task_id`): task id → fire instance id."""
+
+    @abc.abstractmethod
+    def end_lost_execution(
+        self,
+        fire_instance_id: str,
+        worker_name: str,
+        outcome: FiringOutcome,
+        *,
+        loss: ProcessLoss,
+    ) -> str | None:
+        """End a firing whose pool process stopped while running it on ``worker_name``, as that
+        worker's main process reports it, the way ``loss`` says (:class:`ProcessLoss`); what the
+        firing held is released at once and ``outcome`` is kept as its trigger's last. Returns
+        ``"recovered"``, ``"interrupted"`` or ``"failed"``; None when the firing is not
+        executing on ``worker_name`` (its start was never recorded there, or it has ended).
+
+        Race settled: the end against a recovery of the same firing (its worker judged dead
+        meanwhile) and against another worker's start of it: the row is removed only while
+        EXECUTING on ``worker_name``, so exactly one of them acts.
         """
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.keys import JobKey
@@ -11,6 +12,22 @@ from celery_quartz.routing import Unserved
 
 #: ``get_trigger_state`` of a key that is not stored (Quartz's ``TriggerState.None``).
 NONE_STATE = "NONE"
+
+
+class ProcessLoss(str, Enum):
+    """How a worker's pool process stopped in the middle of a firing, as the worker's main
+    process learns it from Celery (:meth:`~celery_quartz.store.abc.WorkerStore.
+    end_lost_execution`)."""
+
+    #: It died (the OOM killer, a signal): Celery's ``WorkerLostError``. Ended as a dead
+    #: worker's execution: a recovery firing for a job that requests recovery, otherwise
+    #: closed as interrupted.
+    CRASHED = "crashed"
+    #: Killed at its hard time limit: ``TimeLimitExceeded``. A failed execution, handed to its
+    #: trigger's retry policy.
+    TIMED_OUT = "timed_out"
+    #: Revoked with ``terminate=True``: closed as interrupted, neither retried nor recovered.
+    TERMINATED = "terminated"
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -13,6 +15,7 @@ from sqlalchemy import create_engine, func, select
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
 from celery_quartz.publisher import Publisher
+from celery_quartz.retry import RetryPolicy
 from celery_quartz.store import SqlStore, migrate
 from celery_quartz.triggers.simple import REPEAT_INDEFINITELY
 from tests.integration import ledger_app
@@ -252,4 +255,198 @@ def test_held_ends_are_recorded_within_the_delay(
         wait_for(lambda: _ledger_counts(pg_url)[0] == 1, 30, message="the start")
         wait_for(lambda: not store.firing_states(), timeout=5, message="the end recorded")
         assert _last_outcomes(store)["one"][0] == "SUCCEEDED"
+    store.dispose()
+
+
+def _pool_process_running(redis_url: str, fire_instance_id: str) -> int:
+    """The pid of the pool process running the firing, as its worker reports it."""
+    app = Celery("ledger_app", broker=redis_url, set_as_current=False)
+    try:
+        for _ in range(10):
+            for tasks in (app.control.inspect(timeout=2).active() or {}).values():
+                for task in tasks:
+                    if task["id"] == fire_instance_id and task.get("worker_pid"):
+                        return int(task["worker_pid"])
+            time.sleep(0.2)
+    finally:
+        app.close()
+    raise AssertionError(f"no worker reports firing {fire_instance_id} as active")
+
+
+def test_a_firing_killed_at_its_hard_time_limit_is_ended_by_the_workers_main_process(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """Celery kills a pool process whose task passes its hard ``time_limit``; the worker's main
+    process records the firing as failed (so its ``disallow_concurrent`` job is released at
+    once), instead of leaving it EXECUTING until the worker restarts."""
+    store = ledger_app.prepared_store(pg_url)
+    now = datetime.now(timezone.utc)
+    quartz = Quartz(ledger_app.app, store=store)
+    quartz.schedule_job(
+        Job(
+            key=JobKey("slow"),
+            task="ledger.record",
+            kwargs={"sleep": 60},
+            options={"time_limit": 2},
+            disallow_concurrent=True,
+        ),
+        SimpleTrigger(
+            key=TriggerKey("slow"),
+            start_at=now,
+            repeat_count=REPEAT_INDEFINITELY,
+            repeat_interval=timedelta(hours=1),
+        ),
+    )
+    with processes(tmp_path, ledger_app.environment(pg_url, redis_url)) as procs:
+        procs.worker("worker1", concurrency=2)
+        _fire_by_hand(store, redis_url, 1)
+        wait_for(lambda: _ledger_counts(pg_url)[0] == 1, 30, message="the start")
+        assert store.get_trigger_state(TriggerKey("slow")) == "BLOCKED"
+        wait_for(lambda: not store.firing_states(), timeout=20, message="the end recorded")
+        procs.assert_running("worker1")
+        assert "Hard time limit (2" in procs.log("worker1")
+    view = store.trigger_view(TriggerKey("slow"))
+    assert view is not None and view.last_outcome is not None
+    assert (view.last_outcome.succeeded, view.last_outcome.error_type) == (
+        False,
+        "TimeLimitExceeded",
+    )
+    assert store.get_trigger_state(TriggerKey("slow")) == "WAITING"
+    store.dispose()
+
+
+def test_a_pool_process_killed_mid_firing_gets_its_recovery_firing_on_a_live_worker(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """A pool process killed while it runs a firing (SIGKILL, as the OOM killer sends) is lost
+    to Celery (``WorkerLostError``); its worker lives on. The worker's main process resolves the
+    firing as a dead worker's execution: the job requests recovery, so a recovery firing runs
+    the occurrence again, on the same worker's new pool process."""
+    store = ledger_app.prepared_store(pg_url)
+    now = datetime.now(timezone.utc)
+    Quartz(ledger_app.app, store=store).schedule_job(
+        Job(
+            key=JobKey("long"),
+            task="ledger.record",
+            kwargs={"sleep": 60},
+            requests_recovery=True,
+        ),
+        SimpleTrigger(
+            key=TriggerKey("long"),
+            start_at=now,
+            repeat_count=REPEAT_INDEFINITELY,
+            repeat_interval=timedelta(hours=1),
+        ),
+    )
+    with processes(tmp_path, ledger_app.environment(pg_url, redis_url)) as procs:
+        procs.worker("worker1", concurrency=2)
+        _fire_by_hand(store, redis_url, 1)
+        wait_for(lambda: _ledger_counts(pg_url)[0] == 1, 30, message="the start")
+        [fire_id] = store.firing_states()
+        os.kill(_pool_process_running(redis_url, fire_id), signal.SIGKILL)
+        wait_for(lambda: not store.firing_states(), timeout=20, message="the lost firing resolved")
+        procs.assert_running("worker1")
+        assert "WorkerLostError" in procs.log("worker1")
+        _fire_by_hand(store, redis_url, 1)  # the recovery firing, due now
+        wait_for(lambda: _recoveries(pg_url) == 1, timeout=30, message="the recovery firing to run")
+        procs.kill("worker1")  # the recovery firing sleeps too
+    view = store.trigger_view(TriggerKey("long"))
+    assert view is not None and view.last_outcome is not None
+    assert view.last_outcome.error_type == "WorkerLostError"
+    assert _ledger_counts(pg_url) == (1, 0)
+    store.dispose()
+
+
+def _recoveries(url: str) -> int:
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        count = conn.execute(select(func.count()).select_from(ledger_app.recoveries)).scalar_one()
+    engine.dispose()
+    return int(count)
+
+
+def test_a_firing_revoked_with_terminate_is_closed_as_interrupted(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """``revoke(terminate=True)`` stops the pool process's task with SIGTERM: not a success,
+    and not a failure to retry or a crash to recover; the worker's main process closes the
+    firing as interrupted, whatever the job's retry policy and ``requests_recovery`` say."""
+    store = ledger_app.prepared_store(pg_url)
+    now = datetime.now(timezone.utc)
+    Quartz(ledger_app.app, store=store).schedule_job(
+        Job(key=JobKey("long"), task="ledger.record", kwargs={"sleep": 60}, requests_recovery=True),
+        SimpleTrigger(
+            key=TriggerKey("long"),
+            start_at=now,
+            repeat_count=REPEAT_INDEFINITELY,
+            repeat_interval=timedelta(hours=1),
+            retry_policy=RetryPolicy.fixed(3, timedelta(seconds=1)),
+        ),
+    )
+    with processes(tmp_path, ledger_app.environment(pg_url, redis_url)) as procs:
+        procs.worker("worker1", concurrency=2)
+        _fire_by_hand(store, redis_url, 1)
+        wait_for(lambda: _ledger_counts(pg_url)[0] == 1, 30, message="the start")
+        [fire_id] = store.firing_states()
+        control = Celery("ledger_app", broker=redis_url, set_as_current=False)
+        control.control.revoke(fire_id, terminate=True)
+        control.close()
+        wait_for(lambda: not store.firing_states(), timeout=20, message="the firing closed")
+        time.sleep(2)  # a retry or a recovery firing would be stored by now
+        procs.assert_running("worker1")
+    view = store.trigger_view(TriggerKey("long"))
+    assert view is not None and view.last_outcome is not None
+    assert (view.last_outcome.succeeded, view.last_outcome.error_type) == (False, "Terminated")
+    assert [t.key for t in store.get_triggers_of_job(JobKey("long"))] == [TriggerKey("long")]
+    store.dispose()
+
+
+def _pool_processes(redis_url: str) -> list[int]:
+    """The pids of the worker's prefork pool processes, as ``celery inspect stats`` shows them."""
+    app = Celery("ledger_app", broker=redis_url, set_as_current=False)
+    try:
+        [stats] = (app.control.inspect(timeout=2).stats() or {}).values()
+    finally:
+        app.close()
+    return [int(pid) for pid in stats["pool"]["processes"]]
+
+
+def test_successes_held_by_a_killed_pool_process_are_recorded_by_its_worker(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """Pool processes killed on their own (the OOM killer) while they hold successes for a batch
+    lose them; the worker's main process, seeing its pool processes replaced, records those
+    firings as succeeded (Celery counts their messages as succeeded) instead of leaving them
+    EXECUTING until the worker restarts."""
+    store = ledger_app.prepared_store(pg_url)
+    now = datetime.now(timezone.utc)
+    quartz = Quartz(ledger_app.app, store=store)
+    plain = [f"plain{i}" for i in range(4)]
+    for name in plain:
+        quartz.schedule_job(
+            Job(key=JobKey(name), task="ledger.record"),
+            SimpleTrigger(
+                key=TriggerKey(name),
+                start_at=now,
+                repeat_count=REPEAT_INDEFINITELY,
+                repeat_interval=timedelta(hours=1),
+            ),
+        )
+    env = ledger_app.environment(pg_url, redis_url, COMPLETION_DELAY="600")
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1", concurrency=2)
+        _fire_by_hand(store, redis_url, len(plain))
+        wait_for(lambda: _ledger_counts(pg_url)[0] == len(plain), 30, message="every start")
+        time.sleep(1)
+        # Held for the batch: still EXECUTING, their ends in the pool processes' memory.
+        assert set(store.firing_states().values()) == {"EXECUTING"}
+        assert len(store.firing_states()) == len(plain)
+        for pid in _pool_processes(redis_url):
+            os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not store.firing_states(), timeout=20, message="the ends recorded")
+        procs.assert_running("worker1")
+        assert "recorded as succeeded" in procs.log("worker1")
+    outcomes = _last_outcomes(store)
+    assert {outcomes[name][0] for name in plain} == {"SUCCEEDED"}
+    assert _ledger_counts(pg_url) == (len(plain), 0)
     store.dispose()

@@ -4,7 +4,7 @@ job cannot run, and triggers blocked past their fire time. RAM store, fake clock
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy.exc import OperationalError
@@ -12,8 +12,11 @@ from sqlalchemy.exc import OperationalError
 from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.cluster import ClusterManager
 from celery_quartz.errors import SchedulerStateError
-from celery_quartz.keys import RECOVERING_JOBS_GROUP, JobKey, TriggerKey
+from celery_quartz.keys import RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, JobKey, TriggerKey
+from celery_quartz.retry import RetryPolicy
 from celery_quartz.store import NONE_STATE, FiringState, MemoryStore, TriggerState
+from celery_quartz.store.records import ProcessLoss
+from celery_quartz.store.views import FiringOutcome
 from celery_quartz.triggers import CronMisfireInstruction, CronTrigger, SimpleMisfireInstruction
 from tests.unit.builders import A, B, acquire, add, at, cron, fire_one, one_shot, repeating, state
 
@@ -179,6 +182,106 @@ def test_a_worker_that_never_checked_in_is_recovered_after_a_window(
     assert manager.recover_failed_workers() == 1
 
 
+# -- a pool process lost while running a firing ---------------------------------------------------
+
+LOST = FiringOutcome(True, "WorkerLostError", "Worker exited prematurely: signal 9 (SIGKILL)")
+TIMED_OUT = FiringOutcome(True, "TimeLimitExceeded", "TimeLimitExceeded(2,)")
+
+
+def test_a_lost_process_of_a_recoverable_job_gets_a_recovery_firing(store: MemoryStore) -> None:
+    add(store, one_shot("t1", at(0)), requests_recovery=True)
+    fire_id = executing(store, "t1")
+    assert store.end_lost_execution(fire_id, WORKER, LOST, loss=ProcessLoss.CRASHED) == "recovered"
+    recovery = TriggerKey(f"recover_{fire_id}", RECOVERING_JOBS_GROUP)
+    assert store.get_trigger_state(recovery) == TriggerState.WAITING
+    assert store.firing_states() == {}
+
+
+def test_a_lost_process_of_a_plain_job_is_closed_as_interrupted_with_its_outcome_kept(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, repeating("t1", at(0), 60))
+    fire_id = executing(store, "t1")
+    clock.set(at(5))
+    assert (
+        store.end_lost_execution(fire_id, WORKER, LOST, loss=ProcessLoss.CRASHED) == "interrupted"
+    )
+    assert store.firing_states() == {}
+    view = store.trigger_view(TriggerKey("t1"))
+    assert view is not None and view.last_outcome is not None
+    last = view.last_outcome
+    assert (last.succeeded, last.error_type, last.error_message, last.finished_time) == (
+        False,
+        "WorkerLostError",
+        LOST.error_message,
+        at(5),
+    )
+    assert store.count_rows()["triggers"] == 1  # not run again: its next occurrence stands
+
+
+def test_a_firing_killed_at_its_hard_time_limit_fails_and_gets_its_retry(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    trigger = repeating("t1", at(0), 3600)
+    trigger.retry_policy = RetryPolicy.fixed(3, timedelta(seconds=30))
+    add(store, trigger, requests_recovery=True)
+    fire_id = executing(store, "t1")
+    clock.set(at(2))
+    assert (
+        store.end_lost_execution(fire_id, WORKER, TIMED_OUT, loss=ProcessLoss.TIMED_OUT) == "failed"
+    )
+    assert store.firing_states() == {}
+    retries = [t for t in store.get_triggers_of_job(JobKey("job")) if t.key.group != "DEFAULT"]
+    assert [(t.key.group, t.next_fire_time) for t in retries] == [(RETRYING_JOBS_GROUP, at(32))]
+    view = store.trigger_view(TriggerKey("t1"))
+    assert view is not None and view.last_outcome is not None
+    assert view.last_outcome.error_type == "TimeLimitExceeded"
+
+
+def test_a_terminated_firing_is_closed_as_interrupted_neither_retried_nor_recovered(
+    store: MemoryStore,
+) -> None:
+    trigger = repeating("t1", at(0), 3600)
+    trigger.retry_policy = RetryPolicy.fixed(3, timedelta(seconds=30))
+    add(store, trigger, requests_recovery=True)
+    fire_id = executing(store, "t1")
+    terminated = FiringOutcome(True, "Terminated", "15")
+    ended = store.end_lost_execution(fire_id, WORKER, terminated, loss=ProcessLoss.TERMINATED)
+    assert ended == "interrupted"
+    assert store.firing_states() == {}
+    assert [t.key for t in store.get_triggers_of_job(JobKey("job"))] == [TriggerKey("t1")]
+
+
+def test_a_lost_process_releases_its_disallow_concurrent_job_at_once(store: MemoryStore) -> None:
+    add(store, repeating("t1", at(0), 60), one_shot("other", at(1)), disallow_concurrent=True)
+    fire_id = executing(store, "t1")
+    assert state(store, "other") == TriggerState.BLOCKED
+    assert (
+        store.end_lost_execution(fire_id, WORKER, TIMED_OUT, loss=ProcessLoss.TIMED_OUT) == "failed"
+    )
+    assert state(store, "other") == TriggerState.WAITING
+    assert state(store, "t1") == TriggerState.WAITING
+
+
+def test_a_lost_process_ends_only_a_firing_executing_on_its_own_worker(
+    store: MemoryStore,
+) -> None:
+    add(store, repeating("t1", at(0), 60), repeating("t2", at(0), 60))
+    elsewhere = executing(store, "t1", worker="celery@w2")
+    assert store.end_lost_execution(elsewhere, WORKER, LOST, loss=ProcessLoss.CRASHED) is None
+    not_started = fire_one(store, "t2")
+    assert store.end_lost_execution(not_started, WORKER, LOST, loss=ProcessLoss.CRASHED) is None
+    assert store.firing_states() == {
+        elsewhere: FiringState.EXECUTING,
+        not_started: FiringState.FIRED,
+    }
+    assert (
+        store.end_lost_execution(elsewhere, "celery@w2", LOST, loss=ProcessLoss.CRASHED)
+        == "interrupted"
+    )
+    assert store.end_lost_execution(elsewhere, "celery@w2", LOST, loss=ProcessLoss.CRASHED) is None
+
+
 # -- messages no worker started ----------------------------------------------------------------
 
 
@@ -227,6 +330,23 @@ def test_an_expired_firing_whose_instruction_runs_it_now_is_published_again_once
     assert store.firing_states() == {fire_id: FiringState.FIRED}
     [again] = store.unpublished_firings(B)
     assert (again.fire_instance_id, again.expires_millis) == (fire_id, to_millis(at(128.501)))
+
+
+def test_the_firings_executing_on_a_worker_are_listed_by_their_messages_task_ids(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    add(store, cron("c1", "0 0 * * * ?", misfire=CronMisfireInstruction.FIRE_ONCE_NOW))
+    add(store, repeating("t2", at(0), 3600), job="other")
+    plain = executing(store, "t2", worker="celery@w2")
+    republished = published_firing(store, "c1")
+    clock.set(at(68.501))
+    assert expire(store) == [republished]
+    [again] = store.unpublished_firings(B)
+    assert again.task_id == f"{republished}.r1"
+    assert store.start_execution(republished, WORKER)
+    assert store.executing_task_ids(WORKER) == {again.task_id: republished}
+    assert store.executing_task_ids("celery@w2") == {plain: plain}
+    assert store.executing_task_ids("celery@w3") == {}
 
 
 def test_the_expired_firings_are_counted_as_resolving_them_would_find_them(

@@ -24,10 +24,11 @@ from sqlalchemy import (
     update,
 )
 
+from celery_quartz.firing import message_task_id
 from celery_quartz.job import encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store.abc import WorkerStore
-from celery_quartz.store.records import FinishedExecution, StartedExecution
+from celery_quartz.store.records import FinishedExecution, ProcessLoss, StartedExecution
 from celery_quartz.store.schema import FiringState, TriggerState
 from celery_quartz.store.sql._firings import FiringsSql
 from celery_quartz.store.sql._prepared import CompiledStatement
@@ -435,6 +436,73 @@ class WorkerSql(FiringsSql, WorkerStore):
                 select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
             )
         )
+
+    def executing_task_ids(self, worker_name: str) -> dict[str, str]:
+        f = self.tables.fired_triggers
+        with self.transaction() as conn:
+            rows = conn.execute(
+                select(f.c.fire_instance_id, f.c.expired_count).where(
+                    self._scoped(f),
+                    f.c.worker_name == worker_name,
+                    f.c.state == FiringState.EXECUTING,
+                )
+            )
+            return {message_task_id(r[0], r[1]): r[0] for r in rows}
+
+    def end_lost_execution(
+        self,
+        fire_instance_id: str,
+        worker_name: str,
+        outcome: FiringOutcome,
+        *,
+        loss: ProcessLoss,
+    ) -> str | None:
+        """End a firing whose pool process stopped on ``worker_name`` (see the abstract
+        method): ``"recovered"``, ``"interrupted"``, ``"failed"``, or None when it is not
+        executing there."""
+        f = self.tables.fired_triggers
+        with self.transaction() as conn:
+            row = conn.execute(
+                delete(f)
+                .where(
+                    self._scoped(f),
+                    f.c.fire_instance_id == fire_instance_id,
+                    f.c.state == FiringState.EXECUTING,
+                    f.c.worker_name == worker_name,
+                )
+                .returning(f)
+            ).first()
+            if row is None:
+                return None
+            now = self._now()
+            if loss is ProcessLoss.TIMED_OUT:
+                ended = "failed"
+                # Before the release, as for any failure (see complete_execution).
+                self._schedule_retry_firing(conn, row, now)
+            elif (
+                loss is ProcessLoss.CRASHED
+                and row.requests_recovery
+                and self._schedule_recovery_firing(conn, row, now)
+            ):
+                ended = "recovered"
+            else:
+                ended = "interrupted"
+            self._release_after_firing(conn, row, outcome)
+        logger.info(
+            "worker %s: the process running firing %s of trigger %s.%s stopped (%s: %s); %s",
+            worker_name,
+            fire_instance_id,
+            row.trigger_group,
+            row.trigger_name,
+            outcome.error_type,
+            outcome.error_message,
+            {
+                "failed": "recorded as failed",
+                "recovered": "recovery firing scheduled",
+                "interrupted": "closed as interrupted",
+            }[ended],
+        )
+        return ended
 
     def _ends_alone(self, f: Any) -> list[ColumnElement[bool]]:
         """The fired rows whose end releases nothing: executing, of a job that allows

@@ -1,6 +1,7 @@
 """The chaos run: three schedulers and two workers on PostgreSQL and Redis, processes killed with
-SIGKILL every few seconds (and started again), PostgreSQL restarted once and Redis once, a mix of
-jobs; then a ledger written by the tasks is checked.
+SIGKILL every few seconds (and started again; a worker's pool process alone, which Celery
+replaces), PostgreSQL restarted once and Redis once, a mix of jobs; then a ledger written by the
+tasks is checked.
 
 Checked at the end:
 
@@ -17,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import random
 import re
+import signal
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -46,6 +49,8 @@ IGNORE = SimpleMisfireInstruction.IGNORE_MISFIRE_POLICY
 GROUP = "chaos"
 SCHEDULERS = ("beat1", "beat2", "beat3")
 WORKERS = ("worker1", "worker2")
+#: A victim that is one of the worker's prefork pool processes, the worker living on.
+POOL_PROCESSES = tuple(f"{name} pool process" for name in WORKERS)
 
 
 @dataclass
@@ -230,8 +235,13 @@ def run_chaos(
             elif not restarted_redis and elapsed > seconds * 0.65:
                 redis.restart()
                 restarted_redis = True
+            elif (victim := rng.choice(SCHEDULERS + WORKERS + POOL_PROCESSES)) in POOL_PROCESSES:
+                worker = victim.split()[0]
+                pool = _children(procs.procs[worker].pid)
+                if pool:
+                    os.kill(rng.choice(pool), signal.SIGKILL)
+                    report.kills.append(victim)
             else:
-                victim = rng.choice(SCHEDULERS + WORKERS)
                 procs.kill(victim)
                 report.kills.append(victim)
                 time.sleep(rng.uniform(0.5, 1.5))
@@ -249,6 +259,16 @@ def run_chaos(
     _check(report, url, must_run, chaos_ended, logs)
     store.dispose()
     return report
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (a prefork worker's pool processes)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(stat.parent.name))
+    return sorted(children)
 
 
 @dataclass

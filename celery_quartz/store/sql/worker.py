@@ -24,6 +24,7 @@ from sqlalchemy import (
     update,
 )
 
+from celery_quartz.clock import from_millis
 from celery_quartz.firing import message_task_id
 from celery_quartz.job import encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
@@ -489,13 +490,15 @@ class WorkerSql(FiringsSql, WorkerStore):
                 ended = "interrupted"
             self._release_after_firing(conn, row, outcome)
         logger.info(
-            "worker %s: the process running firing %s of trigger %s.%s stopped (%s: %s); %s",
+            "worker %s: its pool process stopped (%s: %s) running firing %s of trigger %s.%s "
+            "(scheduled %s); %s",
             worker_name,
+            outcome.error_type,
+            outcome.error_message,
             fire_instance_id,
             row.trigger_group,
             row.trigger_name,
-            outcome.error_type,
-            outcome.error_message,
+            from_millis(row.sched_time).isoformat(),
             {
                 "failed": "recorded as failed",
                 "recovered": "recovery firing scheduled",

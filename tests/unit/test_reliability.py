@@ -252,13 +252,21 @@ def test_a_terminated_firing_is_closed_as_interrupted_neither_retried_nor_recove
     assert [t.key for t in store.get_triggers_of_job(JobKey("job"))] == [TriggerKey("t1")]
 
 
-def test_a_lost_process_releases_its_disallow_concurrent_job_at_once(store: MemoryStore) -> None:
+@pytest.mark.parametrize(
+    ("loss", "ended"),
+    [
+        (ProcessLoss.TIMED_OUT, "failed"),
+        (ProcessLoss.CRASHED, "interrupted"),
+        (ProcessLoss.TERMINATED, "interrupted"),
+    ],
+)
+def test_a_lost_process_releases_its_disallow_concurrent_job_at_once(
+    store: MemoryStore, loss: ProcessLoss, ended: str
+) -> None:
     add(store, repeating("t1", at(0), 60), one_shot("other", at(1)), disallow_concurrent=True)
     fire_id = executing(store, "t1")
     assert state(store, "other") == TriggerState.BLOCKED
-    assert (
-        store.end_lost_execution(fire_id, WORKER, TIMED_OUT, loss=ProcessLoss.TIMED_OUT) == "failed"
-    )
+    assert store.end_lost_execution(fire_id, WORKER, LOST, loss=loss) == ended
     assert state(store, "other") == TriggerState.WAITING
     assert state(store, "t1") == TriggerState.WAITING
 

@@ -278,7 +278,9 @@ def test_a_firing_killed_at_its_hard_time_limit_is_ended_by_the_workers_main_pro
 ) -> None:
     """Celery kills a pool process whose task passes its hard ``time_limit``; the worker's main
     process records the firing as failed (so its ``disallow_concurrent`` job is released at
-    once), instead of leaving it EXECUTING until the worker restarts."""
+    once). Before, the SIGTERM Celery sends first went through the task as ``SystemExit`` and
+    the pool process recorded a success; killed before it could, the firing stayed EXECUTING
+    until the worker restarted."""
     store = ledger_app.prepared_store(pg_url)
     now = datetime.now(timezone.utc)
     quartz = Quartz(ledger_app.app, store=store)

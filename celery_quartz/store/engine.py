@@ -13,8 +13,14 @@ from celery_quartz.errors import ConfigurationError
 SUPPORTED_BACKENDS = ("postgresql", "sqlite")
 
 
-def create_store_engine(url: str, **kwargs: Any) -> Engine:
+def create_store_engine(
+    url: str, *, idle_transaction_timeout: float | None = None, **kwargs: Any
+) -> Engine:
     """An engine for ``url`` set up for the store's transactions.
+
+    ``idle_transaction_timeout`` (seconds, PostgreSQL): the server ends a session of the engine
+    that sits inside a transaction, waiting on its client, for that long (its
+    ``idle_in_transaction_session_timeout``), and with it the row locks it holds.
 
     SQLite has no row locks: every transaction starts with ``BEGIN IMMEDIATE``, so the write lock
     is taken at the start and two processes never race between a read and the write it decides
@@ -38,6 +44,13 @@ def create_store_engine(url: str, **kwargs: Any) -> Engine:
         kwargs.pop("pool_size", None)  # nor connections kept
         return _sqlite_engine(parsed, **kwargs)
     kwargs.setdefault("pool_pre_ping", True)
+    if idle_transaction_timeout is not None:
+        # libpq's startup options (psycopg2 and psycopg 3 alike), after any the URL gives.
+        connect_args = dict(kwargs.pop("connect_args", None) or {})
+        given = connect_args.get("options") or parsed.query.get("options") or ""
+        setting = f"-c idle_in_transaction_session_timeout={int(idle_transaction_timeout * 1000)}"
+        connect_args["options"] = f"{given} {setting}".strip()
+        kwargs["connect_args"] = connect_args
     if parsed.get_driver_name() == "psycopg2":
         # Batched UPDATEs (one per fired batch) in pages, not one round trip per row; psycopg 3
         # pipelines executemany by itself.

@@ -29,7 +29,9 @@ def open_store(
     transaction; the scheduling loop turns it off and retries a failed step itself. ``pool_size``
     is how many connections the pool keeps open (for a PostgreSQL store; SQLite keeps none).
     ``upgrade_schema`` creates or upgrades the tables first when ``quartz_schema_auto_upgrade``
-    is on (schedulers and clients do; workers and operators' tools do not).
+    is on (schedulers and clients do; workers and operators' tools do not). With an election
+    (``quartz_election``), PostgreSQL ends a session left idle inside a transaction for
+    ``quartz_election_lock_timeout``.
     """
     store = SqlStore(
         settings.store_url,
@@ -41,6 +43,10 @@ def open_store(
         pool_size=pool_size,
         misfire_threshold=settings.misfire_threshold,
         checkin_misfire_threshold=settings.checkin_misfire_threshold,
+        # A leader frozen inside a transaction (a paused VM) would hold its row locks, and its
+        # successor's epoch and recovery pass with them, until it resumed: the database ends
+        # that transaction within the lock timeout, the bound on a failover.
+        idle_transaction_timeout=settings.election_lock_timeout if settings.election else None,
     )
     if upgrade_schema and settings.schema_auto_upgrade:
         migrate.upgrade(store.engine, settings.table_prefix)

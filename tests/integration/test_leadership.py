@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, func, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
 from celery_quartz.clock import to_millis
-from celery_quartz.store import SqlStore, migrate
+from celery_quartz.config import Settings
+from celery_quartz.store import SqlStore, migrate, open_store
 from tests.integration import ledger_app
 from tests.integration.processes import Processes, processes, wait_for
 
@@ -321,3 +324,49 @@ def test_losing_the_advisory_lock_connection_stands_the_leader_down_at_once(pg_u
     finally:
         for election in elections:
             election.stop()
+
+
+def _idle_transaction_timeout(store: SqlStore) -> str:
+    with store.engine.connect() as conn:
+        return str(conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar())
+
+
+@pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
+def test_with_an_election_a_transaction_left_idle_is_ended_within_the_lock_timeout(
+    pg_url: str, driver: str
+) -> None:
+    """A leader frozen inside a store transaction (SIGSTOP, a paused VM) holds its row locks,
+    and its successor's epoch advance and recovery pass would wait on them until it resumed.
+    With an election, PostgreSQL ends a store session left idle inside a transaction for the
+    lock timeout, and the locks go with it; without one, the setting is left alone."""
+    lock_timeout = 2.0
+    url = make_url(pg_url).set(drivername=f"postgresql+{driver}").render_as_string(False)
+    elected = Settings(
+        store_url=url,
+        scheduler_name="frozen",
+        clustered=False,
+        election="postgresql",
+        election_lock_timeout=lock_timeout,
+    )
+    frozen = open_store(elected)
+    migrate.upgrade(frozen.engine)
+    successor = open_store(elected)
+    plain = open_store(Settings(store_url=url, scheduler_name="frozen"))
+    assert frozen.engine.dialect.driver == driver
+    assert _idle_transaction_timeout(frozen) == "2s"
+    assert _idle_transaction_timeout(plain) == "0"
+    frozen.check_in("leader", interval=1.0)
+    s = frozen.tables.scheduler_state
+    row = select(s).where(s.c.sched_name == "frozen").with_for_update()
+    with frozen.engine.connect() as held:
+        held.execute(row).one()  # locked, then the client goes quiet
+        began = time.monotonic()
+        with successor.transaction() as conn:
+            conn.exec_driver_sql("SET LOCAL lock_timeout = '10s'")
+            conn.execute(row).one()
+        waited = time.monotonic() - began
+        assert lock_timeout - 0.5 <= waited <= lock_timeout + 2, f"waited {waited:.1f}s"
+        with pytest.raises(DBAPIError):  # the session was ended by the server
+            held.execute(select(func.count()).select_from(s)).scalar()
+    for store in (frozen, successor, plain):
+        store.dispose()

@@ -86,6 +86,7 @@ class SqlBase:
         engine: Engine | None = None,
         pre_ping: bool = True,
         pool_size: int | None = None,
+        idle_transaction_timeout: float | None = None,
         misfire_threshold: float = DEFAULT_MISFIRE_THRESHOLD,
         checkin_misfire_threshold: float = DEFAULT_CHECKIN_MISFIRE_THRESHOLD,
     ) -> None:
@@ -101,14 +102,18 @@ class SqlBase:
         loop turns it off: it costs a round trip per transaction, and the loop retries a failed
         step itself. ``pool_size`` is how many connections the pool keeps open (SQLAlchemy's
         default, 5, unless given): a process whose threads use the store at once (a threads-pool
-        worker) keeps one each rather than opening and closing the rest every time."""
+        worker) keeps one each rather than opening and closing the rest every time.
+        ``idle_transaction_timeout`` (seconds, PostgreSQL) ends a session left idle inside a
+        transaction that long (:func:`~celery_quartz.store.engine.create_store_engine`)."""
         if engine is None:
             if url is None:
                 raise ValueError("SqlStore needs a url or an engine")
             options: dict[str, Any] = {"pool_pre_ping": pre_ping}
             if pool_size is not None:
                 options["pool_size"] = pool_size
-            engine = create_store_engine(url, **options)
+            engine = create_store_engine(
+                url, idle_transaction_timeout=idle_transaction_timeout, **options
+            )
         size = getattr(engine.pool, "size", None)  # a QueuePool's; SQLite's pools keep none
         self._engine_options: dict[str, Any] = {"pool_pre_ping": pre_ping}
         if callable(size):

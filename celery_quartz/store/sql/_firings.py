@@ -110,6 +110,33 @@ class FiringsSql(DefinitionsSql):
             )
         return bool(gone)
 
+    def _remove_executing(
+        self, conn: Connection, fire_instance_id: str, *, worker_name: str | None = None
+    ) -> Row[Any] | None:
+        """Remove the fired row of ``fire_instance_id`` if it is still EXECUTING (on
+        ``worker_name``, when given): the row, or None. Every end of an execution goes through
+        this conditional delete, so of a completion and a recovery of the same firing exactly
+        one acts."""
+        f = self.tables.fired_triggers
+        where = [
+            self._scoped(f),
+            f.c.fire_instance_id == fire_instance_id,
+            f.c.state == FiringState.EXECUTING,
+        ]
+        if worker_name is not None:
+            where.append(f.c.worker_name == worker_name)
+        return conn.execute(delete(f).where(*where).returning(f)).first()
+
+    def _resolve_dead_execution(
+        self, conn: Connection, row: Row[Any], now: int, outcome: FiringOutcome | None = None
+    ) -> bool:
+        """An execution whose process died, its row removed: a recovery firing when its job
+        requests recovery (True), otherwise closed as interrupted (False); then what it held is
+        released, keeping ``outcome`` as its trigger's last when given."""
+        recovered = bool(row.requests_recovery) and self._schedule_recovery_firing(conn, row, now)
+        self._release_after_firing(conn, row, outcome)
+        return recovered
+
     def _release_after_firing(
         self, conn: Connection, row: Row[Any], outcome: FiringOutcome | None = None
     ) -> None:

@@ -250,16 +250,9 @@ class ClusterSql(FiringsSql, ClusterStore):
                     if now < row.recovery_after:
                         result.deferred += 1
                         continue
-                gone = conn.execute(
-                    delete(f).where(
-                        self._scoped(f),
-                        f.c.fire_instance_id == row.fire_instance_id,
-                        f.c.state == FiringState.EXECUTING,
-                    )
-                ).rowcount
-                if not gone:
+                if self._remove_executing(conn, row.fire_instance_id) is None:
                     continue
-                if row.requests_recovery and self._schedule_recovery_firing(conn, row, now):
+                if self._resolve_dead_execution(conn, row, now):
                     result.recovered += 1
                 else:
                     result.interrupted += 1
@@ -272,7 +265,6 @@ class ClusterSql(FiringsSql, ClusterStore):
                         row.trigger_name,
                         from_millis(row.sched_time).isoformat(),
                     )
-                self._release_after_firing(conn, row)
             if seen_checkin_millis is not None and not result.deferred:
                 conn.execute(delete(s).where(state_clause))
                 result.pins_reset = self._reset_auto_pins(conn, worker_name)

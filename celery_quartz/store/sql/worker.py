@@ -266,17 +266,9 @@ class WorkerSql(FiringsSql, WorkerStore):
             and self._complete_alone(fire_instance_id, outcome)
         ):
             return True
-        f, j = self.tables.fired_triggers, self.tables.jobs
+        j = self.tables.jobs
         with self.transaction() as conn:
-            row = conn.execute(
-                delete(f)
-                .where(
-                    self._scoped(f),
-                    f.c.fire_instance_id == fire_instance_id,
-                    f.c.state == FiringState.EXECUTING,
-                )
-                .returning(f)
-            ).first()
+            row = self._remove_executing(conn, fire_instance_id)
             if row is None:
                 return False
             if job_data is not None:
@@ -461,34 +453,22 @@ class WorkerSql(FiringsSql, WorkerStore):
         """End a firing whose pool process stopped on ``worker_name`` (see the abstract
         method): ``"recovered"``, ``"interrupted"``, ``"failed"``, or None when it is not
         executing there."""
-        f = self.tables.fired_triggers
         with self.transaction() as conn:
-            row = conn.execute(
-                delete(f)
-                .where(
-                    self._scoped(f),
-                    f.c.fire_instance_id == fire_instance_id,
-                    f.c.state == FiringState.EXECUTING,
-                    f.c.worker_name == worker_name,
-                )
-                .returning(f)
-            ).first()
+            row = self._remove_executing(conn, fire_instance_id, worker_name=worker_name)
             if row is None:
                 return None
             now = self._now()
-            if loss is ProcessLoss.TIMED_OUT:
-                ended = "failed"
+            if loss is ProcessLoss.CRASHED:
+                recovered = self._resolve_dead_execution(conn, row, now, outcome)
+                ended = "recovered" if recovered else "interrupted"
+            elif loss is ProcessLoss.TIMED_OUT:
                 # Before the release, as for any failure (see complete_execution).
                 self._schedule_retry_firing(conn, row, now)
-            elif (
-                loss is ProcessLoss.CRASHED
-                and row.requests_recovery
-                and self._schedule_recovery_firing(conn, row, now)
-            ):
-                ended = "recovered"
+                self._release_after_firing(conn, row, outcome)
+                ended = "failed"
             else:
+                self._release_after_firing(conn, row, outcome)
                 ended = "interrupted"
-            self._release_after_firing(conn, row, outcome)
         logger.info(
             "worker %s: its pool process stopped (%s: %s) running firing %s of trigger %s.%s "
             "(scheduled %s); %s",

@@ -258,6 +258,22 @@ def test_held_ends_are_recorded_within_the_delay(
     store.dispose()
 
 
+def _schedule_hourly(
+    store: SqlStore, name: str, *, retry_policy: RetryPolicy | None = None, **job: Any
+) -> None:
+    """A job ``name`` running ``ledger.record`` (``job`` its options), due now and every hour."""
+    Quartz(ledger_app.app, store=store).schedule_job(
+        Job(key=JobKey(name), task="ledger.record", **job),
+        SimpleTrigger(
+            key=TriggerKey(name),
+            start_at=datetime.now(timezone.utc),
+            repeat_count=REPEAT_INDEFINITELY,
+            repeat_interval=timedelta(hours=1),
+            retry_policy=retry_policy or RetryPolicy.NONE,
+        ),
+    )
+
+
 def _pool_process_running(redis_url: str, fire_instance_id: str) -> int:
     """The pid of the pool process running the firing, as its worker reports it."""
     app = Celery("ledger_app", broker=redis_url, set_as_current=False)
@@ -282,22 +298,8 @@ def test_a_firing_killed_at_its_hard_time_limit_is_ended_by_the_workers_main_pro
     the pool process recorded a success; killed before it could, the firing stayed EXECUTING
     until the worker restarted."""
     store = ledger_app.prepared_store(pg_url)
-    now = datetime.now(timezone.utc)
-    quartz = Quartz(ledger_app.app, store=store)
-    quartz.schedule_job(
-        Job(
-            key=JobKey("slow"),
-            task="ledger.record",
-            kwargs={"sleep": 60},
-            options={"time_limit": 2},
-            disallow_concurrent=True,
-        ),
-        SimpleTrigger(
-            key=TriggerKey("slow"),
-            start_at=now,
-            repeat_count=REPEAT_INDEFINITELY,
-            repeat_interval=timedelta(hours=1),
-        ),
+    _schedule_hourly(
+        store, "slow", kwargs={"sleep": 60}, options={"time_limit": 2}, disallow_concurrent=True
     )
     with processes(tmp_path, ledger_app.environment(pg_url, redis_url)) as procs:
         procs.worker("worker1", concurrency=2)
@@ -325,21 +327,7 @@ def test_a_pool_process_killed_mid_firing_gets_its_recovery_firing_on_a_live_wor
     firing as a dead worker's execution: the job requests recovery, so a recovery firing runs
     the occurrence again, on the same worker's new pool process."""
     store = ledger_app.prepared_store(pg_url)
-    now = datetime.now(timezone.utc)
-    Quartz(ledger_app.app, store=store).schedule_job(
-        Job(
-            key=JobKey("long"),
-            task="ledger.record",
-            kwargs={"sleep": 60},
-            requests_recovery=True,
-        ),
-        SimpleTrigger(
-            key=TriggerKey("long"),
-            start_at=now,
-            repeat_count=REPEAT_INDEFINITELY,
-            repeat_interval=timedelta(hours=1),
-        ),
-    )
+    _schedule_hourly(store, "long", kwargs={"sleep": 60}, requests_recovery=True)
     with processes(tmp_path, ledger_app.environment(pg_url, redis_url)) as procs:
         procs.worker("worker1", concurrency=2)
         _fire_by_hand(store, redis_url, 1)
@@ -374,16 +362,12 @@ def test_a_firing_revoked_with_terminate_is_closed_as_interrupted(
     and not a failure to retry or a crash to recover; the worker's main process closes the
     firing as interrupted, whatever the job's retry policy and ``requests_recovery`` say."""
     store = ledger_app.prepared_store(pg_url)
-    now = datetime.now(timezone.utc)
-    Quartz(ledger_app.app, store=store).schedule_job(
-        Job(key=JobKey("long"), task="ledger.record", kwargs={"sleep": 60}, requests_recovery=True),
-        SimpleTrigger(
-            key=TriggerKey("long"),
-            start_at=now,
-            repeat_count=REPEAT_INDEFINITELY,
-            repeat_interval=timedelta(hours=1),
-            retry_policy=RetryPolicy.fixed(3, timedelta(seconds=1)),
-        ),
+    _schedule_hourly(
+        store,
+        "long",
+        kwargs={"sleep": 60},
+        requests_recovery=True,
+        retry_policy=RetryPolicy.fixed(3, timedelta(seconds=1)),
     )
     with processes(tmp_path, ledger_app.environment(pg_url, redis_url)) as procs:
         procs.worker("worker1", concurrency=2)
@@ -421,19 +405,9 @@ def test_successes_held_by_a_killed_pool_process_are_recorded_by_its_worker(
     firings as succeeded (Celery counts their messages as succeeded) instead of leaving them
     EXECUTING until the worker restarts."""
     store = ledger_app.prepared_store(pg_url)
-    now = datetime.now(timezone.utc)
-    quartz = Quartz(ledger_app.app, store=store)
     plain = [f"plain{i}" for i in range(4)]
     for name in plain:
-        quartz.schedule_job(
-            Job(key=JobKey(name), task="ledger.record"),
-            SimpleTrigger(
-                key=TriggerKey(name),
-                start_at=now,
-                repeat_count=REPEAT_INDEFINITELY,
-                repeat_interval=timedelta(hours=1),
-            ),
-        )
+        _schedule_hourly(store, name)
     env = ledger_app.environment(pg_url, redis_url, COMPLETION_DELAY="600")
     with processes(tmp_path, env) as procs:
         procs.worker("worker1", concurrency=2)

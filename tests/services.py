@@ -18,6 +18,7 @@ the suite fails rather than skips when a service cannot start.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import pwd
 import re
@@ -193,12 +194,37 @@ def missing_apt_packages() -> list[str]:
 # --------------------------------------------------------------------------- processes
 
 
+#: Ports handed to the tests' servers come from below the kernel's ephemeral range (32768 and up
+#: by default), which outgoing connections and binds to port 0 draw from, and each pytest-xdist
+#: worker has a block of its own: a port one test process picked is not handed to another one
+#: before its server binds it.
+_PORT_BASE = 20_000
+_PORT_BLOCK = 1_000
+_ports: Iterator[int] | None = None
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port the kernel just handed out as free. Another process may still take it before the
-    server binds it; the servers retry on a fresh port when that happens."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    """A TCP port free now, from this test process's block (its xdist worker's; a process it
+    starts begins elsewhere in the block, by its pid). A port some other program holds is
+    skipped; one taken after this check makes the server retry on another."""
+    global _ports
+    if _ports is None:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...
+        index = int(worker[2:]) + 1 if worker[2:].isdigit() else 0
+        first = _PORT_BASE + index * _PORT_BLOCK
+        offset = os.getpid() % _PORT_BLOCK
+        _ports = itertools.cycle(
+            [*range(first + offset, first + _PORT_BLOCK), *range(first, first + offset)]
+        )
+    for _ in range(_PORT_BLOCK):
+        port = next(_ports)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise ServiceError(f"no free port in {_PORT_BLOCK} tried on {host}")
 
 
 def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

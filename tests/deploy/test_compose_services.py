@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.deploy import compose
+from tests.services import free_port
 
 QUICKSTART = compose.REPO / "examples" / "quickstart"
 SERVICES = compose.load()["services"]
@@ -44,12 +45,6 @@ def container_env(service: str, tmp: Path, pg_url: str, redis_url: str) -> dict[
         "QUICKSTART_DIR": str(tmp),
         "PATH": VENV_BIN + os.pathsep + os.environ.get("PATH", ""),
     }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def health_check(service: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

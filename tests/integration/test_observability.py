@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,13 +25,7 @@ from celery_quartz.triggers import REPEAT_INDEFINITELY
 from tests.integration import ledger_app
 from tests.integration.otel_files import latest_exports, read_points, read_spans
 from tests.integration.processes import APP, processes, wait_for
-from tests.services import PostgresServer
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.services import PostgresServer, free_port
 
 
 def _get(url: str) -> tuple[int, Any]:
@@ -80,7 +73,7 @@ def test_beat_and_worker_export_the_instruments_and_one_trace_per_firing(
     _every_second(store)
     otel = tmp_path / "otel"
     otel.mkdir()
-    health_port = _free_port()
+    health_port = free_port()
     env = ledger_app.environment(
         pg_url, redis_url, OTEL_DIR=str(otel), HEALTH_PORT=str(health_port)
     )
@@ -166,7 +159,7 @@ def test_the_health_endpoint_reports_standby_and_goes_with_the_process(
 ) -> None:
     """A non-clustered replica that is not elected stays in rotation (200, degraded)."""
     ledger_app.prepared_store(pg_url).dispose()
-    leader_port, replica_port = _free_port(), _free_port()
+    leader_port, replica_port = free_port(), free_port()
     common = {"CLUSTERED": "0", "ELECTION": "postgresql", "INSTANCE_ID": "the-leader"}
     with processes(tmp_path, ledger_app.environment(pg_url, redis_url, **common)) as procs:
         procs.env["CQ_HEALTH_PORT"] = str(leader_port)
@@ -206,7 +199,7 @@ def test_flower_names_each_firings_job_trigger_and_scheduled_time(
     for every firing); Flower lists each firing under its task name, with its identity."""
     store = ledger_app.prepared_store(pg_url)
     _every_second(store, "flowered")
-    flower_port = _free_port()
+    flower_port = free_port()
     settings = {"QUARTZ_DEBUG": "1", **({"SEND_EVENTS": "1"} if sent_events else {})}
     env = {
         **ledger_app.environment(pg_url, redis_url, **settings),
@@ -271,7 +264,7 @@ def test_a_worker_without_the_hooks_is_noticed_and_no_occurrence_runs_twice(
             for i in range(5)
         ]
     )
-    health_port = _free_port()
+    health_port = free_port()
     env = ledger_app.environment(
         pg_url, redis_url, MISFIRE_THRESHOLD="3", HEALTH_PORT=str(health_port)
     )
@@ -410,7 +403,7 @@ def test_the_health_endpoint_is_503_while_the_store_is_down_and_200_once_it_is_b
     ledger_app.prepared_store(pg_url).dispose()
     dbname = make_url(pg_url).database
     assert dbname is not None
-    port = _free_port()
+    port = free_port()
     env = ledger_app.environment(pg_url, redis_url, HEALTH_PORT=str(port))
     healthz = f"http://127.0.0.1:{port}/healthz"
     with processes(tmp_path, env) as procs:
@@ -448,7 +441,7 @@ def test_a_scheduler_shutting_down_answers_503_until_it_exits(
             repeat_interval=timedelta(0),
         ),
     )
-    port = _free_port()
+    port = free_port()
     env = ledger_app.environment(pg_url, redis_url, HEALTH_PORT=str(port), SHUTDOWN_WAIT="20")
     healthz = f"http://127.0.0.1:{port}/healthz"
     with processes(tmp_path, env) as procs:

@@ -18,6 +18,8 @@ an execution group no live worker     degraded (``data["unserved"]`` says which)
 serves
 a queue it publishes to that no       degraded (``data["unhooked_queues"]``)
 worker with the hooks checks in for
+a queue it publishes to that a        degraded (``data["unhooked_workers"]``: queue ->
+worker without the hooks consumes     workers, from their last answer to the broadcast)
 more overdue triggers than            degraded (``quartz_health_overdue_threshold``; off by
 ``quartz_health_overdue_threshold``   default)
 ====================================  ===========
@@ -122,15 +124,25 @@ def health_check(scheduler: Any) -> HealthReport:
             f"{len(unserved)} execution group(s) have no live worker to run them",
             data,
         )
-    unhooked = sorted(getattr(loop, "unhooked_queues", ()))
-    if unhooked:
-        data["unhooked_queues"] = unhooked
-        return HealthReport(
-            HealthStatus.DEGRADED,
-            f"no worker with the celery-quartz hooks checks in for queue(s) "
-            f"{', '.join(map(repr, unhooked))}",
-            data,
-        )
+    watch = loop.queue_watch
+    unhooked = sorted(watch.unhooked_queues)
+    consumers = {
+        queue: list(workers) for queue, workers in sorted(watch.unhooked_consumers.items())
+    }
+    if unhooked or consumers:
+        if unhooked:
+            data["unhooked_queues"] = unhooked
+        if consumers:
+            data["unhooked_workers"] = consumers
+        reasons = []
+        if unhooked:
+            reasons.append(
+                "no worker with the celery-quartz hooks checks in for queue(s) "
+                + ", ".join(map(repr, unhooked))
+            )
+        for queue, workers in consumers.items():
+            reasons.append(f"queue {queue!r} is consumed without the hooks by {', '.join(workers)}")
+        return HealthReport(HealthStatus.DEGRADED, "; ".join(reasons), data)
     threshold = loop.settings.health_overdue_threshold
     if threshold is not None and overdue is not None and overdue > threshold:
         return HealthReport(

@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from celery_quartz.clock import Clock, from_millis, to_millis
 from celery_quartz.cluster import ClusterManager
 from celery_quartz.config import Settings
+from celery_quartz.consumers import QueueWatch
 from celery_quartz.errors import FencedError
 from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.lifecycle import (
@@ -46,10 +47,9 @@ logger = logging.getLogger(__name__)
 _MAX_MISFIRE_SCAN_INTERVAL = 15.0
 #: How often a group that no live worker serves is logged again while it stays unserved.
 _UNSERVED_LOG_INTERVAL_MS = 60_000
-#: How often the queues that workers with the hooks consume are read again (milliseconds).
-_HOOKED_QUEUES_INTERVAL_MS = 60_000
-#: How long the broadcast asking workers which queues they consume waits for replies (seconds).
-_ACTIVE_QUEUES_TIMEOUT = 1.0
+#: After the workers are asked which queues they consume, the next misfire scan comes this long
+#: after their replies are due (seconds).
+_BROADCAST_MARGIN = 0.1
 #: Pause before trying again when the store does not answer.
 _STORE_RETRY = 1.0
 
@@ -118,14 +118,10 @@ class SchedulingLoop:
         #: When the last claim of the store answered (None before the first): the health check
         #: reports the time since.
         self.last_acquisition: datetime | None = None
-        #: Queues this loop publishes to that no live worker with the hooks consumes, as last
-        #: read (at most once a minute).
-        self.unhooked_queues: frozenset[str] = frozenset()
-        #: The queues a worker without the hooks consumes (it answered the ``active_queues``
-        #: broadcast and has no check-in row), with those workers' names; read by a misfire
-        #: scan that has an expired firing to decide on while some queue is unhooked, else None.
-        self.unhooked_consumers: dict[str, list[str]] | None = None
-        self._hooked_read_at: int | None = None
+        #: Which workers, with and without the hooks, consume the queues this loop publishes to.
+        self.queue_watch = QueueWatch(store, publisher, clock)
+        # When the misfire scan first counted expired firings it has not yet decided on.
+        self._expired_seen_at: datetime | None = None
         #: Lifecycle status (see :mod:`celery_quartz.lifecycle`).
         self.status = SchedulerStatus.CREATED
         #: Whether run_once() starts a CREATED scheduler by itself (off: an election or the
@@ -541,109 +537,45 @@ class SchedulingLoop:
 
     def _scan_misfires(self, now: datetime) -> None:
         handled, more = self.store.handle_misfires(max_count=self.settings.max_misfires_per_round)
-        self._check_hooked_queues()
+        self.queue_watch.refresh()
         # A message may be started up to its expiry; the grace lets a worker that took it just
         # in time record the start before the firing counts as missed.
         grace = self.settings.checkin_misfire_threshold + 1.0
-        self.unhooked_consumers = None
-        if self.unhooked_queues and self.store.count_expired_firings(grace=grace):
-            # Asked now, outside the store's transaction, and only with something to decide.
-            self.unhooked_consumers = self._read_unhooked_consumers()
-        expired = self.store.resolve_expired_firings(
-            self.instance_id,
-            grace=grace,
-            max_count=self.settings.max_misfires_per_round,
-            router=self.router,
-            refuse=self._refuse_unhooked if self.unhooked_consumers else None,
-        )
-        self._publish(expired)
+        expired: list[Firing] = []
+        asking = False
+        if self.store.count_expired_firings(grace=grace):
+            # Before an expired firing is published again, the workers say (fresh, on a thread
+            # of their own: the loop does not wait) whether one without the hooks consumes its
+            # queue: it may have run the firing unrecorded. An answer to a broadcast sent after
+            # the firings counted now expired speaks for them.
+            if self._expired_seen_at is None:
+                self._expired_seen_at = now
+            read = self.queue_watch.read_since(self._expired_seen_at - timedelta(seconds=grace))
+            if read is None:
+                asking = True
+            else:
+                self._expired_seen_at = None
+                # Only the firings that expired before the workers were asked: the answer
+                # speaks for those.
+                since_asked = (self.clock.now() - read.started).total_seconds()
+                expired = self.store.resolve_expired_firings(
+                    self.instance_id,
+                    grace=max(grace, since_asked),
+                    max_count=self.settings.max_misfires_per_round,
+                    router=self.router,
+                    refuse=self.queue_watch.refuse(read),
+                )
+                self._publish(expired)
         more = more or len(expired) >= self.settings.max_misfires_per_round
-        interval = 0.0 if more else min(self.settings.misfire_threshold, _MAX_MISFIRE_SCAN_INTERVAL)
+        if asking:
+            interval = self.queue_watch.broadcast_timeout + _BROADCAST_MARGIN
+        elif more:
+            interval = 0.0
+        else:
+            interval = min(self.settings.misfire_threshold, _MAX_MISFIRE_SCAN_INTERVAL)
         self._next_misfire_scan = now + timedelta(seconds=interval)
         if handled:
             logger.debug("handled %d misfired trigger(s)", handled)
-
-    def _check_hooked_queues(self) -> None:
-        """Read (at most once a minute) which queues live workers with the hooks consume, and
-        warn about each queue this loop publishes to that none of them does.
-
-        A worker started without ``celery_quartz.install(app)`` runs a firing without recording
-        its start, so the firing looks expired and unstarted; published again, it would run
-        twice. While a queue has no hooked worker and a firing has expired, the misfire scan
-        asks the workers which queues they consume (:meth:`_read_unhooked_consumers`): an
-        expired firing of a queue that a worker without the hooks consumes is dropped
-        (:meth:`_refuse_unhooked`). A queue that no worker consumes at all (its workers are
-        down, or one is restarting) is not evidence of anything: its expired firings follow
-        their triggers' misfire instructions.
-        """
-        published = getattr(self.publisher, "queues", None)
-        if not published:
-            return
-        now = to_millis(self.clock.now())
-        if self._hooked_read_at is not None and now - self._hooked_read_at < (
-            _HOOKED_QUEUES_INTERVAL_MS
-        ):
-            return
-        self._hooked_read_at = now
-        hooked: set[str] = set()
-        for node in self.store.list_nodes():
-            if node.kind == "worker" and node.alive:
-                hooked.update(node.queues or ())
-        self.unhooked_queues = frozenset(published - hooked)
-        for queue in sorted(self.unhooked_queues):
-            logger.warning(
-                "no worker with the celery-quartz hooks checks in for queue %r, which this "
-                "scheduler publishes to: a worker started without celery_quartz.install(app) "
-                "would run its firings unrecorded, so an expired firing of it is published "
-                "again only when no such worker consumes the queue",
-                queue,
-            )
-
-    def _read_unhooked_consumers(self) -> dict[str, list[str]]:
-        """The workers without the hooks consuming each of :attr:`unhooked_queues`, by queue.
-
-        The workers are asked which queues they consume (Celery's ``active_queues``
-        broadcast); one with no check-in row is a worker without the hooks. Empty when the
-        broadcast cannot be sent or no such worker answers: no evidence, nothing refused."""
-        app = getattr(self.publisher, "app", None)
-        if app is None:
-            return {}
-        try:
-            replies = app.control.inspect(timeout=_ACTIVE_QUEUES_TIMEOUT).active_queues() or {}
-        except Exception as exc:
-            logger.warning("could not ask the workers which queues they consume: %s", exc)
-            return {}
-        # Read after the replies, so that a hooked worker that answered has checked in by now
-        # (it checks in before it consumes). Any worker row counts, alive or not: its process
-        # has the hooks even while its check-ins are late.
-        checked_in = {n.instance_name for n in self.store.list_nodes() if n.kind == "worker"}
-        found: dict[str, list[str]] = {}
-        for worker, consumed in sorted(replies.items()):
-            if worker in checked_in:
-                continue
-            for queue in consumed or ():
-                name = queue.get("name") if isinstance(queue, dict) else None
-                if name in self.unhooked_queues:
-                    found.setdefault(name, []).append(worker)
-        for queue, workers in sorted(found.items()):
-            logger.warning(
-                "queue %r is consumed by %s without the celery-quartz hooks "
-                "(celery_quartz.install(app) not called): its firings run unrecorded",
-                queue,
-                ", ".join(workers),
-            )
-        return found
-
-    def _refuse_unhooked(self, firing: Firing) -> str | None:
-        queue_of = getattr(self.publisher, "queue_of", None)
-        queue = queue_of(firing) if queue_of is not None else None
-        consumers = (self.unhooked_consumers or {}).get(queue) if queue is not None else None
-        if not consumers:
-            return None
-        return (
-            f"queue {queue!r} is consumed by {', '.join(consumers)} without the celery-quartz "
-            "hooks (it may have run the firing unrecorded): not published again"
-        )
 
     def _until_housekeeping(self, now: datetime) -> float:
         files_scan = self.scheduling_files.next_scan if self.scheduling_files else None

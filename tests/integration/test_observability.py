@@ -309,6 +309,54 @@ def test_a_worker_without_the_hooks_is_noticed_and_no_occurrence_runs_twice(
     store.dispose()
 
 
+def test_a_firing_for_a_queue_only_an_unhooked_worker_consumes_runs_once_whatever_the_read_interval(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """Issue 27, item 1: with a misfire threshold (8 s) far shorter than the once-a-minute read
+    of the workers' check-ins, firings go, straight after that read, to a queue that only a
+    worker without the hooks consumes. Before an expired firing is published again, beat asks
+    the workers, fresh; it drops the firings instead of running each a second time."""
+    store = ledger_app.prepared_store(pg_url)
+    quartz = Quartz(ledger_app.app, store=store)
+
+    def once(name: str, delay: float, **options: str) -> None:
+        quartz.schedule_job(
+            Job(key=JobKey(name, "obs"), task="ledger.record", options=options),
+            SimpleTrigger(
+                key=TriggerKey(name, "obs"),
+                start_at=datetime.now(timezone.utc) + timedelta(seconds=delay),
+                repeat_count=0,
+                repeat_interval=timedelta(0),
+            ),
+        )
+
+    once("first", 1)  # to the hooked worker's queue: beat reads the check-ins after it
+    env = ledger_app.environment(pg_url, redis_url, MISFIRE_THRESHOLD="8", CHECKIN_THRESHOLD="2")
+    with processes(tmp_path, env) as procs:
+        procs.worker("hooked", concurrency=1, extra=["-P", "solo"])
+        procs.env["CQ_NO_HOOKS"] = "1"
+        procs.worker("plain", concurrency=1, queues="unhooked", extra=["-P", "solo"])
+        procs.beat("beat1")
+        wait_for(lambda: _ledger_rows(pg_url) == 1, timeout=60, message="the first occurrence")
+        time.sleep(9)  # the misfire scan that follows has read the check-ins (8 s apart)
+        for i in range(3):
+            once(f"plain-{i}", 2 + i, queue="unhooked")
+        wait_for(lambda: _ledger_rows(pg_url) == 4, timeout=60, message="three more executions")
+        wait_for(
+            lambda: not store.firing_states(), timeout=60, message="the firings to be resolved"
+        )
+        time.sleep(3)  # a republished firing would have been run by now
+        log = procs.log("beat1")
+    assert re.search(r"was not started by any worker .*: published again", log) is None
+    assert log.count("dropped: misfire: queue 'unhooked' is consumed by plain@") == 3
+    engine = create_engine(pg_url)
+    with engine.connect() as conn:
+        dups = conn.execute(select(func.count()).select_from(ledger_app.duplicates)).scalar_one()
+    engine.dispose()
+    assert (_ledger_rows(pg_url), dups) == (4, 0)
+    store.dispose()
+
+
 def test_a_queue_no_worker_consumes_yet_is_not_taken_for_an_unhooked_worker(
     tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:

@@ -4,40 +4,47 @@ Run ``celery -A proj beat -S celery_quartz.Scheduler`` on as many machines as yo
 one SQL database; every occurrence fires once. See the README and docs/.
 """
 
-from celery_quartz.affinity import PreferredNode
-from celery_quartz.calendars import (
-    AnnualCalendar,
-    Calendar,
-    CronCalendar,
-    DailyCalendar,
-    HolidayCalendar,
-    MonthlyCalendar,
-    WeeklyCalendar,
-)
-from celery_quartz.client import Quartz
-from celery_quartz.clock import Clock, FakeClock, SystemClock
-from celery_quartz.context import JobExecutionContext, current_context
-from celery_quartz.cron import CronExpression, CronFormat
-from celery_quartz.job import Job
-from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.lifecycle import SchedulerStatus
-from celery_quartz.limits import ExecutionLimits, ExecutionLimitScope
-from celery_quartz.retry import RetryPolicy
-from celery_quartz.triggers import (
-    REPEAT_INDEFINITELY,
-    CalendarIntervalTrigger,
-    CronMisfireInstruction,
-    CronTrigger,
-    DailyTimeIntervalTrigger,
-    IntervalUnit,
-    MisfireInstruction,
-    RecurrenceTrigger,
-    SimpleMisfireInstruction,
-    SimpleTrigger,
-    Trigger,
-)
-from celery_quartz.triggers.base import TriggerDetailsUpdate
-from celery_quartz.worker import install
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from celery_quartz.affinity import PreferredNode
+    from celery_quartz.beat import Scheduler
+    from celery_quartz.calendars import (
+        AnnualCalendar,
+        Calendar,
+        CronCalendar,
+        DailyCalendar,
+        HolidayCalendar,
+        MonthlyCalendar,
+        WeeklyCalendar,
+    )
+    from celery_quartz.client import Quartz
+    from celery_quartz.clock import Clock, FakeClock, SystemClock
+    from celery_quartz.context import JobExecutionContext, current_context
+    from celery_quartz.cron import CronExpression, CronFormat
+    from celery_quartz.job import Job
+    from celery_quartz.keys import JobKey, TriggerKey
+    from celery_quartz.lifecycle import SchedulerStatus
+    from celery_quartz.limits import ExecutionLimits, ExecutionLimitScope
+    from celery_quartz.retry import RetryPolicy
+    from celery_quartz.triggers import (
+        REPEAT_INDEFINITELY,
+        CalendarIntervalTrigger,
+        CronMisfireInstruction,
+        CronTrigger,
+        DailyTimeIntervalTrigger,
+        IntervalUnit,
+        MisfireInstruction,
+        RecurrenceTrigger,
+        SimpleMisfireInstruction,
+        SimpleTrigger,
+        Trigger,
+    )
+    from celery_quartz.triggers.base import TriggerDetailsUpdate
+    from celery_quartz.worker import install
 
 __all__ = [
     "REPEAT_INDEFINITELY",
@@ -81,10 +88,62 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> object:
-    # celery.beat is imported only by processes that run a scheduler.
-    if name == "Scheduler":
-        from celery_quartz.beat import Scheduler
+#: Each public name -> the module that defines it. Imported on first use, so that importing a
+#: light module (``celery_quartz.cron``, ``celery_quartz.triggers``) loads neither SQLAlchemy nor
+#: Celery's worker, and ``celery.beat`` is imported only by processes that run a scheduler.
+_EXPORTS = {
+    "PreferredNode": "affinity",
+    **dict.fromkeys(
+        (
+            "AnnualCalendar",
+            "Calendar",
+            "CronCalendar",
+            "DailyCalendar",
+            "HolidayCalendar",
+            "MonthlyCalendar",
+            "WeeklyCalendar",
+        ),
+        "calendars",
+    ),
+    "Quartz": "client",
+    **dict.fromkeys(("Clock", "FakeClock", "SystemClock"), "clock"),
+    **dict.fromkeys(("JobExecutionContext", "current_context"), "context"),
+    **dict.fromkeys(("CronExpression", "CronFormat"), "cron"),
+    "Job": "job",
+    **dict.fromkeys(("JobKey", "TriggerKey"), "keys"),
+    "SchedulerStatus": "lifecycle",
+    **dict.fromkeys(("ExecutionLimits", "ExecutionLimitScope"), "limits"),
+    "RetryPolicy": "retry",
+    **dict.fromkeys(
+        (
+            "REPEAT_INDEFINITELY",
+            "CalendarIntervalTrigger",
+            "CronMisfireInstruction",
+            "CronTrigger",
+            "DailyTimeIntervalTrigger",
+            "IntervalUnit",
+            "MisfireInstruction",
+            "RecurrenceTrigger",
+            "SimpleMisfireInstruction",
+            "SimpleTrigger",
+            "Trigger",
+        ),
+        "triggers",
+    ),
+    "TriggerDetailsUpdate": "triggers.base",
+    "install": "worker",
+    "Scheduler": "beat",
+}
 
-        return Scheduler
-    raise AttributeError(f"module 'celery_quartz' has no attribute {name!r}")
+
+def __getattr__(name: str) -> object:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'celery_quartz' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"celery_quartz.{module}"), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -1,10 +1,14 @@
 """The package's shape, as docs/architecture.md states it: no import cycle between its modules,
-and no module past 800 lines."""
+no module past 800 lines, and light modules that stay light when imported."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "celery_quartz"
 MAX_LINES = 800
@@ -99,3 +103,24 @@ def test_the_domain_and_the_store_import_nothing_above_them() -> None:
 def test_no_module_is_longer_than_800_lines() -> None:
     lengths = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
     assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
+
+
+@pytest.mark.parametrize("module", ["celery_quartz.cron", "celery_quartz.triggers"])
+def test_importing_the_time_model_loads_neither_the_store_nor_celerys_worker(module: str) -> None:
+    """The package root exports its public names lazily: a light module stays light."""
+    probe = (
+        f"import sys, {module}\n"
+        "heavy = ('sqlalchemy', 'celery', 'celery.worker', 'celery_quartz.store', "
+        "'celery_quartz.client', 'celery_quartz.worker')\n"
+        "print(','.join(m for m in heavy if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_the_public_names_are_importable_from_the_package_root() -> None:
+    import celery_quartz
+
+    missing = [name for name in celery_quartz.__all__ if getattr(celery_quartz, name, None) is None]
+    assert missing == []
+    assert set(celery_quartz.__all__) <= set(dir(celery_quartz))

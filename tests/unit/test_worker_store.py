@@ -14,7 +14,7 @@ from celery_quartz.affinity import PreferredNode
 from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.keys import TriggerKey
 from celery_quartz.store import NONE_STATE, FiringState, SqlStore, TriggerState
-from tests.services import PostgresServer
+from tests.services import PostgresServer, postgres_server
 from tests.unit.builders import A, add, at, one_shot, repeating
 
 W1, W2 = "celery@w1", "celery@w2"
@@ -212,9 +212,18 @@ def test_a_connection_broken_under_a_start_is_a_dbapi_error_and_the_next_start_r
         db.dispose()
 
 
-@pytest.mark.parametrize("url", ["pg_url", "pg_url_psycopg3"])
+@pytest.fixture(scope="module")
+def restartable_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this module's own: restarting it leaves the session's server,
+    and whatever other tests keep connected to it, alone."""
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
 def test_after_a_database_restart_one_start_fails_however_many_connections_the_pool_kept(
-    postgres: PostgresServer, url: str, request: pytest.FixtureRequest, clock: FakeClock
+    restartable_postgres: PostgresServer, driver: str, clock: FakeClock
 ) -> None:
     """A disconnect found on the direct path renews the whole pool, as SQLAlchemy does through
     a Connection: every connection opened before the broken one died with the same server.
@@ -225,7 +234,7 @@ def test_after_a_database_restart_one_start_fails_however_many_connections_the_p
 
     pooled = 4
     db = SqlStore(
-        request.getfixturevalue(url),
+        restartable_postgres.create_database(f"restart_{driver}", driver),
         scheduler_name="unit",
         clock=clock,
         pool_size=pooled,
@@ -239,7 +248,7 @@ def test_after_a_database_restart_one_start_fails_however_many_connections_the_p
         held = [db._autocommit.raw_connection() for _ in range(pooled)]
         for connection in held:
             connection.close()  # back to the pool, open: the pool keeps all of them
-        postgres.restart()
+        restartable_postgres.restart()
         failed = []
         for name in names:
             try:

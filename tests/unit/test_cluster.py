@@ -6,12 +6,13 @@ import logging
 from datetime import datetime, timedelta
 
 import pytest
+from sqlalchemy import event
 
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey
 from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.cluster import ClusterManager
 from celery_quartz.liveness import failed_after
-from celery_quartz.store import CheckIn, FiringState, MemoryStore, TriggerState
+from celery_quartz.store import CheckIn, FiringState, MemoryStore, SqlStore, TriggerState
 from tests.unit.conftest import T0
 
 A, B, C = "sched-a", "sched-b", "sched-c"
@@ -121,6 +122,29 @@ def test_leave_removes_the_check_in_row(
     check_in_at(manager, clock, 0)
     manager.leave()
     assert store.check_ins() == []
+
+
+@pytest.mark.parametrize("kind", ["scheduler", "worker"])
+def test_a_check_in_is_stamped_when_its_connection_is_held_not_when_it_was_asked_for(
+    db: SqlStore, clock: FakeClock, kind: str
+) -> None:
+    """A process kept waiting for its connection (a hung primary, a new connection to a
+    standby being promoted, a pool others hold) writes the time it got one, as Quartz reads
+    the time after it has the connection: a check-in stamped when it was asked for is already
+    that old when it is written, and peers judge the process dead that much sooner. Scheduler
+    and worker check-ins alike; here the pool's checkout takes 20 s."""
+    db.check_in("p1", interval=7.5, kind=kind)  # the row exists: this is every later check-in
+
+    def checkout_takes_20_s(*_: object) -> None:
+        clock.advance(20)
+
+    event.listen(db.engine, "checkout", checkout_takes_20_s)
+    try:
+        assert db.check_in("p1", interval=7.5, kind=kind)
+    finally:
+        event.remove(db.engine, "checkout", checkout_takes_20_s)
+    [row] = db.check_ins(kind)
+    assert row.last_checkin_millis == to_millis(at(20))
 
 
 # -- failure detection -------------------------------------------------------------------------

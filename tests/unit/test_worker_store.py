@@ -14,6 +14,7 @@ from celery_quartz.affinity import PreferredNode
 from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.keys import TriggerKey
 from celery_quartz.store import NONE_STATE, FiringState, SqlStore, TriggerState
+from tests.services import PostgresServer, postgres_server
 from tests.unit.builders import A, add, at, one_shot, repeating
 
 W1, W2 = "celery@w1", "celery@w2"
@@ -207,6 +208,56 @@ def test_a_connection_broken_under_a_start_is_a_dbapi_error_and_the_next_start_r
         assert db.firing_states()[ids["t2"]] != FiringState.EXECUTING
         assert db.start_execution(ids["t2"], W1)
         assert db.firing_states() == {i: FiringState.EXECUTING for i in ids.values()}
+    finally:
+        db.dispose()
+
+
+@pytest.fixture(scope="module")
+def restartable_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this module's own: restarting it leaves the session's server,
+    and whatever other tests keep connected to it, alone."""
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
+def test_after_a_database_restart_one_start_fails_however_many_connections_the_pool_kept(
+    restartable_postgres: PostgresServer, driver: str, clock: FakeClock
+) -> None:
+    """A disconnect found on the direct path renews the whole pool, as SQLAlchemy does through
+    a Connection: every connection opened before the broken one died with the same server.
+    Without it, each stale pooled connection failed a start of its own after a restart (a
+    worker keeps up to 32), and each failed start is delivered again later. Without pre-ping,
+    as the worker opens its store."""
+    from sqlalchemy.exc import DBAPIError
+
+    pooled = 4
+    db = SqlStore(
+        restartable_postgres.create_database(f"restart_{driver}", driver),
+        scheduler_name="unit",
+        clock=clock,
+        pool_size=pooled,
+        pre_ping=False,
+    )
+    db.create_tables()
+    try:
+        names = [f"t{i}" for i in range(pooled + 2)]
+        add(db, *(repeating(name, at(0), 60) for name in names))
+        ids = fired(db, *names)
+        held = [db._autocommit.raw_connection() for _ in range(pooled)]
+        for connection in held:
+            connection.close()  # back to the pool, open: the pool keeps all of them
+        restartable_postgres.restart()
+        failed = []
+        for name in names:
+            try:
+                assert db.start_execution(ids[name], W1)
+            except DBAPIError:
+                failed.append(name)
+        assert failed in ([], names[:1])
+        for name in failed:
+            assert db.start_execution(ids[name], W1)
     finally:
         db.dispose()
 

@@ -187,8 +187,9 @@ class SqlBase:
         :meth:`_execute_compiled`, without SQLAlchemy's per-call connection and result
         handling, which added half again to the worker's CPU per statement. The row's columns
         are attributes, as on a SQLAlchemy row. A driver error is raised as SQLAlchemy's
-        :class:`~sqlalchemy.exc.DBAPIError`, and a connection it finds broken is invalidated
-        (the pool opens a new one), as through a Connection. While anyone listens to the
+        :class:`~sqlalchemy.exc.DBAPIError`, and a connection it finds broken invalidates the
+        whole pool, as through a Connection: after a database restart one call fails, and the
+        pool opens new connections in place of all it held. While anyone listens to the
         engine's statements (``before_cursor_execute``/``after_cursor_execute``: tracing,
         tests), it runs through a Connection instead, so that they see it."""
         engine = self._autocommit
@@ -211,7 +212,10 @@ class SqlBase:
             )
             if broken:
                 assert connection is not None
-                connection.invalidate(exc)
+                # As SQLAlchemy does on a disconnect through a Connection: every connection
+                # the pool opened before this one is stale too (a restart, a failover), so the
+                # pool replaces each at its next checkout instead of letting it fail a call.
+                engine.pool._invalidate(connection, exc)
             raise DBAPIError.instance(
                 compiled.sql,
                 values,

@@ -54,11 +54,13 @@ class ClusterSql(FiringsSql, ClusterStore):
         concurrency: int | None = None,
     ) -> bool:
         """Write this process's check-in. Returns False when the row had gone: another instance
-        recovered this one (it thought us dead); the row is written anew."""
+        recovered this one (it thought us dead); the row is written anew.
+
+        The time written is read once the connection is held and the fence checked, as Quartz
+        reads it after getting its connection: a process kept waiting for one (a hung primary,
+        a failover) must not write a check-in that is already as old as the wait."""
         s = self.tables.scheduler_state
-        now = self._now()
         values: dict[str, Any] = {
-            "last_checkin_time": now,
             "checkin_interval": int(interval * 1000),
             "kind": kind,
             "clustered": clustered,
@@ -71,6 +73,7 @@ class ClusterSql(FiringsSql, ClusterStore):
         with self.transaction() as conn:
             # A deposed leader (its fence stale) must not overwrite the new leader's row.
             self._check_fence(conn)
+            now = values["last_checkin_time"] = self._now()
             if conn.execute(update(s).where(clause).values(values)).rowcount:
                 return True
             conn.execute(

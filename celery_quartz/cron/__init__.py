@@ -5,9 +5,9 @@ A Quartz expression has six or seven fields, seconds first::
     second minute hour day-of-month month day-of-week [year]
 
 Exactly one of day-of-month and day-of-week is ``?``. Day-of-week counts 1-7 from Sunday.
-Beside ``*``, ranges, lists and steps, the day fields take ``L``, ``L-n``, ``W``, ``nW``, ``LW``
-(day-of-month) and ``L``, ``nL``, ``n#k`` (day-of-week). ``CronFormat.UNIX`` reads the five-field
-crontab form instead and stores its Quartz spelling.
+Beside ``*``, ranges, lists, steps and ``H``, the day fields take ``L``, ``L-n``, ``W``, ``nW``,
+``LW`` (day-of-month) and ``L``, ``nL``, ``n#k`` (day-of-week). ``CronFormat.UNIX`` reads the
+five-field crontab form instead and stores its Quartz spelling.
 
 The schedule is computed on the wall clock of the expression's time zone, then each matching wall
 time is turned into an instant by Quartz 4.x's rules (see
@@ -44,6 +44,7 @@ from celery_quartz.cron._fields import (
     _parse_plain,
     _reject_common,
     _unix_to_quartz,
+    has_hash_token,
     hash_value,
 )
 from celery_quartz.errors import CronSyntaxError
@@ -138,7 +139,7 @@ class CronExpression:
         #: The canonical Quartz spelling: upper case, single spaces, six or seven fields.
         self.expression = " ".join(fields)
         #: The identity ``H`` tokens hash (see :func:`hash_value`); None when there are none.
-        self.hash_key = hash_key if any("H" in f for f in fields[:3]) else None
+        self.hash_key = hash_key if any(has_hash_token(f) for f in fields[:6]) else None
         self._parse(expression, fields, hash_key)
         self._day_cache: dict[tuple[int, int], list[int]] = {}
 
@@ -162,7 +163,7 @@ class CronExpression:
         self._seconds = _next_table(_parse_hashed(text, _SECOND, second, hash_key), 60)
         self._minutes = _next_table(_parse_hashed(text, _MINUTE, minute, hash_key), 60)
         self._hours = _next_table(_parse_hashed(text, _HOUR, hour, hash_key), 24)
-        self._months = _next_table(_parse_plain(text, _MONTH, month), 13)
+        self._months = _next_table(_parse_hashed(text, _MONTH, month, hash_key), 13)
         if len(fields) == 7:
             _reject_common(text, _YEAR, fields[6])
             years = _parse_plain(text, _YEAR, fields[6])
@@ -181,10 +182,10 @@ class CronExpression:
             )
         spec = _DaySpec()
         if dow == "?":
-            _parse_dom(text, dom, spec)
+            _parse_dom(text, dom, spec, hash_key)
         else:
             spec.on_dom = False
-            _parse_dow(text, dow, spec)
+            _parse_dow(text, dow, spec, hash_key)
         self._days = spec
         #: An interval expression fires through both passes of a repeated (fall-back) hour.
         self._interval = any(_is_interval_token(t) for t in (second, minute, hour))

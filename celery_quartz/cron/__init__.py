@@ -4,10 +4,11 @@ A Quartz expression has six or seven fields, seconds first::
 
     second minute hour day-of-month month day-of-week [year]
 
-Exactly one of day-of-month and day-of-week is ``?``. Day-of-week counts 1-7 from Sunday.
-Beside ``*``, ranges, lists, steps and ``H``, the day fields take ``L``, ``L-n``, ``W``, ``nW``,
-``LW`` (day-of-month) and ``L``, ``nL``, ``n#k`` (day-of-week). ``CronFormat.UNIX`` reads the
-five-field crontab form instead and stores its Quartz spelling.
+At most one of day-of-month and day-of-week is ``?``; when both name days, a day either names
+fires (Quartz.NET 4.x). Day-of-week counts 1-7 from Sunday. Beside ``*``, ranges, lists, steps
+and ``H``, the day fields take ``L``, ``L-n``, ``W``, ``nW``, ``LW`` (day-of-month) and ``L``,
+``nL``, ``n#k`` (day-of-week). ``CronFormat.UNIX`` reads the five-field crontab form instead and
+stores its Quartz spelling.
 
 The schedule is computed on the wall clock of the expression's time zone, then each matching wall
 time is turned into an instant by Quartz 4.x's rules (see
@@ -173,19 +174,28 @@ class CronExpression:
         for field, token in ((_DOM, dom), (_DOW, dow)):
             if "?" in token and token != "?":
                 _reject_common(text, field, token)
-        if (dom == "?") == (dow == "?"):
+        if dom == dow == "?":
             raise _error(
                 text,
                 "day-of-month/day-of-week",
                 f"{dom} {dow}",
-                "exactly one of the two day fields must be '?'",
+                "both day fields are '?'; at most one of them may be",
             )
         spec = _DaySpec()
-        if dow == "?":
+        spec.on_dom, spec.on_dow = dom != "?", dow != "?"
+        if spec.on_dom:
             _parse_dom(text, dom, spec, hash_key)
-        else:
-            spec.on_dom = False
+        if spec.on_dow:
             _parse_dow(text, dow, spec, hash_key)
+        if spec.on_dom and spec.on_dow and "*" in (dom, dow) and dom != dow:
+            logger.warning(
+                "cron expression %r: day-of-month %r with day-of-week %r fires every day, "
+                "because a day either field names fires (Quartz.NET 4.x); write '?' in the "
+                "field with '*' to fire only on the other's days",
+                text,
+                dom,
+                dow,
+            )
         self._days = spec
         #: An interval expression fires through both passes of a repeated (fall-back) hour.
         self._interval = any(_is_interval_token(t) for t in (second, minute, hour))

@@ -236,7 +236,12 @@ _NEAREST_WEEKDAY = 2  # nW: the weekday nearest day n (clamped to the month), wi
 
 
 class _DaySpec:
-    """What the two day fields allow, reduced to one rule per month."""
+    """What the two day fields allow, reduced to the days of each month.
+
+    A field that is ``?`` takes no part. When both fields name days, a day either of them names
+    is allowed (Quartz.NET 4.x, like crontab): ``5/5`` with ``MON`` is the 5th, 10th, ... and
+    every Monday.
+    """
 
     __slots__ = (
         "dom_rules",
@@ -245,10 +250,13 @@ class _DaySpec:
         "dow_nth",
         "dow_values",
         "on_dom",
+        "on_dow",
     )
 
     def __init__(self) -> None:
+        #: Whether day-of-month, and day-of-week, name days (are not ``?``).
         self.on_dom = True
+        self.on_dow = False
         self.dom_values: frozenset[int] = frozenset()
         #: ``(kind, a, b)`` rules: ``(_LAST, n, 0)``, ``(_LAST_WEEKDAY, n, m)``,
         #: ``(_NEAREST_WEEKDAY, day, 0)``.
@@ -258,7 +266,7 @@ class _DaySpec:
         self.dow_last: int | None = None
 
     def days(self, year: int, month: int) -> list[int]:
-        """The days of ``month`` this rule allows, ascending."""
+        """The days of ``month`` these rules allow, ascending."""
         last = _days_in_month(year, month)
         # Quartz numbering of the 1st: 1 = Sunday ... 7 = Saturday.
         first_dow = datetime(year, month, 1).isoweekday() % 7 + 1
@@ -266,27 +274,35 @@ class _DaySpec:
         def dow(day: int) -> int:
             return (first_dow - 1 + day - 1) % 7 + 1
 
+        days: set[int] = set()
         if self.on_dom:
-            days = {d for d in self.dom_values if d <= last}
-            for kind, a, b in self.dom_rules:
-                if kind == _NEAREST_WEEKDAY:
-                    # Quartz.NET clamps a day past the month's end to its last day first.
-                    days.add(_nearest_weekday(min(a, last), last, dow))
-                elif last - a >= 1:
-                    if kind == _LAST:
-                        days.add(last - a)
-                    else:
-                        days.add(max(_nearest_weekday(last - a, last, dow) - b, 1))
-            return sorted(days)
+            days |= self._dom_days(last, dow)
+        if self.on_dow:
+            days |= self._dow_days(last, first_dow, dow)
+        return sorted(days)
+
+    def _dom_days(self, last: int, dow: Callable[[int], int]) -> set[int]:
+        days = {d for d in self.dom_values if d <= last}
+        for kind, a, b in self.dom_rules:
+            if kind == _NEAREST_WEEKDAY:
+                # Quartz.NET clamps a day past the month's end to its last day first.
+                days.add(_nearest_weekday(min(a, last), last, dow))
+            elif last - a >= 1:
+                if kind == _LAST:
+                    days.add(last - a)
+                else:
+                    days.add(max(_nearest_weekday(last - a, last, dow) - b, 1))
+        return days
+
+    def _dow_days(self, last: int, first_dow: int, dow: Callable[[int], int]) -> set[int]:
         if self.dow_nth is not None:
             wanted, nth = self.dow_nth
             first = 1 + (wanted - first_dow) % 7
             day = first + 7 * (nth - 1)
-            return [day] if day <= last else []
+            return {day} if day <= last else set()
         if self.dow_last is not None:
-            last_dow = dow(last)
-            return [last - (last_dow - self.dow_last) % 7]
-        return [d for d in range(1, last + 1) if dow(d) in self.dow_values]
+            return {last - (dow(last) - self.dow_last) % 7}
+        return {d for d in range(1, last + 1) if dow(d) in self.dow_values}
 
 
 def _nearest_weekday(day: int, last: int, dow: Callable[[int], int]) -> int:
@@ -407,17 +423,23 @@ def _unix_to_quartz(expression: str, fields: list[str]) -> list[str]:
     minute, hour, dom, month, dow = fields
     dom_free = dom in ("*", "?")
     dow_free = dow in ("*", "?")
-    if not dom_free and not dow_free:
+    if dow_free:
+        return ["0", minute, hour, "*" if dom == "?" else dom, month, "?"]
+    if dom_free:
+        return ["0", minute, hour, "?", month, _unix_dow_to_quartz(expression, dow)]
+    if dom.startswith("*") or dow.startswith("*"):
+        # Vixie cron requires both fields to match when one starts with '*' (*/2), other
+        # crontabs either one; a Quartz expression can only say "either".
         raise _error(
             expression,
             "day-of-month/day-of-week",
             f"{dom} {dow}",
-            "crontab fires when either day field matches; Quartz names days in one of them. "
-            "Use one day field, or two triggers",
+            "crontabs disagree on a day field starting with '*' beside a restricted one "
+            "(Vixie cron requires both to match); write the range out (1-31/2) or use one "
+            "day field",
         )
-    if dow_free:
-        return ["0", minute, hour, "*" if dom == "?" else dom, month, "?"]
-    return ["0", minute, hour, "?", month, _unix_dow_to_quartz(expression, dow)]
+    # Both fields restricted: crontab fires when either matches, and so does Quartz.
+    return ["0", minute, hour, dom, month, _unix_dow_to_quartz(expression, dow)]
 
 
 _UNIX_DOW = _Field("day-of-week", 0, 7, _DAY_NAMES)

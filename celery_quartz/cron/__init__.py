@@ -4,10 +4,11 @@ A Quartz expression has six or seven fields, seconds first::
 
     second minute hour day-of-month month day-of-week [year]
 
-Exactly one of day-of-month and day-of-week is ``?``. Day-of-week counts 1-7 from Sunday.
-Beside ``*``, ranges, lists and steps, the day fields take ``L``, ``L-n``, ``W``, ``nW``, ``LW``
-(day-of-month) and ``L``, ``nL``, ``n#k`` (day-of-week). ``CronFormat.UNIX`` reads the five-field
-crontab form instead and stores its Quartz spelling.
+At most one of day-of-month and day-of-week is ``?``; when both name days, a day either names
+fires (Quartz.NET 4.x). Day-of-week counts 1-7 from Sunday. Beside ``*``, ranges, lists, steps
+and ``H``, the day fields take ``L``, ``L-n``, ``W``, ``nW``, ``LW`` (day-of-month) and ``L``,
+``nL``, ``n#k`` (day-of-week). ``CronFormat.UNIX`` reads the five-field crontab form instead and
+stores its Quartz spelling.
 
 The schedule is computed on the wall clock of the expression's time zone, then each matching wall
 time is turned into an instant by Quartz 4.x's rules (see
@@ -44,6 +45,7 @@ from celery_quartz.cron._fields import (
     _parse_plain,
     _reject_common,
     _unix_to_quartz,
+    has_hash_token,
     hash_value,
 )
 from celery_quartz.errors import CronSyntaxError
@@ -138,7 +140,7 @@ class CronExpression:
         #: The canonical Quartz spelling: upper case, single spaces, six or seven fields.
         self.expression = " ".join(fields)
         #: The identity ``H`` tokens hash (see :func:`hash_value`); None when there are none.
-        self.hash_key = hash_key if any("H" in f for f in fields[:3]) else None
+        self.hash_key = hash_key if any(has_hash_token(f) for f in fields[:6]) else None
         self._parse(expression, fields, hash_key)
         self._day_cache: dict[tuple[int, int], list[int]] = {}
 
@@ -162,7 +164,7 @@ class CronExpression:
         self._seconds = _next_table(_parse_hashed(text, _SECOND, second, hash_key), 60)
         self._minutes = _next_table(_parse_hashed(text, _MINUTE, minute, hash_key), 60)
         self._hours = _next_table(_parse_hashed(text, _HOUR, hour, hash_key), 24)
-        self._months = _next_table(_parse_plain(text, _MONTH, month), 13)
+        self._months = _next_table(_parse_hashed(text, _MONTH, month, hash_key), 13)
         if len(fields) == 7:
             _reject_common(text, _YEAR, fields[6])
             years = _parse_plain(text, _YEAR, fields[6])
@@ -172,19 +174,28 @@ class CronExpression:
         for field, token in ((_DOM, dom), (_DOW, dow)):
             if "?" in token and token != "?":
                 _reject_common(text, field, token)
-        if (dom == "?") == (dow == "?"):
+        if dom == dow == "?":
             raise _error(
                 text,
                 "day-of-month/day-of-week",
                 f"{dom} {dow}",
-                "exactly one of the two day fields must be '?'",
+                "both day fields are '?'; at most one of them may be",
             )
         spec = _DaySpec()
-        if dow == "?":
-            _parse_dom(text, dom, spec)
-        else:
-            spec.on_dom = False
-            _parse_dow(text, dow, spec)
+        spec.on_dom, spec.on_dow = dom != "?", dow != "?"
+        if spec.on_dom:
+            _parse_dom(text, dom, spec, hash_key)
+        if spec.on_dow:
+            _parse_dow(text, dow, spec, hash_key)
+        if spec.on_dom and spec.on_dow and "*" in (dom, dow) and dom != dow:
+            logger.warning(
+                "cron expression %r: day-of-month %r with day-of-week %r fires every day, "
+                "because a day either field names fires (Quartz.NET 4.x); write '?' in the "
+                "field with '*' to fire only on the other's days",
+                text,
+                dom,
+                dow,
+            )
         self._days = spec
         #: An interval expression fires through both passes of a repeated (fall-back) hour.
         self._interval = any(_is_interval_token(t) for t in (second, minute, hour))

@@ -159,7 +159,7 @@ def _reject_common(expression: str, field: _Field, token: str) -> None:
     if field not in (_DOM, _DOW) and ("L" in bare or "#" in bare):
         raise _error(expression, field, token, "'L' and '#' belong to the day fields")
     if "H" in bare and field not in _HASHED_FIELDS:
-        raise _error(expression, field, token, "'H' belongs to the second, minute and hour fields")
+        raise _error(expression, field, token, "'H' is hashed in every field but the year")
     if field is not _DOM and "W" in bare:
         raise _error(expression, field, token, "'W' belongs to the day-of-month field")
     if "?" in token and (token != "?" or field not in (_DOM, _DOW)):
@@ -168,7 +168,7 @@ def _reject_common(expression: str, field: _Field, token: str) -> None:
         )
 
 
-_HASHED_FIELDS = (_SECOND, _MINUTE, _HOUR)
+_HASHED_FIELDS = (_SECOND, _MINUTE, _HOUR, _DOM, _MONTH, _DOW)
 #: ``H``, ``H(a-b)``, ``H/n`` and ``H(a-b)/n``.
 _HASH_FORM = re.compile(r"H(?:\(([0-9]+)-([0-9]+)\))?(?:/([0-9]+))?")
 
@@ -177,48 +177,56 @@ def hash_value(hash_key: str, field_name: str) -> int:
     """The stable number an ``H`` token of ``field_name`` draws from for ``hash_key``.
 
     The first eight bytes, big-endian, of SHA-256 over the UTF-8 text ``hash_key``, a NUL and
-    the field's name (``second``, ``minute`` or ``hour``). Every process and every node computes
-    the same number; Python's own ``hash()`` is salted per process and would not.
+    the field's name (``second``, ``minute``, ``hour``, ``day-of-month``, ``month`` or
+    ``day-of-week``). Every process and every node computes the same number; Python's own
+    ``hash()`` is salted per process and would not.
     """
     text = f"{hash_key}\x00{field_name}".encode("utf-8", "surrogatepass")
     return int.from_bytes(hashlib.sha256(text).digest()[:8], "big")
 
 
+def has_hash_token(field_text: str) -> bool:
+    """Whether a field holds an ``H`` token: an item starting with ``H`` (``THU`` does not)."""
+    return any(item.startswith("H") for item in field_text.split(","))
+
+
 def _parse_hashed(expression: str, field: _Field, token: str, hash_key: str | None) -> set[int]:
-    """A second, minute or hour field, whose items may be ``H`` tokens (see :func:`hash_value`)."""
-    if "H" not in token:
-        return _parse_plain(expression, field, token)
+    """An ordinary field whose items may be ``H`` tokens (see :func:`hash_value`)."""
     values: set[int] = set()
     for item in token.split(","):
-        if not item.startswith("H"):
-            values |= _parse_item(expression, field, token, item)
-            continue
-        match = _HASH_FORM.fullmatch(item)
-        if match is None:
-            raise _error(
-                expression, field, token, f"{item!r} is not one of H, H(a-b), H/n, H(a-b)/n"
-            )
-        if hash_key is None:
-            raise _error(
-                expression,
-                field,
-                token,
-                "'H' takes its value from the trigger's identity; give the expression a "
-                "hash_key (a CronTrigger passes its key)",
-            )
-        lo, hi = field.lo, field.hi
-        if match[1] is not None:
-            lo = _number(expression, field, token, match[1])
-            hi = _number(expression, field, token, match[2])
-            if lo > hi:
-                raise _error(expression, field, token, f"range {lo}-{hi} in H() runs backwards")
-        h = hash_value(hash_key, field.name)
-        if match[3] is None:
-            values.add(lo + h % (hi - lo + 1))
+        if item.startswith("H"):
+            values |= _hashed_item(expression, field, token, item, hash_key)
         else:
-            step = _step(expression, field, token, match[3])
-            values.update(range(lo + h % min(step, hi - lo + 1), hi + 1, step))
+            values |= _parse_item(expression, field, token, item)
     return values
+
+
+def _hashed_item(
+    expression: str, field: _Field, token: str, item: str, hash_key: str | None
+) -> set[int]:
+    """One ``H``, ``H(a-b)``, ``H/n`` or ``H(a-b)/n`` item, over the field's own range."""
+    match = _HASH_FORM.fullmatch(item)
+    if match is None:
+        raise _error(expression, field, token, f"{item!r} is not one of H, H(a-b), H/n, H(a-b)/n")
+    if hash_key is None:
+        raise _error(
+            expression,
+            field,
+            token,
+            "'H' takes its value from the trigger's identity; give the expression a "
+            "hash_key (a CronTrigger passes its key)",
+        )
+    lo, hi = field.lo, field.hi
+    if match[1] is not None:
+        lo = _number(expression, field, token, match[1])
+        hi = _number(expression, field, token, match[2])
+        if lo > hi:
+            raise _error(expression, field, token, f"range {lo}-{hi} in H() runs backwards")
+    h = hash_value(hash_key, field.name)
+    if match[3] is None:
+        return {lo + h % (hi - lo + 1)}
+    step = _step(expression, field, token, match[3])
+    return set(range(lo + h % min(step, hi - lo + 1), hi + 1, step))
 
 
 #: Kinds of day-of-month rule beside plain values (see :meth:`_DaySpec.days`).
@@ -228,7 +236,12 @@ _NEAREST_WEEKDAY = 2  # nW: the weekday nearest day n (clamped to the month), wi
 
 
 class _DaySpec:
-    """What the two day fields allow, reduced to one rule per month."""
+    """What the two day fields allow, reduced to the days of each month.
+
+    A field that is ``?`` takes no part. When both fields name days, a day either of them names
+    is allowed (Quartz.NET 4.x, like crontab): ``5/5`` with ``MON`` is the 5th, 10th, ... and
+    every Monday.
+    """
 
     __slots__ = (
         "dom_rules",
@@ -237,10 +250,13 @@ class _DaySpec:
         "dow_nth",
         "dow_values",
         "on_dom",
+        "on_dow",
     )
 
     def __init__(self) -> None:
+        #: Whether day-of-month, and day-of-week, name days (are not ``?``).
         self.on_dom = True
+        self.on_dow = False
         self.dom_values: frozenset[int] = frozenset()
         #: ``(kind, a, b)`` rules: ``(_LAST, n, 0)``, ``(_LAST_WEEKDAY, n, m)``,
         #: ``(_NEAREST_WEEKDAY, day, 0)``.
@@ -250,7 +266,7 @@ class _DaySpec:
         self.dow_last: int | None = None
 
     def days(self, year: int, month: int) -> list[int]:
-        """The days of ``month`` this rule allows, ascending."""
+        """The days of ``month`` these rules allow, ascending."""
         last = _days_in_month(year, month)
         # Quartz numbering of the 1st: 1 = Sunday ... 7 = Saturday.
         first_dow = datetime(year, month, 1).isoweekday() % 7 + 1
@@ -258,27 +274,35 @@ class _DaySpec:
         def dow(day: int) -> int:
             return (first_dow - 1 + day - 1) % 7 + 1
 
+        days: set[int] = set()
         if self.on_dom:
-            days = {d for d in self.dom_values if d <= last}
-            for kind, a, b in self.dom_rules:
-                if kind == _NEAREST_WEEKDAY:
-                    # Quartz.NET clamps a day past the month's end to its last day first.
-                    days.add(_nearest_weekday(min(a, last), last, dow))
-                elif last - a >= 1:
-                    if kind == _LAST:
-                        days.add(last - a)
-                    else:
-                        days.add(max(_nearest_weekday(last - a, last, dow) - b, 1))
-            return sorted(days)
+            days |= self._dom_days(last, dow)
+        if self.on_dow:
+            days |= self._dow_days(last, first_dow, dow)
+        return sorted(days)
+
+    def _dom_days(self, last: int, dow: Callable[[int], int]) -> set[int]:
+        days = {d for d in self.dom_values if d <= last}
+        for kind, a, b in self.dom_rules:
+            if kind == _NEAREST_WEEKDAY:
+                # Quartz.NET clamps a day past the month's end to its last day first.
+                days.add(_nearest_weekday(min(a, last), last, dow))
+            elif last - a >= 1:
+                if kind == _LAST:
+                    days.add(last - a)
+                else:
+                    days.add(max(_nearest_weekday(last - a, last, dow) - b, 1))
+        return days
+
+    def _dow_days(self, last: int, first_dow: int, dow: Callable[[int], int]) -> set[int]:
         if self.dow_nth is not None:
             wanted, nth = self.dow_nth
             first = 1 + (wanted - first_dow) % 7
             day = first + 7 * (nth - 1)
-            return [day] if day <= last else []
+            return {day} if day <= last else set()
         if self.dow_last is not None:
-            last_dow = dow(last)
-            return [last - (last_dow - self.dow_last) % 7]
-        return [d for d in range(1, last + 1) if dow(d) in self.dow_values]
+            return {last - (dow(last) - self.dow_last) % 7}
+        return {d for d in range(1, last + 1) if dow(d) in self.dow_values}
 
 
 def _nearest_weekday(day: int, last: int, dow: Callable[[int], int]) -> int:
@@ -302,13 +326,15 @@ def _days_in_month(year: int, month: int) -> int:
 _LAST_FORM = re.compile(r"L(?:-([0-9]{1,2}))?(?:(W)(?:-([0-9]{1,2}))?)?")
 
 
-def _parse_dom(expression: str, token: str, spec: _DaySpec) -> None:
+def _parse_dom(expression: str, token: str, spec: _DaySpec, hash_key: str | None) -> None:
     field = _DOM
     _reject_common(expression, field, token)
     values: set[int] = set()
     rules: set[tuple[int, int, int]] = set()
     for item in token.split(","):
-        if item.startswith("L"):
+        if item.startswith("H"):
+            values |= _hashed_item(expression, field, token, item, hash_key)
+        elif item.startswith("L"):
             match = _LAST_FORM.fullmatch(item)
             if match is None:
                 raise _error(
@@ -344,7 +370,7 @@ def _parse_dom(expression: str, token: str, spec: _DaySpec) -> None:
     spec.dom_rules = tuple(sorted(rules))
 
 
-def _parse_dow(expression: str, token: str, spec: _DaySpec) -> None:
+def _parse_dow(expression: str, token: str, spec: _DaySpec, hash_key: str | None) -> None:
     field = _DOW
     if token.startswith("L-") or token == "LW":
         raise _error(
@@ -370,7 +396,7 @@ def _parse_dow(expression: str, token: str, spec: _DaySpec) -> None:
         return
     if "L" in token:
         raise _error(expression, field, token, "'L' is either alone or after one day, as in 6L")
-    spec.dow_values = frozenset(_parse_plain(expression, field, token))
+    spec.dow_values = frozenset(_parse_hashed(expression, field, token, hash_key))
 
 
 def _next_table(values: set[int] | frozenset[int], size: int) -> list[int]:
@@ -397,17 +423,23 @@ def _unix_to_quartz(expression: str, fields: list[str]) -> list[str]:
     minute, hour, dom, month, dow = fields
     dom_free = dom in ("*", "?")
     dow_free = dow in ("*", "?")
-    if not dom_free and not dow_free:
+    if dow_free:
+        return ["0", minute, hour, "*" if dom == "?" else dom, month, "?"]
+    if dom_free:
+        return ["0", minute, hour, "?", month, _unix_dow_to_quartz(expression, dow)]
+    if dom.startswith("*") or dow.startswith("*"):
+        # Vixie cron requires both fields to match when one starts with '*' (*/2), other
+        # crontabs either one; a Quartz expression can only say "either".
         raise _error(
             expression,
             "day-of-month/day-of-week",
             f"{dom} {dow}",
-            "crontab fires when either day field matches; Quartz names days in one of them. "
-            "Use one day field, or two triggers",
+            "crontabs disagree on a day field starting with '*' beside a restricted one "
+            "(Vixie cron requires both to match); write the range out (1-31/2) or use one "
+            "day field",
         )
-    if dow_free:
-        return ["0", minute, hour, "*" if dom == "?" else dom, month, "?"]
-    return ["0", minute, hour, "?", month, _unix_dow_to_quartz(expression, dow)]
+    # Both fields restricted: crontab fires when either matches, and so does Quartz.
+    return ["0", minute, hour, dom, month, _unix_dow_to_quartz(expression, dow)]
 
 
 _UNIX_DOW = _Field("day-of-week", 0, 7, _DAY_NAMES)

@@ -71,7 +71,8 @@ class CalendarIntervalTrigger(ScheduleTrigger):
       wall-clock hour moves by the daylight-saving difference.
 
     A month step keeps the start's day of month, clamped to shorter months (31 January, then
-    28 February, then 31 March). ``end_at`` is exclusive, as in Quartz.
+    28 February, then 31 March). ``end_at`` is exclusive, as in Quartz; the final fire time is
+    the last time of the schedule at or before it (see :meth:`final_fire_time`).
     """
 
     kind: ClassVar[str] = "CAL_INT"
@@ -135,22 +136,26 @@ class CalendarIntervalTrigger(ScheduleTrigger):
         return -1
 
     def final_fire_time(self) -> datetime | None:
-        """The last fire time before ``end_at`` (exclusive); ``None`` without an end."""
+        """The last time of the schedule at or before ``end_at``; ``None`` without an end.
+
+        An ``end_at`` that is itself a time of the schedule is the final fire time, as Quartz
+        reports it (``FinalFireTimeUtc``), although the trigger does not fire at ``end_at``.
+        """
         start = require_start(self.key, self.start_at)
         end = optional_utc(self.end_at)
-        if end is None or end <= start:
+        if end is None or end < start:
             return None
         unit = self.repeat_interval_unit
         if unit in _FIXED_UNITS:
             step = micros(_FIXED_UNITS[unit]) * self.repeat_interval
-            n = (micros(end - start) - 1) // step
+            n = micros(end - start) // step
             return start + timedelta(microseconds=n * step)
-        n = self._index_after(start, end - timedelta(microseconds=1))
+        n = self._index_after(start, end)
         if n < 0:
             return None
         for k in range(n - 1, -1, -1):
             t = self._occurrence(start, k)
-            if t is not None and t < end:
+            if t is not None and t <= end:
                 return t
         return None
 

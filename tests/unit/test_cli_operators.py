@@ -178,9 +178,9 @@ def test_cron_reads_a_unix_line_and_refuses_a_bad_one_as_usage() -> None:
     )
     assert ok.exit_code == 0, ok.output
     assert ok.output.startswith("Sun 2026-12-06T02:30:00+00:00")
-    bad = CliRunner().invoke(quartz, ["cron", "0 0 2 * * MON"], obj=SimpleNamespace(app=None))
+    bad = CliRunner().invoke(quartz, ["cron", "0 0 2 ? * ?"], obj=SimpleNamespace(app=None))
     assert bad.exit_code == 2
-    assert "exactly one of the two day fields" in bad.output
+    assert "both day fields are '?'" in bad.output
 
 
 def test_fire_times_of_a_stored_trigger(app: Celery) -> None:

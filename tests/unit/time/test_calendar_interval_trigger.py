@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -186,21 +186,49 @@ def test_smart_policy_fires_once_now_then_keeps_the_time_of_day() -> None:
     assert trigger.next_fire_time == utc(2026, 1, 5, 9)
 
 
-def test_final_fire_time_of_fixed_units_is_before_the_exclusive_end() -> None:
+def test_final_fire_time_is_an_end_that_is_itself_a_fire_time() -> None:
+    # Quartz.NET's CalendarIntervalTriggerTest.TestFinalFireTimes: every 5 days, an end 10 days
+    # after the start is the final fire time; every 5 minutes, an end 2 minutes short of a fire
+    # time leaves the one 5 minutes before it.
+    start = utc(2010, 3, 12, 9)
+    daily = CalendarIntervalTrigger(
+        start_at=start, repeat_interval=5, repeat_interval_unit=IntervalUnit.DAY,
+        end_at=start + timedelta(days=10),
+    )  # fmt: skip
+    assert daily.final_fire_time() == start + timedelta(days=10)
+    end = start + timedelta(days=15, minutes=-2)
+    minutely = CalendarIntervalTrigger(
+        start_at=start, repeat_interval=5, repeat_interval_unit=IntervalUnit.MINUTE, end_at=end
+    )
+    assert minutely.final_fire_time() == end - timedelta(minutes=3)
+
+
+def test_the_trigger_does_not_fire_at_an_end_that_is_its_final_fire_time() -> None:
+    start = utc(2010, 3, 12, 9)
+    trigger = CalendarIntervalTrigger(
+        start_at=start, repeat_interval=5, repeat_interval_unit=IntervalUnit.DAY,
+        end_at=start + timedelta(days=10),
+    )  # fmt: skip
+    assert walk(trigger, start, 5) == [start + timedelta(days=5)]
+
+
+def test_final_fire_time_of_fixed_units_is_the_last_at_or_before_the_end() -> None:
     trigger = CalendarIntervalTrigger(
         start_at=utc(2026, 1, 1), repeat_interval=90, repeat_interval_unit=IntervalUnit.SECOND,
-        end_at=utc(2026, 1, 1, 0, 30),
+        end_at=utc(2026, 1, 1, 0, 29, 59),
     )  # fmt: skip
     assert trigger.final_fire_time() == utc(2026, 1, 1, 0, 28, 30)
+    trigger.end_at = utc(2026, 1, 1, 0, 30)
+    assert trigger.final_fire_time() == utc(2026, 1, 1, 0, 30)
 
 
-def test_final_fire_time_of_months_is_the_last_clamped_month_before_the_end() -> None:
+def test_final_fire_time_of_months_is_the_last_clamped_month_at_or_before_the_end() -> None:
     trigger = CalendarIntervalTrigger(
         start_at=utc(2026, 1, 31), repeat_interval=1, repeat_interval_unit=IntervalUnit.MONTH,
         end_at=utc(2026, 4, 30, 12),
     )  # fmt: skip
     assert trigger.final_fire_time() == utc(2026, 4, 30)
-    trigger.end_at = utc(2026, 3, 31)  # exclusive
+    trigger.end_at = utc(2026, 3, 30, 23)
     assert trigger.final_fire_time() == utc(2026, 2, 28)
 
 

@@ -6,6 +6,7 @@ import logging
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from croniter import croniter
 
 from celery_quartz.cron import CronExpression, CronFormat
 from celery_quartz.errors import CronSyntaxError
@@ -282,6 +283,53 @@ def test_textual_day_step_logs_a_warning_about_the_3x_meaning(
     assert "MON/2" in caplog.text and "3.x" in caplog.text
 
 
+# -- both day fields --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("expression", "days"),
+    [
+        # Quartz.NET's CronExpressionTest.CanUse_DayOfMonth_And_DayOfWeek_Together, October 2010
+        # (the 4th is a Monday, the 1st a Friday).
+        ("0 15 10 5/5 * MON 2010", [4, 11, 18, 25, 5, 10, 15, 20, 25, 30]),
+        ("0 15 10 3 * MON,THU,FRI 2010", [1, 3, 4, 11, 18, 25, 7, 14, 21, 28, 8, 15, 22, 29]),
+        (
+            "0 15 10 1,2,3,4,5,6 * MON,THU,FRI 2010",
+            [1, 2, 3, 4, 5, 6, 11, 18, 25, 7, 14, 21, 28, 8, 15, 22, 29],
+        ),
+        ("0 15 10 * * MON,THU,FRI 2010", list(range(1, 32))),
+        ("0 15 10 1 * * 2010", list(range(1, 32))),
+    ],
+)
+def test_a_day_either_day_field_names_fires(expression: str, days: list[int]) -> None:
+    cron = CronExpression(expression)
+    satisfied = {day for day in range(1, 32) if cron.is_satisfied_by(utc(2010, 10, day, 10, 15))}
+    assert satisfied == set(days)
+
+
+def test_both_day_fields_walk_through_the_days_either_names() -> None:
+    # The 15th, or the last Friday: 15 and 29 May 2026, 15 and 26 June.
+    assert fires("0 0 12 15 * 6L", utc(2026, 5, 1), 4) == [
+        utc(2026, 5, 15, 12),
+        utc(2026, 5, 29, 12),
+        utc(2026, 6, 15, 12),
+        utc(2026, 6, 26, 12),
+    ]
+
+
+def test_a_wildcard_beside_named_days_logs_that_it_fires_every_day(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="celery_quartz.cron"):
+        CronExpression("0 0 12 * * MON")
+    assert "'MON'" in caplog.text and "every day" in caplog.text
+
+
+def test_both_day_fields_question_mark_is_refused() -> None:
+    with pytest.raises(CronSyntaxError, match=r"day-of-month/day-of-week field.*both.*'\?'"):
+        CronExpression("0 0 0 ? * ?")
+
+
 # -- time zones --------------------------------------------------------------------------------
 
 
@@ -366,9 +414,21 @@ def test_unix_form_every_minute() -> None:
     assert CronExpression("* * * * *", format=CronFormat.UNIX).expression == "0 * * * * ?"
 
 
-def test_unix_form_with_both_day_fields_is_refused() -> None:
-    with pytest.raises(CronSyntaxError, match="day-of-month/day-of-week"):
-        CronExpression("0 0 1 * 1", format=CronFormat.UNIX)
+def test_unix_form_with_both_day_fields_fires_when_either_matches() -> None:
+    # crontab's rule, and Quartz.NET's: the 13th, or a Friday (croniter agrees). 13 April 2026
+    # is a Monday.
+    cron = CronExpression("0 0 13 * 5", format=CronFormat.UNIX)
+    assert cron.expression == "0 0 0 13 * 6"
+    theirs = croniter("0 0 13 * 5", utc(2026, 4, 1))
+    expected = [theirs.get_next(datetime) for _ in range(6)]
+    assert expected == [utc(2026, 4, d) for d in (3, 10, 13, 17, 24)] + [utc(2026, 5, 1)]
+    assert fires(cron.expression, utc(2026, 4, 1), 6) == expected
+
+
+def test_unix_form_with_a_starred_day_beside_a_restricted_one_is_refused() -> None:
+    # Vixie cron requires both fields to match when one starts with '*'; Quartz cannot say so.
+    with pytest.raises(CronSyntaxError, match=r"day-of-month/day-of-week field, token '\*/2 1'"):
+        CronExpression("0 0 */2 * 1", format=CronFormat.UNIX)
 
 
 def test_unix_form_needs_five_fields() -> None:
@@ -443,16 +503,6 @@ def test_refused_forms_name_the_field_and_the_token(
         CronExpression(expression)
     assert f"{field} field" in str(raised.value)
     assert repr(token) in str(raised.value)
-
-
-def test_both_day_fields_given_is_refused() -> None:
-    with pytest.raises(CronSyntaxError, match="exactly one"):
-        CronExpression("0 0 0 1 * MON")
-
-
-def test_both_day_fields_question_mark_is_refused() -> None:
-    with pytest.raises(CronSyntaxError, match="exactly one"):
-        CronExpression("0 0 0 ? * ?")
 
 
 def test_wrong_number_of_fields_is_refused() -> None:

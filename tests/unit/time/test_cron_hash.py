@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -68,6 +69,75 @@ def test_many_triggers_spread_out() -> None:
     assert len(minutes) > 40
 
 
+def _days_of_month(cron: CronExpression) -> set[int]:
+    return _values(cron._day_table(2026, 1))  # January has every day 1-31
+
+
+def _months(cron: CronExpression) -> set[int]:
+    return _values(cron._months)
+
+
+def _days_of_week(cron: CronExpression) -> set[int]:
+    # 1 February 2026 is a Sunday, so the days of its first week are days-of-week 1-7.
+    return {d for d in _values(cron._day_table(2026, 2)) if d <= 7}
+
+
+@pytest.mark.parametrize(
+    ("expression", "field", "size", "read"),
+    [
+        # Quartz.NET's CronExpressionHashTest: ResolveHash_DayOfMonthField_InRange1To31,
+        # _MonthField_InRange1To12 and _DayOfWeekField_InRange1To7, over a hundred keys.
+        ("* * * H * ?", "day-of-month", 31, _days_of_month),
+        ("* * * ? H *", "month", 12, _months),
+        ("* * * ? * H", "day-of-week", 7, _days_of_week),
+    ],
+)
+def test_h_in_the_day_and_month_fields_is_one_value_from_1_to_the_fields_size(
+    expression: str, field: str, size: int, read: Callable[[CronExpression], set[int]]
+) -> None:
+    seen = set()
+    for i in range(100):
+        key = f"reports.trigger-{i}"
+        value = 1 + hash_value(key, field) % size
+        assert read(CronExpression(expression, hash_key=key)) == {value}
+        seen.add(value)
+    assert len(seen) > size // 2
+
+
+def test_a_hashed_day_of_week_fires_weekly_on_that_day() -> None:
+    cron = CronExpression("0 0 9 ? * H", hash_key="reports.weekly")
+    day = 1 + hash_value("reports.weekly", "day-of-week") % 7  # 1 = Sunday
+    times = []
+    after = datetime(2026, 1, 1, tzinfo=UTC)
+    for _ in range(3):
+        nxt = cron.next_valid_time_after(after)
+        assert nxt is not None
+        times.append(nxt)
+        after = nxt
+    assert {t.isoweekday() % 7 + 1 for t in times} == {day}
+    assert [b - a for a, b in itertools.pairwise(times)] == [timedelta(days=7)] * 2
+
+
+def test_h_with_a_step_in_the_month_and_day_fields_starts_below_the_step() -> None:
+    cron = CronExpression("0 0 0 H/10 H(1-6)/3 ?", hash_key="k")
+    months = sorted(_values(cron._months))
+    assert len(months) == 2 and months[0] <= 3 and months[1] == months[0] + 3
+    days = sorted(_values(cron._day_table(2026, 1)))
+    assert days[0] <= 10 and days == list(range(days[0], 32, 10))
+
+
+def test_h_beside_plain_days_and_last_day_forms_in_day_of_month() -> None:
+    cron = CronExpression("0 0 0 H(2-9),L * ?", hash_key="k")
+    day = 2 + hash_value("k", "day-of-month") % 8
+    assert _values(cron._day_table(2026, 4)) == {day, 30}
+    assert cron.hash_key == "k"
+
+
+def test_a_day_name_with_an_h_in_it_is_not_a_hash_token() -> None:
+    cron = CronExpression("0 0 0 ? * THU")
+    assert cron.hash_key is None
+
+
 def test_h_without_an_identity_is_a_syntax_error() -> None:
     with pytest.raises(CronSyntaxError, match="hash_key"):
         CronExpression("0 H * * * ?")
@@ -76,9 +146,12 @@ def test_h_without_an_identity_is_a_syntax_error() -> None:
 @pytest.mark.parametrize(
     ("expression", "field"),
     [
-        ("0 0 0 H * ?", "day-of-month"),
-        ("0 0 0 ? * H", "day-of-week"),
-        ("0 0 0 1 H ?", "month"),
+        ("0 0 0 1 * ? H", "year"),
+        ("0 0 0 HW * ?", "day-of-month"),
+        ("0 0 0 H(0-5) * ?", "day-of-month"),
+        ("0 0 0 ? * H#2", "day-of-week"),
+        ("0 0 0 ? * H(1-8)", "day-of-week"),
+        ("0 0 0 1 H(1-13) ?", "month"),
         ("0 H(30-10) * * * ?", "minute"),
         ("0 H(0-60) * * * ?", "minute"),
         ("0 H/0 * * * ?", "minute"),

@@ -29,17 +29,10 @@ from celery_quartz.config import Settings
 from celery_quartz.consumers import QueueWatch
 from celery_quartz.errors import FencedError
 from celery_quartz.firing import AcquiredFiring, Firing
-from celery_quartz.lifecycle import (
-    SchedulerStatus,
-    check_clustering,
-    refuse_standby,
-    refuse_start,
-    warn_generated_instance_id,
-)
+from celery_quartz.lifecycle import Lifecycle, SchedulerStatus
 from celery_quartz.publisher import Publisher
 from celery_quartz.routing import Router, Unserved
 from celery_quartz.store.abc import SchedulerStore
-from celery_quartz.store.records import Fence
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +104,6 @@ class SchedulingLoop:
         self._next_misfire_scan: datetime | None = None
         # No claim before this instant (the last one found nothing due within idle_wait).
         self._next_claim: datetime | None = None
-        self._started = False
         self._store_down = False
         #: Firings this loop has published (for the log and for tests).
         self.fired_count = 0
@@ -122,133 +114,41 @@ class SchedulingLoop:
         self.queue_watch = QueueWatch(store, publisher, clock)
         # When the misfire scan first counted expired firings it has not yet decided on.
         self._expired_seen_at: datetime | None = None
-        #: Lifecycle status (see :mod:`celery_quartz.lifecycle`).
-        self.status = SchedulerStatus.CREATED
-        #: Whether run_once() starts a CREATED scheduler by itself (off: an election or the
-        #: application calls start()).
-        self.auto_start = settings.auto_start and not settings.election
-        #: Called (with the error) when the store refuses a write because another leader has
-        #: been elected; the scheduler has already stood down. Elections register here.
-        self.on_fenced: list[Callable[[FencedError], None]] = []
-        #: The epoch this instance last led with (non-clustered).
-        self.epoch: int | None = None
-        # Lifecycle calls come from an election's thread while beat's thread runs steps.
-        self._lifecycle_lock = threading.RLock()
+        #: Status and transitions (start, standby, a non-clustered leader's epoch).
+        self.lifecycle = Lifecycle(self, store, self.cluster, settings, instance_id)
         # The thread running a step, while it runs one.
         self._stepping: int | None = None
 
-    # -- lifecycle -------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        """Start, or resume from standby; nothing when already running.
-
-        The first start checks in, refuses a mixed clustered/non-clustered setup, and takes over
-        what a previous life of this instance id or a dead peer left behind. A non-clustered
-        scheduler takes the next fencing epoch at every start (each one is a leadership), and
-        runs the leader-move recovery pass whenever another leader held the epoch meanwhile.
-        Raises :class:`~celery_quartz.errors.SchedulerStateError` after shutdown.
-        """
-        with self._lifecycle_lock:
-            refuse_start(self.status, self._name)
-            if self.status is SchedulerStatus.RUNNING:
-                return
-            if not self._started:
-                self._first_start()
-            elif not self.settings.clustered:
-                # The new epoch first: the check-in is fenced, and the old fence is stale if
-                # another leader held the epoch meanwhile.
-                self._take_leadership()
-                self.cluster.writing = True
-                self.cluster.check_in()
-            self._next_claim = None  # claim at the next step, whatever the last one found
-            self._set_status(SchedulerStatus.RUNNING)
-
-    def standby(self) -> None:
-        """Stop acquiring triggers. Running jobs, an acquired batch and the misfire handler go
-        on; a never-started scheduler stays CREATED. Raises after shutdown."""
-        with self._lifecycle_lock:
-            refuse_standby(self.status, self._name)
-            if self.status is SchedulerStatus.RUNNING:
-                self._set_status(SchedulerStatus.STANDBY)
-                logger.info("scheduler instance %s is in standby", self.instance_id)
+    # -- lifecycle (celery_quartz.lifecycle makes the transitions) --------------------------------
 
     @property
-    def _name(self) -> str:
-        return f"{self.store.scheduler_name!r} (instance {self.instance_id})"
+    def status(self) -> SchedulerStatus:
+        return self.lifecycle.status
 
-    def _set_status(self, status: SchedulerStatus) -> None:
-        if not self.settings.clustered and status is not SchedulerStatus.RUNNING:
-            self._record_status(status)  # the last write before check-ins pause
-            self.cluster.writing = False
-            self.status = status
-            return
-        self.status = status
-        self.cluster.writing = True
-        self._record_status(status)
+    @property
+    def auto_start(self) -> bool:
+        return self.lifecycle.auto_start
 
-    def _record_status(self, status: SchedulerStatus) -> None:
-        if self._started:
-            try:
-                self.store.record_status(
-                    self.instance_id,
-                    status.value,
-                    hostname=self.cluster.hostname,
-                    pid=self.cluster.pid,
-                )
-            except DBAPIError:
-                logger.warning("could not record status %s of %s", status.value, self.instance_id)
-            except FencedError:
-                # Deposed: the row is the new leader's to write.
-                logger.debug(
-                    "status %s of %s not recorded: deposed", status.value, self.instance_id
-                )
+    @property
+    def epoch(self) -> int | None:
+        """The epoch this instance last led with (non-clustered)."""
+        return self.lifecycle.epoch
 
-    def _take_leadership(self) -> None:
-        """Non-clustered: take the next epoch; recover if another leader held it meanwhile."""
-        previous, epoch = self.store.advance_epoch(self.instance_id)
-        moved = self.epoch is None or previous != self.epoch
-        self.epoch = epoch
-        self.store.fence = Fence(epoch, self.instance_id)
-        logger.info("scheduler instance %s leads with epoch %d", self.instance_id, epoch)
-        if moved:
-            self._batch = []
-            self._unpublished.clear()
-            self.store.recover_leader_move(self.instance_id, self.store.fence)
-            # Step 2: every misfire, with no limit (the background handler is bounded).
-            while True:
-                _, more = self.store.handle_misfires(max_count=self.settings.max_misfires_per_round)
-                if not more:
-                    break
-            for firing in self.cluster.take_over_unpublished():
-                self._unpublished.setdefault(firing.fire_instance_id, firing)
+    @property
+    def on_fenced(self) -> list[Callable[[FencedError], None]]:
+        """Called (with the error) when another leader has been elected and this one has stood
+        down. Elections register here."""
+        return self.lifecycle.on_fenced
 
-    def _deposed(self, error: FencedError) -> None:
-        """Another leader was elected while this one still ran: stand down by ourselves."""
-        with self._lifecycle_lock:
-            # The claims, unpublished firings and unrecorded publications belong to the new
-            # leader's recovery now (recording them would only be refused again).
-            self._batch = []
-            self._unpublished.clear()
-            self._published = []
-            if self.status is not SchedulerStatus.RUNNING:
-                # Already stood down: the misfire handler's writes go on being refused.
-                logger.debug("%s (in %s)", error, self.status.value)
-                return
-            logger.warning("%s; scheduler instance %s stands down", error, self.instance_id)
-            self._set_status(SchedulerStatus.STANDBY)
-        for callback in list(self.on_fenced):
-            try:
-                callback(error)
-            except Exception:
-                logger.exception("a fencing callback failed")
+    def start(self) -> None:
+        """Start, or resume from standby (:meth:`Lifecycle.start`)."""
+        self.lifecycle.start()
 
-    def _first_start(self) -> None:
-        check_clustering(self.settings)
-        warn_generated_instance_id(self.settings, self.instance_id)
-        self.cluster.refuse_mixed_modes()
-        self.cluster.check_in()
-        if not self.settings.clustered:
-            self._take_leadership()
+    def standby(self) -> None:
+        """Stop acquiring triggers (:meth:`Lifecycle.standby`)."""
+        self.lifecycle.standby()
+
+    def take_over(self) -> None:
         released = self.store.release_acquired(self.instance_id)
         if released:
             logger.info(
@@ -256,10 +156,19 @@ class SchedulingLoop:
             )
         self._recover()
         self._next_misfire_scan = self.clock.now()
-        self._started = True
-        logger.info(
-            "scheduler instance %s started (%s)", self.instance_id, self.store.scheduler_name
-        )
+
+    def drop_held(self, *, publications: bool) -> None:
+        self._batch = []
+        self._unpublished.clear()
+        if publications:
+            self._published = []
+
+    def adopt_unpublished(self, firings: list[Firing]) -> None:
+        for firing in firings:
+            self._unpublished.setdefault(firing.fire_instance_id, firing)
+
+    def claim_at_once(self) -> None:
+        self._next_claim = None
 
     def shutdown(
         self,
@@ -268,76 +177,26 @@ class SchedulingLoop:
         timeout: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        """Give back claimed-but-unfired triggers and leave the cluster.
+        """Give back claimed-but-unfired triggers and leave the cluster
+        (:meth:`Lifecycle.shutdown`)."""
+        self.lifecycle.shutdown(wait_for_jobs=wait_for_jobs, timeout=timeout, sleep=sleep)
 
-        With ``wait_for_jobs``, first wait (at most ``timeout`` seconds) until the firings this
-        instance published have finished on the workers. Firings that could not be published
-        stay in the store under this instance; removing the check-in row makes them orphans that
-        a surviving scheduler publishes again.
-        """
-        with self._lifecycle_lock:
-            if self.status.is_shut_down:
-                return
-            self.status = SchedulerStatus.SHUTTING_DOWN
-            began = time.monotonic()
-            logger.info("scheduler instance %s shutting down", self.instance_id)
-            try:
-                self._shutdown(wait_for_jobs, timeout, sleep)
-            finally:
-                self.status = SchedulerStatus.SHUTDOWN
-                logger.info(
-                    "scheduler instance %s shut down in %.1fs",
-                    self.instance_id,
-                    time.monotonic() - began,
-                )
-
-    def _shutdown(
-        self, wait_for_jobs: bool, timeout: float, sleep: Callable[[float], None]
-    ) -> None:
-        if not self._started:
-            return
-        try:
-            # Fired but not published (a stop signal can land between a firing's commit and
-            # its publication): hand them to the broker now rather than leave them to a survivor,
-            # of which there may be none. What was published is recorded first, so it is not
-            # taken for unpublished.
-            self._flush_published()
-            for firing in self.store.unpublished_firings(self.instance_id):
-                self._unpublished.setdefault(firing.fire_instance_id, firing)
-            self._publish(list(self._unpublished.values()))
-            self._flush_published()
-            # Every claim of this instance, not only the batch held: a stop signal can land
-            # between a claim's commit and the loop taking its answer (celery beat raises
-            # SystemExit wherever the step was), and a claim nobody holds would stay ACQUIRED.
-            released = self.store.release_acquired(self.instance_id)
-            self._batch = []
-            if released:
-                logger.info("released %d acquired trigger(s) at shutdown", released)
-            if wait_for_jobs:
-                self._wait_for_jobs(timeout, sleep)
-            # Non-clustered replicas may share the leader's id: remove the row only if ours.
-            self.cluster.leave(only_if_mine=not self.settings.clustered)
-        except FencedError as exc:
-            # Deposed meanwhile: what we held is the new leader's to recover, and the check-in
-            # row may be the new leader's too (a shared instance id).
-            logger.info("shutdown: %s", exc)
-            self.cluster.leave(only_if_mine=True)
-        except DBAPIError:
-            logger.exception("shutdown: the store did not answer; survivors will recover us")
-
-    def _wait_for_jobs(self, timeout: float, sleep: Callable[[float], None]) -> None:
-        poll = 0.5
-        for _ in range(max(1, int(timeout / poll))):
-            running = self.store.in_flight(self.instance_id)
-            if not running:
-                return
-            sleep(poll)
-        logger.warning(
-            "shutdown: %d firing(s) of %s still running after %.0fs; leaving them to the workers",
-            self.store.in_flight(self.instance_id),
-            self.instance_id,
-            timeout,
-        )
+    def hand_back(self) -> None:
+        # Fired but not published (a stop signal can land between a firing's commit and its
+        # publication): hand them to the broker now rather than leave them to a survivor, of
+        # which there may be none. What was published is recorded first, so it is not taken
+        # for unpublished.
+        self._flush_published()
+        self.adopt_unpublished(self.store.unpublished_firings(self.instance_id))
+        self._publish(list(self._unpublished.values()))
+        self._flush_published()
+        # Every claim of this instance, not only the batch held: a stop signal can land between
+        # a claim's commit and the loop taking its answer (celery beat raises SystemExit
+        # wherever the step was), and a claim nobody holds would stay ACQUIRED.
+        released = self.store.release_acquired(self.instance_id)
+        self._batch = []
+        if released:
+            logger.info("released %d acquired trigger(s) at shutdown", released)
 
     # -- one step --------------------------------------------------------------------------------
 
@@ -347,7 +206,7 @@ class SchedulingLoop:
         A store that does not answer (a restart, a network blip) is waited out: the step is
         tried again a second later, and nothing is lost meanwhile (claims are committed rows).
         """
-        with self._lifecycle_lock:
+        with self.lifecycle.lock:
             self._stepping = threading.get_ident()
             try:
                 return self._run_once()
@@ -370,7 +229,7 @@ class SchedulingLoop:
                 self.start()
             delay = self._step()
         except FencedError as exc:
-            self._deposed(exc)
+            self.lifecycle.deposed(exc)
             return self.settings.idle_wait
         except DBAPIError as exc:
             if not self._store_down:
@@ -444,17 +303,7 @@ class SchedulingLoop:
                 logger.warning("unserved: %s; its due triggers are held back", item.describe())
 
     def _fire(self, batch: list[AcquiredFiring]) -> None:
-        if self.task_exists is not None:
-            runnable = []
-            for firing in batch:
-                if self.task_exists(firing.job.task):
-                    runnable.append(firing)
-                else:
-                    self.store.set_trigger_error(
-                        firing,
-                        f"job {firing.job.key}: task {firing.job.task!r} is not registered",
-                    )
-            batch = runnable
+        # A trigger whose task is not registered was put in ERROR by the claim that acquired it.
         try:
             firings = self.store.fire(self.instance_id, batch)
         except DBAPIError:

@@ -34,7 +34,7 @@ def shutting_down(loop: SchedulingLoop, clock: FakeClock) -> None:
     from celery_quartz.lifecycle import SchedulerStatus
 
     loop.start()
-    loop.status = SchedulerStatus.SHUTTING_DOWN  # the moment inside shutdown()
+    loop.lifecycle.status = SchedulerStatus.SHUTTING_DOWN  # the moment inside shutdown()
 
 
 def shut_down(loop: SchedulingLoop, clock: FakeClock) -> None:

@@ -329,7 +329,7 @@ def test_shutdown_logs_its_start_and_its_end_with_how_long_it_took(
     # A stop that hangs shows in the log as one without its end.
     loop = make_loop(store, app, clock)
     loop.run_once()
-    with caplog.at_level(logging.INFO, logger="celery_quartz.loop"):
+    with caplog.at_level(logging.INFO, logger="celery_quartz"):
         loop.shutdown()
     messages = [r.getMessage() for r in caplog.records]
     assert messages[0] == f"scheduler instance {A} shutting down"

@@ -40,7 +40,7 @@ __all__ = ["ImportReport", "SourceEntry", "disabled_group", "run_import"]
 logger = logging.getLogger(__name__)
 
 #: Bumped when the translation of an unchanged source entry changes, so entries are re-imported.
-_TRANSLATION_VERSION = 1
+_TRANSLATION_VERSION = 2
 
 
 def disabled_group(group: str) -> str:
@@ -165,10 +165,11 @@ def build(
             now=now,
         )
         if isinstance(trigger, SimpleTrigger):
-            # An interval runs from its last run, as the source scheduler counts it.
+            # An interval runs from its last run, as the source scheduler counts it; a start
+            # time only holds that run back (django-celery-beat's is_due).
             first = entry.first_fire or trigger.start_at or now
-            if entry.not_before is not None and entry.not_before > now:
-                first = entry.not_before
+            if entry.not_before is not None:
+                first = max(first, entry.not_before)
             trigger.start_at = max(first, now)
         elif entry.not_before is not None and entry.not_before > now:
             trigger.start_at = entry.not_before

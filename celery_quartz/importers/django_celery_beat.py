@@ -127,10 +127,10 @@ def _entry(task: Any, rows: dict[str, dict[int, Any]], now: datetime) -> SourceE
         "start_time": start_time,
         "expires": expires,
     }
-    if first_fire is not None and start_time is not None:
-        # With a start time and no run yet, its scheduler runs the task at the start time.
-        never_ran = task.get("last_run_at") is None
-        first_fire = start_time if never_ran else max(first_fire, start_time)
+    if first_fire is not None and start_time is not None and task.get("last_run_at") is None:
+        # With a start time and no run yet, its scheduler runs the task at the start time (it
+        # dates the last run 30 years back); after a run, the start time only holds runs back.
+        first_fire = start_time
     return SourceEntry(
         name=name,
         task=task["task"],

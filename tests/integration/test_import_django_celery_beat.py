@@ -81,6 +81,27 @@ def run(app: Celery, *args: str) -> Result:
     return CliRunner().invoke(quartz, list(args), obj=SimpleNamespace(app=app))
 
 
+def _delete_all() -> None:
+    """Every database emptied: the model's save() checks a task name's uniqueness on "default"."""
+    from django_celery_beat.models import (
+        ClockedSchedule,
+        CrontabSchedule,
+        IntervalSchedule,
+        PeriodicTask,
+        SolarSchedule,
+    )
+
+    for each in ("default", "pg"):
+        for model in (
+            PeriodicTask,
+            CrontabSchedule,
+            IntervalSchedule,
+            ClockedSchedule,
+            SolarSchedule,
+        ):
+            model.objects.using(each).all().delete()
+
+
 def _create_tasks(alias: str, now: datetime) -> None:
     """The source scheduler's tasks, through django-celery-beat's own models."""
     from django_celery_beat.models import (
@@ -92,16 +113,7 @@ def _create_tasks(alias: str, now: datetime) -> None:
     )
 
     db = alias
-    # Every database emptied: the model's save() checks a task name's uniqueness on "default".
-    for each in ("default", "pg"):
-        for model in (
-            PeriodicTask,
-            CrontabSchedule,
-            IntervalSchedule,
-            ClockedSchedule,
-            SolarSchedule,
-        ):
-            model.objects.using(each).all().delete()
+    _delete_all()
     weekdays = CrontabSchedule.objects.using(db).create(
         minute="30", hour="2", day_of_week="1-5", timezone=ZoneInfo("Europe/Helsinki")
     )
@@ -157,6 +169,34 @@ def _celery_times(schedule: Any, last_run: datetime, count: int) -> list[datetim
         last_run = last_run + schedule.remaining_estimate(last_run)
         times.append(last_run.astimezone(UTC))
     return times
+
+
+def _django_beat_runs(app: Celery, task: Any, start: datetime, count: int) -> list[datetime]:
+    """The first ``count`` runs of ``task`` under django-celery-beat's own scheduler entry
+    (``ModelEntry``) on a simulated clock from ``start``, ticked as its ``DatabaseScheduler``
+    ticks: at most ``DEFAULT_MAX_INTERVAL`` seconds apart, a due entry run at that tick and
+    ``next(entry)`` taking the tick as its last run."""
+    from django_celery_beat.schedulers import DEFAULT_MAX_INTERVAL, ModelEntry
+
+    clock = start
+
+    class SimulatedEntry(ModelEntry):
+        def _default_now(self) -> datetime:
+            return clock
+
+    entry = SimulatedEntry(task, app=app)
+    runs: list[datetime] = []
+    while len(runs) < count:
+        zone = getattr(entry.schedule, "tz", UTC)
+        entry.schedule.nowfun = lambda zone=zone: clock.astimezone(zone)
+        due, wait = entry.is_due()
+        if due:
+            runs.append(clock)
+            entry = next(entry)
+            entry.app = app
+        else:
+            clock += timedelta(seconds=min(wait, DEFAULT_MAX_INTERVAL))
+    return runs
 
 
 def _stored(app: Celery, name: str, group: str) -> Trigger:
@@ -258,3 +298,39 @@ def test_a_database_without_django_celery_beat_says_so(app: Celery, tmp_path: Pa
     result = run(app, "import", "django-celery-beat", "--url", f"sqlite:///{tmp_path / 'x.db'}")
     assert result.exit_code == 1
     assert "no table django_celery_beat_periodictask" in result.output
+
+
+@pytest.mark.parametrize(
+    ("last_run", "start"),
+    [
+        (timedelta(minutes=-30), timedelta(minutes=20)),
+        (timedelta(hours=-5), timedelta(minutes=20)),
+        (None, timedelta(minutes=20)),
+    ],
+    ids=["ran, next run after the start time", "ran long ago", "never ran"],
+)
+def test_an_interval_task_s_start_time_only_gates_its_runs(
+    app: Celery,
+    django_databases: dict[str, str],
+    last_run: timedelta | None,
+    start: timedelta,
+) -> None:
+    """As django-celery-beat runs it: from its last run, not before its start time (a task that
+    never ran, at its start time)."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    now = datetime.now(UTC).replace(microsecond=0)
+    _delete_all()
+    task = PeriodicTask.objects.create(
+        name="gated",
+        task="tasks.cleanup",
+        interval=IntervalSchedule.objects.create(every=90, period="minutes"),
+        start_time=now + start,
+        last_run_at=None if last_run is None else now + last_run,
+    )
+
+    applied = run(app, "import", "django-celery-beat", "--url", django_databases["default"])
+
+    assert applied.exit_code == 0, applied.output
+    expected = _django_beat_runs(app, task, now, 3)
+    assert _quartz_times(app, "gated", "django_celery_beat", 3) == expected

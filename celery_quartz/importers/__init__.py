@@ -27,7 +27,7 @@ from celery_quartz.celery_schedules import trigger_from_celery_schedule
 from celery_quartz.errors import QuartzError, ValidationError
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.triggers import SimpleTrigger
+from celery_quartz.triggers import CalendarIntervalTrigger, SimpleTrigger
 from celery_quartz.triggers.base import Trigger
 
 if TYPE_CHECKING:
@@ -164,13 +164,8 @@ def build(
             default_time_zone=entry.time_zone,
             now=now,
         )
-        if isinstance(trigger, SimpleTrigger):
-            # An interval runs from its last run, as the source scheduler counts it; a start
-            # time only holds that run back (django-celery-beat's is_due).
-            first = entry.first_fire or trigger.start_at or now
-            if entry.not_before is not None:
-                first = max(first, entry.not_before)
-            trigger.start_at = max(first, now)
+        if isinstance(trigger, (SimpleTrigger, CalendarIntervalTrigger)):
+            trigger.start_at = _interval_start(entry, trigger.start_at or now, now)
         elif entry.not_before is not None and entry.not_before > now:
             trigger.start_at = entry.not_before
         if entry.one_off:
@@ -187,6 +182,19 @@ def build(
     if entry.end_at is not None and entry.end_at <= now:
         raise ValidationError(f"expired at {entry.end_at.isoformat()}")
     return job, trigger
+
+
+def _interval_start(entry: SourceEntry, translated: datetime, now: datetime) -> datetime:
+    """An interval's first fire: its next run as the source scheduler counts it (from its last
+    run), which a start time only holds back (django-celery-beat's ``is_due``); when that is
+    past, at once, except for a relative interval, which keeps Celery's rounded times and fires
+    at the next of them after now (``translated``)."""
+    first = entry.first_fire or translated
+    if entry.not_before is not None:
+        first = max(first, entry.not_before)
+    if first > now:
+        return first
+    return translated if getattr(entry.schedule, "relative", False) else now
 
 
 def _once(key: TriggerKey, when: datetime) -> SimpleTrigger:

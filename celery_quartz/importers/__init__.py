@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from celery_quartz.store.abc import Store
 
-__all__ = ["ImportReport", "SourceEntry", "disabled_group", "run_import"]
+__all__ = ["ImportReport", "SourceEntry", "disabled_group", "read_crontab", "run_import"]
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +120,24 @@ class ImportReport:
             f"{len(self.updated)} updated, {len(self.removed)} removed, "
             f"{len(self.unchanged)} unchanged, {len(self.skipped)} skipped"
         )
+
+
+def read_crontab(fields: dict[str, Any]) -> tuple[Any, str | None]:
+    """Celery's ``crontab`` of a source's crontab ``fields``, or ``(None, why)`` when Celery
+    cannot read them (a source may store what its own validator accepts and Celery refuses,
+    such as django-celery-beat's day of week ``7``): the entry is then skipped, by name."""
+    from celery.schedules import ParseException, crontab
+
+    try:
+        return crontab(**fields), None
+    except (ValueError, TypeError, ParseException) as exc:
+        error = exc
+    for name, value in fields.items():  # name the field at fault when one alone is
+        try:
+            crontab(**{name: value})
+        except (ValueError, TypeError, ParseException) as exc:
+            return None, f"Celery cannot read the crontab's {name} {value!r}: {exc}"
+    return None, f"Celery cannot read the crontab {fields!r}: {error}"
 
 
 def definition_hash(entry: SourceEntry) -> str:

@@ -31,7 +31,7 @@ from sqlalchemy import MetaData, Table, create_engine, inspect, select
 from sqlalchemy.engine import Engine, make_url
 
 from celery_quartz.errors import ConfigurationError
-from celery_quartz.importers import SourceEntry
+from celery_quartz.importers import SourceEntry, read_crontab
 
 #: The group the imported jobs are stored in.
 GROUP = "django_celery_beat"
@@ -160,7 +160,8 @@ def _schedule(
             k: c[k] for k in ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
         }
         zone = str(c.get("timezone") or "UTC")
-        return schedules.crontab(**fields), zone, None, {"crontab": fields, "tz": zone}, None
+        crontab, unreadable = read_crontab(fields)
+        return crontab, zone, None, {"crontab": fields, "tz": zone}, unreadable
     if task.get("interval_id") is not None:
         i = rows["intervalschedule"][task["interval_id"]]
         if i["period"] not in _PERIODS:

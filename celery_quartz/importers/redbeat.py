@@ -26,7 +26,7 @@ from typing import Any
 
 from celery import schedules
 
-from celery_quartz.importers import SourceEntry
+from celery_quartz.importers import SourceEntry, read_crontab
 from celery_quartz.tz import resolve_time_zone
 
 #: The group the imported jobs are stored in.
@@ -74,7 +74,7 @@ def _entry(
             first_fire = last_run.astimezone(timezone.utc) + probe.remaining_estimate(last_run)
     elif kind == "crontab":
         fields = {k: v for k, v in spec.items() if k != "__type__"}
-        schedule = schedules.crontab(**fields)
+        schedule, skip = read_crontab(fields)
     elif kind == "rrule":
         skip = "rrule schedules are not imported (a recurrence trigger could hold some of them)"
     else:

@@ -334,3 +334,28 @@ def test_an_interval_task_s_start_time_only_gates_its_runs(
     assert applied.exit_code == 0, applied.output
     expected = _django_beat_runs(app, task, now, 3)
     assert _quartz_times(app, "gated", "django_celery_beat", 3) == expected
+
+
+def test_a_crontab_celery_cannot_read_is_skipped_by_name(
+    app: Celery, django_databases: dict[str, str]
+) -> None:
+    """django-celery-beat's validator accepts day_of_week '7'; Celery's crontab refuses it."""
+    from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+    _delete_all()
+    sundays = CrontabSchedule(minute="0", hour="4", day_of_week="7")
+    sundays.full_clean()
+    sundays.save()
+    nightly = CrontabSchedule.objects.create(minute="0", hour="3")
+    PeriodicTask.objects.create(name="on day seven", task="tasks.report", crontab=sundays)
+    PeriodicTask.objects.create(name="nightly", task="tasks.report", crontab=nightly)
+    url = django_databases["default"]
+
+    for dry_run in (["--dry-run"], []):
+        result = run(app, "import", "django-celery-beat", "--url", url, "--json", *dry_run)
+
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.output)
+        assert report["added"] == ["nightly"]
+        assert list(report["skipped"]) == ["on day seven"]
+        assert "day_of_week '7'" in report["skipped"]["on day seven"]

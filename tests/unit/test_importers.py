@@ -145,3 +145,15 @@ def test_redbeat_definitions_decode_intervals_and_skip_rrules() -> None:
     assert entry.first_fire == T0 + timedelta(seconds=90)
     rrule = json.dumps({"name": "r", "task": "t", "schedule": {"__type__": "rrule", "freq": 5}})
     assert "rrule" in (redbeat_entry("redbeat:r", "redbeat:", rrule, None, "UTC").skip_reason or "")
+
+
+def test_a_redbeat_crontab_celery_cannot_read_is_skipped_naming_the_field() -> None:
+    sunday = json.dumps(
+        {
+            "name": "sunday",
+            "task": "tasks.report",
+            "schedule": {"__type__": "crontab", "minute": "0", "hour": "4", "day_of_week": "7"},
+        }
+    )
+    entry = redbeat_entry("redbeat:sunday", "redbeat:", sunday, None, "UTC")
+    assert "day_of_week '7'" in (entry.skip_reason or "")

@@ -19,6 +19,7 @@ from click.testing import CliRunner, Result
 from sqlalchemy.engine import make_url
 
 from celery_quartz.cli import quartz
+from celery_quartz.clock import FakeClock
 from celery_quartz.config import Settings
 from celery_quartz.keys import TriggerKey
 from celery_quartz.store import open_store
@@ -178,24 +179,24 @@ def _django_beat_runs(app: Celery, task: Any, start: datetime, count: int) -> li
     ``next(entry)`` taking the tick as its last run."""
     from django_celery_beat.schedulers import DEFAULT_MAX_INTERVAL, ModelEntry
 
-    clock = start
+    clock = FakeClock(start)
 
     class SimulatedEntry(ModelEntry):
         def _default_now(self) -> datetime:
-            return clock
+            return clock.now()
 
     entry = SimulatedEntry(task, app=app)
     runs: list[datetime] = []
     while len(runs) < count:
         zone = getattr(entry.schedule, "tz", UTC)
-        entry.schedule.nowfun = lambda zone=zone: clock.astimezone(zone)
+        entry.schedule.nowfun = lambda zone=zone: clock.now().astimezone(zone)
         due, wait = entry.is_due()
         if due:
-            runs.append(clock)
+            runs.append(clock.now())
             entry = next(entry)
             entry.app = app
         else:
-            clock += timedelta(seconds=min(wait, DEFAULT_MAX_INTERVAL))
+            clock.advance(min(wait, DEFAULT_MAX_INTERVAL))
     return runs
 
 
@@ -266,9 +267,7 @@ def test_tasks_import_with_django_celery_beat_fire_times(
     once = tasks["next quarter once"].schedule
     possible = [_celery_times(once, now, 1), _celery_times(once, imported, 1)]
     assert _quartz_times(app, "next quarter once", "django_celery_beat", 3) in possible
-    assert _quartz_times(app, "tomorrow once", "django_celery_beat", 3) == [
-        now + timedelta(days=1)
-    ]
+    assert _quartz_times(app, "tomorrow once", "django_celery_beat", 3) == [now + timedelta(days=1)]
 
     triggers = json.loads(run(app, "triggers", "--json").output)["items"]
     states = {t["name"]: (t["group"], t["state"]) for t in triggers}
@@ -359,3 +358,32 @@ def test_a_crontab_celery_cannot_read_is_skipped_by_name(
         assert report["added"] == ["nightly"]
         assert list(report["skipped"]) == ["on day seven"]
         assert "day_of_week '7'" in report["skipped"]["on day seven"]
+
+
+@pytest.mark.parametrize("store", ["sqlite", "postgresql"])
+def test_a_description_longer_than_the_store_holds_is_skipped_by_name(
+    app: Celery, django_databases: dict[str, str], request: pytest.FixtureRequest, store: str
+) -> None:
+    """django-celery-beat's description is unbounded text; a job's holds 250 characters on every
+    store, so the dry run already reports the task, and the import skips it."""
+    from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+    if store == "postgresql":
+        app.conf.quartz_store_url = request.getfixturevalue("pg_url")
+    _delete_all()
+    nightly = CrontabSchedule.objects.create(minute="0", hour="3")
+    PeriodicTask.objects.create(
+        name="wordy", task="tasks.report", crontab=nightly, description="w" * 251
+    )
+    PeriodicTask.objects.create(name="terse", task="tasks.report", crontab=nightly)
+    url = django_databases["default"]
+
+    for dry_run in (["--dry-run"], []):
+        result = run(app, "import", "django-celery-beat", "--url", url, "--json", *dry_run)
+
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.output)
+        assert report["added"] == ["terse"]
+        assert report["skipped"] == {
+            "wordy": "job django_celery_beat.wordy: description is 251 characters; at most 250"
+        }

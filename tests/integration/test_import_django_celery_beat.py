@@ -1,7 +1,9 @@
 """``celery quartz import django-celery-beat``: tasks created through django-celery-beat's own
 ORM (Django configured in this process, its migrations run on SQLite and on PostgreSQL) are
 imported with the fire times django-celery-beat's schedules compute, idempotently; what cannot
-be represented is reported by name and skipped."""
+be represented is reported by name and skipped. Where timing is subtle (a start time, daylight
+saving), the expected times are the runs of django-celery-beat's own scheduler entry on a
+simulated clock."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from celery_quartz.triggers.base import Trigger
 from tests.services import PostgresServer
 
 UTC = timezone.utc
+HOUR = timedelta(hours=1)
 TASKS = ("tasks.report", "tasks.cleanup", "tasks.once")
 
 
@@ -387,3 +390,87 @@ def test_a_description_longer_than_the_store_holds_is_skipped_by_name(
         assert report["skipped"] == {
             "wordy": "job django_celery_beat.wordy: description is 251 characters; at most 250"
         }
+
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def _next_offset_change(after: datetime, *, forward: bool) -> datetime:
+    """The first whole hour after ``after`` at which Berlin's UTC offset grows (``forward``,
+    spring) or shrinks (autumn)."""
+    hour = after.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    for _ in range(24 * 400):
+        before = (hour - timedelta(hours=1)).astimezone(BERLIN).utcoffset()
+        at = hour.astimezone(BERLIN).utcoffset()
+        assert before is not None and at is not None
+        if (at > before) if forward else (at < before):
+            return hour
+        hour += timedelta(hours=1)
+    raise AssertionError("Berlin changes its offset at least once a year")
+
+
+def _berlin_crontab_times(
+    app: Celery, url: str, fields: dict[str, str], start: datetime, count: int
+) -> tuple[list[datetime], list[datetime]]:
+    """A crontab task in Berlin, imported: (its trigger's fire times after ``start``, the runs
+    django-celery-beat's own scheduler entry makes from ``start`` on a simulated clock)."""
+    from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+    _delete_all()
+    task = PeriodicTask.objects.create(
+        name="in Berlin",
+        task="tasks.report",
+        crontab=CrontabSchedule.objects.create(timezone=BERLIN, **fields),
+        last_run_at=start,
+    )
+    applied = run(app, "import", "django-celery-beat", "--url", url)
+    assert applied.exit_code == 0, applied.output
+    trigger = _stored(app, "in Berlin", "django_celery_beat")
+    ours: list[datetime] = []
+    after = start
+    for _ in range(count):
+        fire = trigger.next_fire_time_after(after)
+        assert fire is not None
+        ours.append(fire)
+        after = fire
+    return ours, _django_beat_runs(app, task, start, count)
+
+
+def test_a_time_skipped_by_spring_forward_fires_at_the_gap_end_not_an_hour_later(
+    app: Celery, django_databases: dict[str, str]
+) -> None:
+    """docs/migrating.md: a daily 02:30 fires at 03:00 CEST on the night 02:00 becomes 03:00;
+    django-celery-beat (Celery's crontab) runs it at 03:30."""
+    change = _next_offset_change(datetime.now(UTC), forward=True)  # 02:00 CET = 03:00 CEST
+    ours, theirs = _berlin_crontab_times(
+        app, django_databases["default"], {"minute": "30", "hour": "2"}, change - HOUR, 2
+    )
+    assert ours == [change, change + timedelta(days=1) - HOUR / 2]
+    assert theirs == [change + HOUR / 2, change + timedelta(days=1) - HOUR / 2]
+
+
+def test_an_hourly_schedule_fires_through_both_passes_of_the_repeated_hour(
+    app: Celery, django_databases: dict[str, str]
+) -> None:
+    """docs/migrating.md: hourly fires at 02:00 CEST and again at 02:00 CET on the night 03:00
+    becomes 02:00; django-celery-beat runs the first 02:00 only."""
+    change = _next_offset_change(datetime.now(UTC), forward=False)  # 03:00 CEST = 02:00 CET
+    ours, theirs = _berlin_crontab_times(
+        app, django_databases["default"], {"minute": "0"}, change - 2.5 * HOUR, 4
+    )
+    # 01:00 CEST, 02:00 CEST, 02:00 CET, 03:00 CET
+    assert ours == [change - 2 * HOUR, change - HOUR, change, change + HOUR]
+    # 01:00 CEST, 02:00 CEST, 03:00 CET, 04:00 CET
+    assert theirs == [change - 2 * HOUR, change - HOUR, change + HOUR, change + 2 * HOUR]
+
+
+def test_a_time_repeated_by_fall_back_fires_once_at_its_first_pass(
+    app: Celery, django_databases: dict[str, str]
+) -> None:
+    """docs/migrating.md: a daily 02:30 fires at 02:30 CEST only, as django-celery-beat runs it."""
+    change = _next_offset_change(datetime.now(UTC), forward=False)
+    ours, theirs = _berlin_crontab_times(
+        app, django_databases["default"], {"minute": "30", "hour": "2"}, change - 2 * HOUR, 2
+    )
+    expected = [change - HOUR / 2, change + timedelta(days=1) + HOUR / 2]
+    assert ours == theirs == expected

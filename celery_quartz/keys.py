@@ -1,4 +1,5 @@
-"""Job and trigger keys: a (name, group) pair, as in Quartz."""
+"""Job and trigger keys: a (name, group) pair, as in Quartz; and the store's bounds on a key's
+parts and on a job's or trigger's description, checked before anything is written."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from celery_quartz.errors import JobDataError, ValidationError
-from celery_quartz.keys import JobKey
+from celery_quartz.keys import JobKey, check_description
 
 #: Default bound on the encoded size of a job's (or trigger's) data, args, kwargs and options.
 DEFAULT_MAX_DATA_BYTES = 64 * 1024
@@ -57,6 +57,7 @@ class Job:
         for name in ("kwargs", "data", "options"):
             encode_json_object(f"job {self.key}", name, getattr(self, name), max_data_bytes)
         _check_expires(self.key, self.options.get("expires"))
+        check_description(f"job {self.key}", self.description)
 
 
 def _check_expires(key: JobKey, expires: Any) -> None:

@@ -1,4 +1,5 @@
-"""Job and trigger keys: a (name, group) pair, as in Quartz."""
+"""Job and trigger keys: a (name, group) pair, as in Quartz; and the store's bounds on a key's
+parts and on a job's or trigger's description, checked before anything is written."""
 
 from __future__ import annotations
 
@@ -17,6 +18,25 @@ RETRYING_JOBS_GROUP = "RETRYING_JOBS"
 BEAT_SCHEDULE_GROUP = "celery.beat_schedule"
 #: Longest name or group the store accepts.
 MAX_KEY_LENGTH = 200
+#: Longest job or trigger description the store accepts (its columns' width).
+MAX_DESCRIPTION_LENGTH = 250
+
+
+def check_description(
+    owner: str, description: object, error: type[ValidationError] = ValidationError
+) -> None:
+    """Raise ``error`` naming ``owner`` unless ``description`` is None or a string the store
+    holds: checked here, so every store refuses the same descriptions (SQLite would keep a
+    longer one, PostgreSQL fail the whole transaction)."""
+    if description is None:
+        return
+    if not isinstance(description, str):
+        raise error(f"{owner}: description must be a string or None, not {description!r}")
+    if len(description) > MAX_DESCRIPTION_LENGTH:
+        raise error(
+            f"{owner}: description is {len(description)} characters; "
+            f"at most {MAX_DESCRIPTION_LENGTH}"
+        )
 
 
 def _check_part(kind: str, what: str, value: object) -> None:

@@ -27,7 +27,7 @@ from celery_quartz.celery_schedules import trigger_from_celery_schedule
 from celery_quartz.errors import QuartzError, ValidationError
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.triggers import SimpleTrigger
+from celery_quartz.triggers import CalendarIntervalTrigger, SimpleTrigger
 from celery_quartz.triggers.base import Trigger
 
 if TYPE_CHECKING:
@@ -35,12 +35,12 @@ if TYPE_CHECKING:
 
     from celery_quartz.store.abc import Store
 
-__all__ = ["ImportReport", "SourceEntry", "disabled_group", "run_import"]
+__all__ = ["ImportReport", "SourceEntry", "disabled_group", "read_crontab", "run_import"]
 
 logger = logging.getLogger(__name__)
 
 #: Bumped when the translation of an unchanged source entry changes, so entries are re-imported.
-_TRANSLATION_VERSION = 1
+_TRANSLATION_VERSION = 2
 
 
 def disabled_group(group: str) -> str:
@@ -122,6 +122,24 @@ class ImportReport:
         )
 
 
+def read_crontab(fields: dict[str, Any]) -> tuple[Any, str | None]:
+    """Celery's ``crontab`` of a source's crontab ``fields``, or ``(None, why)`` when Celery
+    cannot read them (a source may store what its own validator accepts and Celery refuses,
+    such as django-celery-beat's day of week ``7``): the entry is then skipped, by name."""
+    from celery.schedules import ParseException, crontab
+
+    try:
+        return crontab(**fields), None
+    except (ValueError, TypeError, ParseException) as exc:
+        error = exc
+    for name, value in fields.items():  # name the field at fault when one alone is
+        try:
+            crontab(**{name: value})
+        except (ValueError, TypeError, ParseException) as exc:
+            return None, f"Celery cannot read the crontab's {name} {value!r}: {exc}"
+    return None, f"Celery cannot read the crontab {fields!r}: {error}"
+
+
 def definition_hash(entry: SourceEntry) -> str:
     encoded = json.dumps(
         {"v": _TRANSLATION_VERSION, **entry.definition},
@@ -164,12 +182,8 @@ def build(
             default_time_zone=entry.time_zone,
             now=now,
         )
-        if isinstance(trigger, SimpleTrigger):
-            # An interval runs from its last run, as the source scheduler counts it.
-            first = entry.first_fire or trigger.start_at or now
-            if entry.not_before is not None and entry.not_before > now:
-                first = entry.not_before
-            trigger.start_at = max(first, now)
+        if isinstance(trigger, (SimpleTrigger, CalendarIntervalTrigger)):
+            trigger.start_at = _interval_start(entry, trigger.start_at or now, now)
         elif entry.not_before is not None and entry.not_before > now:
             trigger.start_at = entry.not_before
         if entry.one_off:
@@ -186,6 +200,19 @@ def build(
     if entry.end_at is not None and entry.end_at <= now:
         raise ValidationError(f"expired at {entry.end_at.isoformat()}")
     return job, trigger
+
+
+def _interval_start(entry: SourceEntry, translated: datetime, now: datetime) -> datetime:
+    """An interval's first fire: its next run as the source scheduler counts it (from its last
+    run), which a start time only holds back (django-celery-beat's ``is_due``); when that is
+    past, at once, except for a relative interval, which keeps Celery's rounded times and fires
+    at the next of them after now (``translated``)."""
+    first = entry.first_fire or translated
+    if entry.not_before is not None:
+        first = max(first, entry.not_before)
+    if first > now:
+        return first
+    return translated if getattr(entry.schedule, "relative", False) else now
 
 
 def _once(key: TriggerKey, when: datetime) -> SimpleTrigger:

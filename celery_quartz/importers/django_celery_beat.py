@@ -31,7 +31,7 @@ from sqlalchemy import MetaData, Table, create_engine, inspect, select
 from sqlalchemy.engine import Engine, make_url
 
 from celery_quartz.errors import ConfigurationError
-from celery_quartz.importers import SourceEntry
+from celery_quartz.importers import SourceEntry, read_crontab
 
 #: The group the imported jobs are stored in.
 GROUP = "django_celery_beat"
@@ -127,10 +127,10 @@ def _entry(task: Any, rows: dict[str, dict[int, Any]], now: datetime) -> SourceE
         "start_time": start_time,
         "expires": expires,
     }
-    if first_fire is not None and start_time is not None:
-        # With a start time and no run yet, its scheduler runs the task at the start time.
-        never_ran = task.get("last_run_at") is None
-        first_fire = start_time if never_ran else max(first_fire, start_time)
+    if first_fire is not None and start_time is not None and task.get("last_run_at") is None:
+        # With a start time and no run yet, its scheduler runs the task at the start time (it
+        # dates the last run 30 years back); after a run, the start time only holds runs back.
+        first_fire = start_time
     return SourceEntry(
         name=name,
         task=task["task"],
@@ -160,7 +160,8 @@ def _schedule(
             k: c[k] for k in ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
         }
         zone = str(c.get("timezone") or "UTC")
-        return schedules.crontab(**fields), zone, None, {"crontab": fields, "tz": zone}, None
+        crontab, unreadable = read_crontab(fields)
+        return crontab, zone, None, {"crontab": fields, "tz": zone}, unreadable
     if task.get("interval_id") is not None:
         i = rows["intervalschedule"][task["interval_id"]]
         if i["period"] not in _PERIODS:

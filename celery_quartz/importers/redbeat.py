@@ -12,9 +12,10 @@ Facts about its storage (redbeat's schedulers.py and decoder.py, 2.x):
   recurrence rule), ``datetime`` (its fields, and ``timezone``: an IANA name, or an offset in
   seconds).
 
-Redbeat runs an entry at its schedule's next time after ``last_run_at``, and an entry that has
-never run at once; the import keeps the former and does not reproduce the latter (the trigger
-starts at the schedule's next time).
+Redbeat runs an entry at its schedule's next time after ``last_run_at`` (Celery's
+``remaining_estimate``: a relative interval rounded down to its resolution), and an entry that
+has never run at once; the import keeps the former and does not reproduce the latter (the
+trigger starts at the schedule's next time).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 from celery import schedules
 
-from celery_quartz.importers import SourceEntry
+from celery_quartz.importers import SourceEntry, read_crontab
 from celery_quartz.tz import resolve_time_zone
 
 #: The group the imported jobs are stored in.
@@ -64,12 +65,16 @@ def _entry(
     kind = spec.get("__type__") if isinstance(spec, dict) else None
     if kind == "interval":
         every = timedelta(seconds=float(spec["every"]))
-        schedule = schedules.schedule(every, relative=bool(spec.get("relative")))
+        relative = bool(spec.get("relative"))
+        schedule = schedules.schedule(every, relative=relative)
         if last_run is not None:
-            first_fire = last_run + every
+            # Celery's own count from the last run: a relative schedule rounds it down to the
+            # interval's resolution (hour, minute; midnight for days) in the last run's zone.
+            probe = schedules.schedule(every, relative=relative, nowfun=lambda: last_run)
+            first_fire = last_run.astimezone(timezone.utc) + probe.remaining_estimate(last_run)
     elif kind == "crontab":
         fields = {k: v for k, v in spec.items() if k != "__type__"}
-        schedule = schedules.crontab(**fields)
+        schedule, skip = read_crontab(fields)
     elif kind == "rrule":
         skip = "rrule schedules are not imported (a recurrence trigger could hold some of them)"
     else:
@@ -103,7 +108,8 @@ def _broken(name: str, why: str) -> SourceEntry:
 
 
 def _datetime(value: Any) -> datetime | None:
-    """redbeat's encoded datetime: its fields and a zone (IANA name, or offset in seconds)."""
+    """redbeat's encoded datetime: its fields and a zone (IANA name, or offset in seconds), in
+    that zone, as redbeat decodes it."""
     if not isinstance(value, dict) or value.get("__type__") != "datetime":
         return None
     fields = {
@@ -115,7 +121,7 @@ def _datetime(value: Any) -> datetime | None:
         zone: Any = timezone(timedelta(seconds=zone_spec))
     else:
         zone = resolve_time_zone(str(zone_spec))
-    return datetime(**fields, tzinfo=zone).astimezone(timezone.utc)
+    return datetime(**fields, tzinfo=zone)
 
 
 def _text(value: Any) -> str:

@@ -41,6 +41,8 @@ from sqlalchemy import (
     true,
 )
 
+from celery_quartz.keys import MAX_DESCRIPTION_LENGTH
+
 DEFAULT_TABLE_PREFIX = "quartz_"
 
 # Column widths shared by every table (Quartz's are 120/190/200; we keep room for Celery names).
@@ -118,7 +120,7 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         _sched_name(),
         Column("job_name", String(KEY_PART), primary_key=True),
         Column("job_group", String(KEY_PART), primary_key=True),
-        Column("description", String(250)),
+        Column("description", String(MAX_DESCRIPTION_LENGTH)),
         Column("task_name", String(TASK_NAME), nullable=False),
         Column("job_data", Text, nullable=False, server_default="{}"),
         Column("args", Text, nullable=False, server_default="[]"),
@@ -140,7 +142,7 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("trigger_group", String(KEY_PART), primary_key=True),
         Column("job_name", String(KEY_PART), nullable=False),
         Column("job_group", String(KEY_PART), nullable=False),
-        Column("description", String(250)),
+        Column("description", String(MAX_DESCRIPTION_LENGTH)),
         Column("next_fire_time", BigInteger),
         Column("prev_fire_time", BigInteger),
         Column("priority", Integer, nullable=False, server_default=text("5")),

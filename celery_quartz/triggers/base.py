@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from celery_quartz.affinity import PreferredNode
 from celery_quartz.errors import InvalidTriggerError, ValidationError
-from celery_quartz.keys import MAX_KEY_LENGTH, JobKey, TriggerKey
+from celery_quartz.keys import MAX_KEY_LENGTH, JobKey, TriggerKey, check_description
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.tz import resolve_time_zone
 
@@ -155,6 +155,7 @@ class Trigger(ABC):
             raise InvalidTriggerError(
                 f"trigger {self.key}: retry_policy must be a RetryPolicy, got {self.retry_policy!r}"
             )
+        check_description(f"trigger {self.key}", self.description, InvalidTriggerError)
 
     # -- the state machine (Quartz's OperableTrigger) -------------------------------------------
 
@@ -247,11 +248,8 @@ class TriggerDetailsUpdate:
     preferred_node: PreferredNode | _Unchanged = UNCHANGED
 
     def __post_init__(self) -> None:
-        if not isinstance(self.description, (str, type(None), _Unchanged)):
-            raise ValidationError(
-                f"trigger details update: description must be a string or None, "
-                f"not {self.description!r}"
-            )
+        if not isinstance(self.description, _Unchanged):
+            check_description("trigger details update", self.description)
         if not isinstance(self.preferred_node, (PreferredNode, _Unchanged)):
             raise ValidationError(
                 f"trigger details update: preferred_node must be a PreferredNode, "

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from celery import Celery
@@ -134,6 +136,43 @@ def test_entries_import_with_redbeat_fire_times(app: Celery, redis_url: str) -> 
     again = json.loads(run(app, *args, "--json").output)
     assert again["added"] == again["updated"] == again["removed"] == []
     assert len(again["unchanged"]) == 3
+
+
+def _last_run_off_the_hour(now: datetime) -> datetime:
+    """A last run within the current hour, off the hour (unless the hour has just begun)."""
+    hour = now.replace(minute=0, second=0)
+    return (hour + (now - hour) / 2).replace(microsecond=0)
+
+
+def _last_run_yesterday_afternoon(now: datetime) -> datetime:
+    return now.replace(hour=15, minute=0, second=0) - timedelta(days=1)
+
+
+@pytest.mark.parametrize(
+    ("every", "last_run"),
+    [
+        (timedelta(hours=1), _last_run_off_the_hour),
+        (timedelta(days=2), _last_run_yesterday_afternoon),
+    ],
+    ids=["hourly, on the hour", "every two days, at midnight"],
+)
+def test_a_relative_interval_keeps_celery_s_rounding(
+    app: Celery, redis_url: str, every: timedelta, last_run: Any
+) -> None:
+    """``schedule(..., relative=True)`` runs at its last run plus the interval rounded down to
+    the interval's resolution, in the last run's zone (redbeat stores the app's)."""
+    from redbeat import RedBeatSchedulerEntry
+
+    now = datetime.now(ZoneInfo(app.conf.timezone)).replace(microsecond=0)
+    relative = schedule(every, relative=True)
+    RedBeatSchedulerEntry(
+        "relative", "tasks.report", relative, app=app, last_run_at=last_run(now)
+    ).save()
+
+    applied = run(app, "import", "redbeat", "--redis-url", redis_url, "--key-prefix", PREFIX)
+
+    assert applied.exit_code == 0, applied.output
+    assert _quartz_times(app, "relative", "redbeat", 4) == _redbeat_times(app, "relative", 4)
 
 
 def test_no_redis_url_is_a_usage_error(app: Celery) -> None:

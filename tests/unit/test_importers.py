@@ -74,6 +74,19 @@ def test_an_interval_runs_from_the_source_s_last_run(app: Celery, store: MemoryS
     assert trigger is not None and trigger.next_fire_time == T0 + timedelta(minutes=7)
 
 
+def test_an_overdue_relative_interval_keeps_its_rounded_times(
+    app: Celery, store: MemoryStore
+) -> None:
+    """The source would run it at once and then on the hour; imported, it fires on the hour."""
+    hourly = schedule(timedelta(hours=1), relative=True)
+    entry = _entry("hourly", schedule=hourly, first_fire=T0 - timedelta(hours=2))
+    now = T0 + timedelta(minutes=17)
+    run_import(app, store, source="test", group=GROUP, entries=[entry], now=now)
+    trigger = store.retrieve_trigger(TriggerKey("hourly", GROUP))
+    assert trigger is not None
+    assert trigger.upcoming_fire_times(2) == [T0 + timedelta(hours=1), T0 + timedelta(hours=2)]
+
+
 def test_what_cannot_be_represented_is_skipped_by_name(app: Celery, store: MemoryStore) -> None:
     report = _import(
         app,
@@ -132,3 +145,15 @@ def test_redbeat_definitions_decode_intervals_and_skip_rrules() -> None:
     assert entry.first_fire == T0 + timedelta(seconds=90)
     rrule = json.dumps({"name": "r", "task": "t", "schedule": {"__type__": "rrule", "freq": 5}})
     assert "rrule" in (redbeat_entry("redbeat:r", "redbeat:", rrule, None, "UTC").skip_reason or "")
+
+
+def test_a_redbeat_crontab_celery_cannot_read_is_skipped_naming_the_field() -> None:
+    sunday = json.dumps(
+        {
+            "name": "sunday",
+            "task": "tasks.report",
+            "schedule": {"__type__": "crontab", "minute": "0", "hour": "4", "day_of_week": "7"},
+        }
+    )
+    entry = redbeat_entry("redbeat:sunday", "redbeat:", sunday, None, "UTC")
+    assert "day_of_week '7'" in (entry.skip_reason or "")

@@ -69,3 +69,12 @@ def test_a_job_may_give_its_messages_an_expiry(expires: object) -> None:
 def test_an_expiry_that_is_neither_seconds_nor_an_aware_instant_is_refused(expires: object) -> None:
     with pytest.raises(ValidationError, match="options expires"):
         Job(key=JobKey("j"), task="t", options={"expires": expires}).validate()
+
+
+def test_a_description_longer_than_the_store_holds_is_refused_naming_the_job() -> None:
+    Job(key=KEY, task="tasks.report", description="d" * 250).validate()
+    with pytest.raises(
+        ValidationError,
+        match=re.escape("job nightly.report: description is 251 characters; at most 250"),
+    ):
+        Job(key=KEY, task="tasks.report", description="d" * 251).validate()

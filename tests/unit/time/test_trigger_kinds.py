@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, time, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from celery_quartz.cron import WINDOWS_TIME_ZONES
+from celery_quartz.errors import InvalidTriggerError, ValidationError
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.triggers import (
     TRIGGER_KINDS,
@@ -21,6 +23,7 @@ from celery_quartz.triggers import (
     SimpleTrigger,
     Trigger,
 )
+from celery_quartz.triggers.base import TriggerDetailsUpdate
 
 UTC = timezone.utc
 START = datetime(2026, 1, 1, 9, tzinfo=UTC)
@@ -104,6 +107,24 @@ def test_an_end_before_the_start_is_invalid(trigger: Trigger) -> None:
     trigger.end_at = START - timedelta(days=1)
     with pytest.raises(ValueError, match="end_at"):
         trigger.validate()
+
+
+@pytest.mark.parametrize("trigger", every_kind(), ids=lambda t: t.kind)
+def test_a_description_longer_than_the_store_holds_is_refused_naming_the_trigger(
+    trigger: Trigger,
+) -> None:
+    trigger.key = TriggerKey("report", "nightly")
+    trigger.description = "d" * 251
+    with pytest.raises(
+        InvalidTriggerError,
+        match=re.escape("trigger nightly.report: description is 251 characters; at most 250"),
+    ):
+        trigger.validate()
+
+
+def test_a_details_update_with_a_description_longer_than_the_store_holds_is_refused() -> None:
+    with pytest.raises(ValidationError, match="description is 251 characters; at most 250"):
+        TriggerDetailsUpdate(description="d" * 251)
 
 
 @pytest.mark.parametrize("windows_id", sorted(WINDOWS_TIME_ZONES))

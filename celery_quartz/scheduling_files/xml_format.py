@@ -4,6 +4,9 @@ Read with the standard library's expat parser and no DTD at all: a document type
 (and so any entity, internal or external) is refused, so neither entity expansion nor external
 resolution can happen. Elements keep their line, so errors name it. Element order follows the
 schema's sequences; an element out of order, repeated or unknown is an error naming its line.
+
+Written, the document holds only what Quartz.NET's ``job_scheduling_data_2_0.xsd`` allows, so
+Quartz.NET reads the export; what the schema has no element for is refused, naming it.
 """
 
 from __future__ import annotations
@@ -123,6 +126,24 @@ _SECTIONS = {
     "pre-processing-commands": ("PreProcessingCommands", _COMMANDS),
     "processing-directives": ("ProcessingDirectives", _DIRECTIVES),
 }
+
+
+#: What ``job_scheduling_data_2_0.xsd`` has no element for: celery-quartz's own elements, which
+#: the reader takes but the export never writes.
+_OWN_ELEMENTS = frozenset(
+    {
+        "disallow-concurrent-execution",
+        "persist-job-data-after-execution",
+        "args",
+        "kwargs",
+        "options",
+        "retry-policy",
+        "preferred-node",
+        "execution-group",
+        "preserve-hour-of-day-across-daylight-savings",
+        "skip-day-if-hour-does-not-exist",
+    }
+)
 
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -382,7 +403,13 @@ def _parse(content: str | bytes, file: str) -> _Element:
 
 
 def write_xml(tree: dict[str, Any]) -> str:
-    """The export document as ``job_scheduling_data_2_0`` XML (Quartz.NET's namespace)."""
+    """The export document as ``job_scheduling_data_2_0`` XML (Quartz.NET's namespace), valid
+    against Quartz.NET's schema.
+
+    Raises :class:`SchedulingFileError` naming the job or trigger for what the schema has no
+    element for (celery-quartz's own fields, a calendar-interval trigger's time zone other than
+    UTC, a negative priority) and for job data the reader would not give back as it is.
+    """
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<job-scheduling-data xmlns="{NAMESPACE}" version="2.0">',
@@ -392,7 +419,7 @@ def write_xml(tree: dict[str, Any]) -> str:
         out.append("  <schedule>")
         for job in jobs:
             out.append("    <job>")
-            _write_fields(out, job, _JOB, 6, f"job {job['Group']}.{job['Name']}")
+            _write_fields(out, job, _JOB, 6, f"job {job['Group']}.{job['Name']}", "job")
             out.append("    </job>")
         for trigger in triggers:
             kind = next(k for k in ("Simple", "Cron", "CalendarInterval") if k in trigger)
@@ -400,10 +427,13 @@ def write_xml(tree: dict[str, Any]) -> str:
                 (name, spec) for name, (key, spec) in _KINDS.items() if key == kind
             )
             owner = f"trigger {trigger['Group']}.{trigger['Name']}"
+            schedule = dict(trigger[kind])
+            if kind == "CalendarInterval" and schedule.get("TimeZone") == "UTC":
+                del schedule["TimeZone"]  # the reader's default, which the schema cannot say
             out.append("    <trigger>")
             out.append(f"      <{element}>")
-            _write_fields(out, trigger, _TRIGGER_COMMON, 8, owner)
-            _write_fields(out, trigger[kind], kind_fields, 8, owner)
+            _write_fields(out, trigger, _TRIGGER_COMMON, 8, owner, element)
+            _write_fields(out, schedule, kind_fields, 8, owner, element)
             out.append(f"      </{element}>")
             out.append("    </trigger>")
         out.append("  </schedule>")
@@ -412,46 +442,55 @@ def write_xml(tree: dict[str, Any]) -> str:
 
 
 def _write_fields(
-    out: list[str], tree: dict[str, Any], spec: Sequence[_Field], indent: int, owner: str
+    out: list[str],
+    tree: dict[str, Any],
+    spec: Sequence[_Field],
+    indent: int,
+    owner: str,
+    parent: str,
 ) -> None:
     pad = " " * indent
     for element, key, kind in spec:
         if key not in tree:
             continue
         value = tree[key]
+        if element in _OWN_ELEMENTS or (parent == "calendar-interval" and element == "time-zone"):
+            raise SchedulingFileError(
+                f"{owner}: Quartz.NET's job_scheduling_data_2_0 schema has no <{element}> in "
+                f"<{parent}> (here {_scalar(value)!r}); export as json or yaml"
+            )
+        if element == "priority" and value < 0:
+            raise SchedulingFileError(
+                f"{owner}: priority {value} is negative, and the schema's <priority> is not; "
+                "export as json or yaml"
+            )
         if kind == "data":
             out.append(f"{pad}<{element}>")
             for name, item in value.items():
-                if not isinstance(item, str):
-                    raise SchedulingFileError(
-                        f"{owner}: job data {name!r} is a {type(item).__name__}; XML holds "
-                        "strings only (export as json or yaml)"
-                    )
                 out.append(
                     f"{pad}  <entry><key>{_escape(name)}</key>"
-                    f"<value>{_escape(item)}</value></entry>"
+                    f"<value>{_escape(_data_value(owner, name, item))}</value></entry>"
                 )
-            out.append(f"{pad}</{element}>")
-        elif kind == "json":
-            encoded = json.dumps(value, sort_keys=True, ensure_ascii=False)
-            out.append(f"{pad}<{element}>{_escape(encoded)}</{element}>")
-        elif kind == "retry":
-            ((policy, spec_values),) = value.items()
-            name, fields = next((n, f) for n, (k, f) in _RETRY.items() if k == policy)
-            out.append(f"{pad}<{element}>")
-            out.append(f"{pad}  <{name}>")
-            for child, child_key, child_kind in fields:
-                if child_key not in spec_values:
-                    continue
-                items = (
-                    spec_values[child_key] if child_kind == "texts" else [spec_values[child_key]]
-                )
-                for item in items:
-                    out.append(f"{pad}    <{child}>{_scalar(item)}</{child}>")
-            out.append(f"{pad}  </{name}>")
             out.append(f"{pad}</{element}>")
         else:
             out.append(f"{pad}<{element}>{_scalar(value)}</{element}>")
+
+
+def _data_value(owner: str, name: str, item: Any) -> str:
+    """A job data value as XML writes it: what the reader gives back is the value itself."""
+    if item is None:
+        return ""  # read back as null
+    if not isinstance(item, str):
+        raise SchedulingFileError(
+            f"{owner}: job data {name!r} is a {type(item).__name__}; XML holds strings only "
+            "(export as json or yaml)"
+        )
+    if not item.strip() or item != item.strip() or name != name.strip():
+        raise SchedulingFileError(
+            f"{owner}: job data {name!r} is {item!r}, which XML cannot give back: Quartz trims "
+            "a key and a value and reads an empty value as null (export as json or yaml)"
+        )
+    return item
 
 
 def _scalar(value: Any) -> str:

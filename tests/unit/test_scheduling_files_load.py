@@ -25,10 +25,17 @@ from celery_quartz.scheduling_files import (
     load_scheduling_files,
 )
 from celery_quartz.store import MemoryStore, SqlStore
-from celery_quartz.triggers import CronTrigger, DailyTimeIntervalTrigger, SimpleTrigger
+from celery_quartz.triggers import (
+    CalendarIntervalTrigger,
+    CronTrigger,
+    DailyTimeIntervalTrigger,
+    IntervalUnit,
+    SimpleTrigger,
+)
 from celery_quartz.triggers.base import TriggerDetailsUpdate
 from tests.unit.conftest import T0
-from tests.unit.scheduling_file_samples import FULL
+from tests.unit.quartznet_schema import assert_valid_for_quartznet
+from tests.unit.scheduling_file_samples import FULL, QUARTZNET_XML
 
 
 @pytest.fixture
@@ -417,9 +424,19 @@ def test_an_absent_execution_group_clears_one_set_some_other_way(
 # -- export and the round trip -------------------------------------------------------------------
 
 
+def export(store: SqlStore, fmt: str) -> str:
+    """The export in ``fmt``; an XML export is checked against Quartz.NET's schema."""
+    text = export_scheduling_data(store, fmt)
+    if fmt == "xml":
+        assert_valid_for_quartznet(text)
+    return text
+
+
 def fill(app: Celery, store: SqlStore, tmp_path: Path, fmt: str) -> None:
-    load_scheduling_files(app, store, [write(tmp_path, f"full.{fmt}", FULL[fmt])])
-    if fmt != "xml":  # XML's job data holds strings only
+    # XML holds what Quartz.NET's schema holds: no celery-quartz field, job data strings only.
+    sample = QUARTZNET_XML if fmt == "xml" else FULL[fmt]
+    load_scheduling_files(app, store, [write(tmp_path, f"full.{fmt}", sample)])
+    if fmt != "xml":
         quartz(app, store).schedule_job(
             Job(key=JobKey("typed"), task="tasks.other", data={"n": 3, "nested": {"a": [1]}}),
             SimpleTrigger(
@@ -433,12 +450,12 @@ def test_export_load_export_gives_the_same_file(
     app: Celery, db: SqlStore, clock: FakeClock, tmp_path: Path, fmt: str
 ) -> None:
     fill(app, db, tmp_path, fmt)
-    first = export_scheduling_data(db, fmt)
+    first = export(db, fmt)
     empty = MemoryStore(scheduler_name="other", clock=clock)
     try:
         clock.advance(120)
         load_scheduling_files(app, empty, [write(tmp_path, f"export.{fmt}", first)])
-        assert export_scheduling_data(empty, fmt) == first
+        assert export(empty, fmt) == first
         # and a reload of the export into the store it came from changes nothing
         assert not load_scheduling_files(app, db, [tmp_path / f"export.{fmt}"]).changed
     finally:
@@ -447,7 +464,8 @@ def test_export_load_export_gives_the_same_file(
 
 def test_export_leaves_out_the_groups_celery_quartz_keeps(app: Celery, store: MemoryStore) -> None:
     schedule(app, store, "entry", BEAT_SCHEDULE_GROUP)
-    assert json.loads(export_scheduling_data(store, "json")) == {"Jobs": [], "Triggers": []}
+    assert json.loads(export(store, "json")) == {"Jobs": [], "Triggers": []}
+    assert "<schedule>" not in export(store, "xml")
 
 
 def test_export_refuses_a_trigger_kind_no_file_holds(app: Celery, store: MemoryStore) -> None:
@@ -456,7 +474,7 @@ def test_export_refuses_a_trigger_kind_no_file_holds(app: Celery, store: MemoryS
         DailyTimeIntervalTrigger(key=TriggerKey("daily"), repeat_interval=1),
     )
     with pytest.raises(SchedulingFileError, match=r"trigger DEFAULT\.daily: a DAILY_I trigger"):
-        export_scheduling_data(store, "yaml")
+        export(store, "yaml")
 
 
 def test_xml_export_refuses_job_data_that_is_not_a_string(app: Celery, store: MemoryStore) -> None:
@@ -464,6 +482,75 @@ def test_xml_export_refuses_job_data_that_is_not_a_string(app: Celery, store: Me
         Job(key=JobKey("typed"), task="tasks.other", durable=True, data={"n": 3})
     )
     with pytest.raises(SchedulingFileError, match=r"job DEFAULT\.typed: job data 'n' is a int"):
+        export(store, "xml")
+
+
+def test_an_xml_export_of_a_calendar_interval_trigger_is_valid_for_quartznet(
+    app: Celery, store: MemoryStore
+) -> None:
+    quartz(app, store).schedule_job(
+        Job(key=JobKey("weekly"), task="tasks.other"),
+        CalendarIntervalTrigger(
+            key=TriggerKey("weekly"), repeat_interval=1, repeat_interval_unit=IntervalUnit.WEEK
+        ),
+    )
+    text = export(store, "xml")  # checked against the schema
+    assert "<time-zone>" not in text
+
+
+@pytest.mark.parametrize(
+    ("trigger", "element"),
+    [
+        (
+            CalendarIntervalTrigger(
+                key=TriggerKey("t"), repeat_interval=1, time_zone="Europe/Helsinki"
+            ),
+            "<time-zone> in <calendar-interval>",
+        ),
+        (
+            CronTrigger(key=TriggerKey("t"), expression="0 0 2 * * ?", execution_group="reports"),
+            "<execution-group> in <cron>",
+        ),
+        (
+            SimpleTrigger(
+                key=TriggerKey("t"),
+                repeat_count=-1,
+                repeat_interval=60,
+                preferred_node=PreferredNode.AUTO,
+            ),
+            "<preferred-node> in <simple>",
+        ),
+    ],
+)
+def test_xml_export_refuses_what_quartznet_schema_has_no_element_for(
+    app: Celery, store: MemoryStore, trigger: Any, element: str
+) -> None:
+    quartz(app, store).schedule_job(Job(key=JobKey("j"), task="tasks.other"), trigger)
+    with pytest.raises(SchedulingFileError) as caught:
+        export_scheduling_data(store, "xml")
+    message = str(caught.value)
+    assert message.startswith("trigger DEFAULT.t: ") and element in message, message
+    assert "export as json or yaml" in message
+
+
+def test_xml_export_refuses_a_job_field_quartznet_schema_has_no_element_for(
+    app: Celery, store: MemoryStore
+) -> None:
+    quartz(app, store).add_job(
+        Job(key=JobKey("j"), task="tasks.other", durable=True, kwargs={"full": True})
+    )
+    with pytest.raises(SchedulingFileError, match=r"^job DEFAULT\.j: .* no <kwargs> in <job>"):
+        export_scheduling_data(store, "xml")
+
+
+@pytest.mark.parametrize("value", ["", " padded "])
+def test_xml_export_refuses_a_job_data_value_the_reader_would_change(
+    app: Celery, store: MemoryStore, value: str
+) -> None:
+    quartz(app, store).add_job(
+        Job(key=JobKey("j"), task="tasks.other", durable=True, data={"note": value})
+    )
+    with pytest.raises(SchedulingFileError, match=r"job DEFAULT\.j: job data 'note' is"):
         export_scheduling_data(store, "xml")
 
 

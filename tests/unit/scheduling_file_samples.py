@@ -306,6 +306,7 @@ QUARTZNET_XML = """\
       <recover>true</recover>
       <job-data-map>
         <entry><key>recipients</key><value>ops@example.com</value></entry>
+        <entry><key>cc</key><value></value></entry>
       </job-data-map>
     </job>
     <job>

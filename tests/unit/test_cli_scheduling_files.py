@@ -94,6 +94,20 @@ def test_export_writes_each_format(app: Celery, tmp_path: Path) -> None:
     assert_valid_for_quartznet((tmp_path / "export.xml").read_text())
 
 
+def test_a_file_with_several_errors_names_each(app: Celery, tmp_path: Path) -> None:
+    path = tmp_path / "bad.xml"
+    path.write_text(
+        "<job-scheduling-data>\n<schedule>\n<job><name>a</name></job>\n"
+        "<job><name>b</name><job-type>tasks.ping</job-type><durable>maybe</durable></job>\n"
+        "</schedule>\n</job-scheduling-data>\n"
+    )
+    result = run(app, "load", str(path))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"error: 2 errors in {path}" in result.output
+    assert f"{path}:3: job DEFAULT.a: job-type is required" in result.output
+    assert f"{path}:4: job DEFAULT.b: durable must be true or false" in result.output
+
+
 def test_an_unreachable_store_is_one_line(tmp_path: Path) -> None:
     app = Celery("cli", set_as_current=False)
     app.conf.quartz_store_url = f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}"

@@ -33,6 +33,7 @@ from celery_quartz.triggers import (
     SimpleTrigger,
 )
 from celery_quartz.triggers.base import TriggerDetailsUpdate
+from tests.unit.builders import fire_one
 from tests.unit.conftest import T0
 from tests.unit.quartznet_schema import assert_valid_for_quartznet
 from tests.unit.scheduling_file_samples import FULL, QUARTZNET_XML
@@ -310,6 +311,33 @@ def test_delete_triggers_in_group_takes_a_non_durable_job_with_its_last_trigger(
     assert store.retrieve_job(JobKey("b", "old-triggers")) is not None
 
 
+def test_every_pre_processing_commands_element_is_applied(
+    app: Celery, store: MemoryStore, tmp_path: Path
+) -> None:
+    schedule(app, store, "a", "first")
+    schedule(app, store, "b", "second")
+    schedule(app, store, "c", "kept")
+    text = (
+        "<job-scheduling-data>"
+        "<pre-processing-commands><delete-jobs-in-group>first</delete-jobs-in-group>"
+        "</pre-processing-commands>"
+        "<pre-processing-commands><delete-trigger><name>b</name><group>second</group>"
+        "</delete-trigger></pre-processing-commands>"
+        "</job-scheduling-data>"
+    )
+    plan = load_scheduling_files(app, store, [write(tmp_path, "q.xml", text)])
+    assert plan.jobs_deleted == [JobKey("a", "first"), JobKey("b", "second")]
+    assert store.job_keys() == [JobKey("c", "kept")]
+
+
+def test_an_empty_job_data_value_is_stored_as_null(
+    app: Celery, store: MemoryStore, tmp_path: Path
+) -> None:
+    load_scheduling_files(app, store, [write(tmp_path, "q.xml", QUARTZNET_XML)])
+    job = store.retrieve_job(JobKey("report", "nightly"))
+    assert job is not None and job.data == {"recipients": "ops@example.com", "cc": None}
+
+
 def test_delete_job_and_delete_trigger(app: Celery, store: MemoryStore, tmp_path: Path) -> None:
     schedule(app, store, "gone", "legacy")
     schedule(app, store, "gone-trigger", "DEFAULT")
@@ -419,6 +447,84 @@ def test_an_absent_execution_group_clears_one_set_some_other_way(
     quartz(app, store).reschedule_job(TriggerKey("nightly"), grouped)
     assert load_scheduling_files(app, store, [path]).triggers_replaced == [TriggerKey("nightly")]
     assert store.retrieve_trigger(TriggerKey("nightly")).execution_group is None  # type: ignore[union-attr]
+
+
+# -- schedule-trigger-relative-to-replaced-trigger ----------------------------------------------
+
+RELATIVE = """\
+<job-scheduling-data>
+  <processing-directives>
+    <schedule-trigger-relative-to-replaced-trigger>{relative}</schedule-trigger-relative-to-replaced-trigger>
+  </processing-directives>
+  <schedule>
+    <job><name>report</name><job-type>tasks.report</job-type></job>
+    <trigger><cron><name>nightly</name><job-name>report</job-name>{start}
+      <cron-expression>{expression}</cron-expression></cron></trigger>
+  </schedule>
+</job-scheduling-data>
+"""
+
+
+def relative_file(
+    tmp_path: Path, expression: str, *, relative: bool = True, start: str = ""
+) -> Path:
+    text = RELATIVE.format(
+        relative="true" if relative else "false", expression=expression, start=start
+    )
+    return write(tmp_path, "quartz_jobs.xml", text)
+
+
+def test_a_replacing_trigger_is_scheduled_after_the_replaced_ones_last_fire_time(
+    app: Celery, db: SqlStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    load_scheduling_files(app, db, [relative_file(tmp_path, "0 30 9 * * ?")])  # at T0, 09:00
+    clock.set(T0 + timedelta(minutes=30))
+    fire_one(db, "nightly")
+    clock.set(T0 + timedelta(hours=4))
+    plan = load_scheduling_files(app, db, [relative_file(tmp_path, "0 0 */6 * * ?")])
+    assert plan.triggers_replaced == [TriggerKey("nightly")]
+    trigger = db.retrieve_trigger(TriggerKey("nightly"))
+    assert isinstance(trigger, CronTrigger) and trigger.expression == "0 0 */6 * * ?"
+    assert trigger.start_at == T0
+    assert trigger.previous_fire_time == T0 + timedelta(minutes=30)
+    # the new schedule's first time after the last firing (12:00): past, so its misfire
+    # instruction decides it, as in Quartz.NET
+    assert trigger.next_fire_time == T0 + timedelta(hours=3)
+
+
+def test_a_replacing_trigger_never_fired_is_scheduled_after_the_replaced_ones_start(
+    app: Celery, store: MemoryStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 0 2 * * ?")])  # at T0, 09:00
+    clock.advance(3600)
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 30 * * * ?")])
+    trigger = store.retrieve_trigger(TriggerKey("nightly"))
+    assert trigger is not None and trigger.start_at == T0
+    assert trigger.previous_fire_time is None
+    assert trigger.next_fire_time == T0 + timedelta(minutes=30)
+
+
+def test_without_the_directive_a_replacing_trigger_starts_at_the_load(
+    app: Celery, store: MemoryStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 0 2 * * ?", relative=False)])
+    clock.advance(3600)
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 30 * * * ?", relative=False)])
+    trigger = store.retrieve_trigger(TriggerKey("nightly"))
+    assert trigger is not None and trigger.start_at == T0 + timedelta(hours=1)
+    assert trigger.next_fire_time == T0 + timedelta(hours=1, minutes=30)
+
+
+def test_a_replacing_trigger_starting_later_than_the_load_keeps_its_own_start(
+    app: Celery, store: MemoryStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 0 2 * * ?")])
+    clock.advance(3600)
+    later = "<start-time-seconds-in-future>5</start-time-seconds-in-future>"
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 30 * * * ?", start=later)])
+    trigger = store.retrieve_trigger(TriggerKey("nightly"))
+    assert trigger is not None and trigger.start_at == T0 + timedelta(hours=1, seconds=5)
+    assert trigger.next_fire_time == T0 + timedelta(hours=1, minutes=30)
 
 
 # -- export and the round trip -------------------------------------------------------------------
@@ -541,6 +647,22 @@ def test_xml_export_refuses_a_job_field_quartznet_schema_has_no_element_for(
     )
     with pytest.raises(SchedulingFileError, match=r"^job DEFAULT\.j: .* no <kwargs> in <job>"):
         export_scheduling_data(store, "xml")
+
+
+def test_xml_export_writes_null_job_data_as_an_empty_value(
+    app: Celery, store: MemoryStore, tmp_path: Path
+) -> None:
+    quartz(app, store).add_job(
+        Job(key=JobKey("j"), task="tasks.other", durable=True, data={"cc": None})
+    )
+    text = export(store, "xml")
+    assert "<entry><key>cc</key><value></value></entry>" in text
+    other = MemoryStore(scheduler_name="other", clock=store.clock)
+    try:
+        load_scheduling_files(app, other, [write(tmp_path, "export.xml", text)])
+        assert other.retrieve_job(JobKey("j")).data == {"cc": None}  # type: ignore[union-attr]
+    finally:
+        other.dispose()
 
 
 @pytest.mark.parametrize("value", ["", " padded "])

@@ -276,8 +276,10 @@ def plan(
             put(trigger)
             explicit_start[tkey] = definition.explicit_start
 
-        # Quartz: a job left without triggers must be durable.
-        for job_definition in data.jobs:
+        # Quartz: a job left without triggers must be durable (said once for a job defined
+        # twice, at its last definition).
+        last_definitions = {d.job.key: d for d in data.jobs}
+        for job_definition in last_definitions.values():
             job = jobs.get(job_definition.job.key)  # type: ignore[assignment]
             if job is not None and not job.durable and not of_job.get(job.key):
                 found.errors.append(

@@ -122,3 +122,14 @@ def test_every_conflict_of_a_load_is_reported() -> None:
         plan(Snapshot(), [parse_scheduling_data(text, "q.yaml")], T0)
     assert [error.line for error in caught.value.errors] == [4, 5, 2]
     assert "must be durable (Durable true)" in str(caught.value)
+
+
+def test_a_job_defined_twice_without_a_trigger_is_refused_once_at_its_last_definition() -> None:
+    text = (
+        "Jobs:\n  - {Name: report, JobType: tasks.report}\n"
+        "  - {Name: report, JobType: tasks.other}\n"
+    )
+    with pytest.raises(SchedulingFileError) as caught:
+        plan(Snapshot(), [parse_scheduling_data(text, "q.yaml")], T0)
+    assert [error.line for error in caught.value.errors] == [3]
+    assert "job DEFAULT.report has no trigger, so it must be durable" in str(caught.value)

@@ -6,6 +6,8 @@ message alone tells an operator what to fix.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class QuartzError(Exception):
     """Base class of every exception celery-quartz raises on purpose."""
@@ -48,16 +50,25 @@ class SchedulingFileError(ValidationError):
 
     The message starts with the place at fault: ``file:line`` for XML and YAML, ``file at
     $.Path[2]`` for JSON, followed by the job or trigger it defines. ``file``, ``line`` and
-    ``path`` hold the same parts for programs.
+    ``path`` hold the same parts for programs. When a load finds several errors, one error
+    reports them all: its message lists each on its own line, and ``errors`` holds each.
     """
 
     def __init__(
-        self, message: str, *, file: str = "", line: int | None = None, path: str | None = None
+        self,
+        message: str,
+        *,
+        file: str = "",
+        line: int | None = None,
+        path: str | None = None,
+        errors: Sequence[SchedulingFileError] = (),
     ) -> None:
         super().__init__(message)
         self.file = file
         self.line = line
         self.path = path
+        #: Every error found (just this one unless several were found together).
+        self.errors: tuple[SchedulingFileError, ...] = tuple(errors) or (self,)
 
 
 class ObjectAlreadyExistsError(QuartzError):

@@ -23,8 +23,9 @@ from celery_quartz.errors import QuartzError, SchedulingFileError, UnknownTaskEr
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
 from celery_quartz.scheduling_files.export import document_tree
 from celery_quartz.scheduling_files.json_format import read_json, write_json
-from celery_quartz.scheduling_files.model import Node, SchedulingData, Where, build
+from celery_quartz.scheduling_files.model import SchedulingData, build
 from celery_quartz.scheduling_files.plan import Plan
+from celery_quartz.scheduling_files.tree import Node, Problems, Where
 from celery_quartz.scheduling_files.xml_format import read_xml, write_xml
 from celery_quartz.scheduling_files.yaml_format import read_yaml, write_yaml
 
@@ -76,21 +77,25 @@ def parse_scheduling_data(
     """Read and check one scheduling file's content (``source`` names it in errors).
 
     Raises :class:`SchedulingFileError` (a ``ValidationError``) naming the file, the line or
-    JSON path, and the job or trigger at fault. Task names are not checked here (no app).
+    JSON path, and the job or trigger at fault; when the file has several errors, one error
+    lists them all (its ``errors``). Task names are not checked here (no app).
     """
     kind = format or detect_format(source, content)
     if kind not in FORMATS:
         raise Where(source).error(f"unknown format {kind!r}; one of {', '.join(FORMATS)}")
     if len(content) > MAX_FILE_BYTES:
         raise Where(source).error(f"is larger than {MAX_FILE_BYTES} bytes")
+    problems = Problems()
     tree: Node
     if kind == "xml":
-        tree = read_xml(content, source)
+        tree = read_xml(content, source, problems)
     elif kind == "json":
         tree = read_json(content, source)
     else:
         tree = read_yaml(content, source)
-    return build(tree, max_data_bytes=max_data_bytes)
+    data = build(tree, max_data_bytes=max_data_bytes, problems=problems)
+    problems.raise_if_any()
+    return data
 
 
 def read_scheduling_file(
@@ -112,16 +117,21 @@ def read_scheduling_file(
     return parse_scheduling_data(content, name, format=format, max_data_bytes=max_data_bytes)
 
 
-def check_tasks(app: Celery, data: SchedulingData) -> None:
-    """Every job's type is a task registered with ``app`` (DESIGN, invariant 7)."""
+def check_tasks(app: Celery, files: Sequence[SchedulingData]) -> None:
+    """Every job's type is a task registered with ``app`` (DESIGN, invariant 7); one error
+    names every job whose task is not."""
     app.loader.import_default_modules()
-    for definition in data.jobs:
-        task = definition.job.task
-        if task not in app.tasks:
-            raise UnknownTaskError(
-                f"{definition.where}: job {definition.job.key}: task {task!r} is not "
-                f"registered with Celery app {app.main!r}"
-            )
+    unknown = [
+        f"{definition.where}: job {definition.job.key}: task {definition.job.task!r} is not "
+        f"registered with Celery app {app.main!r}"
+        for data in files
+        for definition in data.jobs
+        if definition.job.task not in app.tasks
+    ]
+    if len(unknown) > 1:
+        unknown.insert(0, f"{len(unknown)} jobs name a task that is not registered:")
+    if unknown:
+        raise UnknownTaskError("\n".join(unknown))
 
 
 def load_scheduling_files(
@@ -139,12 +149,15 @@ def load_scheduling_files(
     Each file's pre-processing commands run before its own jobs and triggers, under its own
     processing directives. A job or trigger that ends as it is stored is left alone, so the same
     load twice changes nothing the second time. Any error (a file that cannot be read, a task
-    not registered with ``app``, a conflict with the store) raises before anything is written.
+    not registered with ``app``, a conflict with the store) raises before anything is written,
+    and one error reports every error found at that step (reading, tasks, the store).
     """
     limit = store.max_data_bytes if max_data_bytes is None else max_data_bytes
-    files = [read_scheduling_file(path, max_data_bytes=limit) for path in paths]
-    for data in files:
-        check_tasks(app, data)
+    problems = Problems()
+    read = [problems.read(read_scheduling_file, path, max_data_bytes=limit) for path in paths]
+    problems.raise_if_any()  # every error of every file
+    files = [data for data in read if data is not None]
+    check_tasks(app, files)
     now = (clock or store.clock or SystemClock()).now()
     result = store.apply_scheduling_data(files, now, dry_run=dry_run)
     logger.info(

@@ -1,11 +1,12 @@
 """What a scheduling file says, independent of its format, and how it becomes jobs and triggers.
 
 Each format's reader (:mod:`.xml_format`, :mod:`.json_format`, :mod:`.yaml_format`) produces the
-same tree of :class:`Node` mappings, keyed by the JSON spelling of ``job_scheduling_data_2_0``
-(``Jobs``, ``Triggers``, ``JobName``, ``Cron``…), each mapping knowing where it was written. This
-module checks that tree and builds :class:`SchedulingData` from it (:mod:`.export` turns stored
-jobs and triggers back into the same tree). Every error is a :class:`SchedulingFileError` naming
-the file, the line (or JSON path) and the job or trigger.
+same tree of :class:`~.tree.Node` mappings (:mod:`.tree`), keyed by the JSON spelling of
+``job_scheduling_data_2_0`` (``Jobs``, ``Triggers``, ``JobName``, ``Cron``…), each mapping knowing
+where it was written and how its file spells its keys. This module checks that tree and builds
+:class:`SchedulingData` from it (:mod:`.export` turns stored jobs and triggers back into the same
+tree). Every error is a :class:`SchedulingFileError` naming the file, the line (or JSON path) and
+the job or trigger, and every error of a file is reported, not only the first.
 """
 
 from __future__ import annotations
@@ -30,6 +31,22 @@ from celery_quartz.keys import (
     TriggerKey,
 )
 from celery_quartz.retry import RetryPolicy
+from celery_quartz.scheduling_files.tree import (
+    COMMAND_KEYS,
+    DIRECTIVE_KEYS,
+    DOCUMENT_KEYS,
+    JOB_KEYS,
+    KEY_KEYS,
+    KIND_KEYS,
+    KINDS,
+    RETRY_KEYS,
+    TRIGGER_KEYS,
+    Node,
+    Problems,
+    Where,
+    plain,
+    spelled,
+)
 from celery_quartz.triggers import (
     DEFAULT_PRIORITY,
     CalendarIntervalTrigger,
@@ -77,117 +94,6 @@ SCHEDULE_MISFIRE_NAMES: dict[str, int] = {
 }
 #: Quartz's interval unit names.
 UNIT_NAMES = {unit.value.capitalize(): unit for unit in IntervalUnit}
-
-#: The trigger kinds a scheduling file has, by their key in the tree.
-KINDS = ("Simple", "Cron", "CalendarInterval")
-
-DOCUMENT_KEYS = ("PreProcessingCommands", "ProcessingDirectives", "Jobs", "Triggers")
-COMMAND_KEYS = ("DeleteJobsInGroup", "DeleteTriggersInGroup", "DeleteJob", "DeleteTrigger")
-DIRECTIVE_KEYS = ("OverwriteExistingData", "IgnoreDuplicates")
-JOB_KEYS = (
-    "Name",
-    "Group",
-    "Description",
-    "JobType",
-    "Durable",
-    "Recover",
-    "JobDataMap",
-    # celery-quartz's own: what Quartz's JobDetail has no word for.
-    "DisallowConcurrentExecution",
-    "PersistJobDataAfterExecution",
-    "Args",
-    "Kwargs",
-    "Options",
-)
-TRIGGER_KEYS = (
-    "Name",
-    "Group",
-    "Description",
-    "JobName",
-    "JobGroup",
-    "Priority",
-    "CalendarName",
-    # The 4.x elements, in this order (seed 002: preferred-node after retry-policy, before
-    # job-data-map).
-    "RetryPolicy",
-    "PreferredNode",
-    "ExecutionGroup",
-    "JobDataMap",
-    "StartTime",
-    "StartTimeSecondsInFuture",
-    "EndTime",
-    *KINDS,
-)
-KIND_KEYS = {
-    "Simple": ("MisfireInstruction", "RepeatCount", "RepeatInterval"),
-    "Cron": ("MisfireInstruction", "Expression", "TimeZone"),
-    "CalendarInterval": (
-        "MisfireInstruction",
-        "RepeatInterval",
-        "RepeatIntervalUnit",
-        "TimeZone",
-        "PreserveHourOfDayAcrossDaylightSavings",
-        "SkipDayIfHourDoesNotExist",
-    ),
-}
-RETRY_KEYS = {
-    "Fixed": ("MaxAttempts", "Delay"),
-    "Exponential": ("MaxAttempts", "InitialDelay", "Factor", "MaxDelay"),
-    "Explicit": ("MaxAttempts", "Delays"),
-}
-KEY_KEYS = ("Name", "Group")
-
-
-# -- where things are written ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Where:
-    """A place in a scheduling file: a line (XML, YAML) or a path in the document (JSON)."""
-
-    file: str
-    line: int | None = None
-    path: str | None = None
-
-    def __str__(self) -> str:
-        if self.line is not None:
-            return f"{self.file}:{self.line}"
-        if self.path is not None:
-            return f"{self.file} at {self.path}"
-        return self.file
-
-    def error(self, message: str) -> SchedulingFileError:
-        return SchedulingFileError(
-            f"{self}: {message}", file=self.file, line=self.line, path=self.path
-        )
-
-
-class Node(dict[str, Any]):
-    """A mapping of a scheduling file, with where it and each of its keys were written."""
-
-    def __init__(
-        self,
-        values: Mapping[str, Any] = (),  # type: ignore[assignment]
-        where: Where | None = None,
-        key_wheres: Mapping[str, Where] | None = None,
-    ) -> None:
-        super().__init__(values)
-        self.where = where or Where("<unknown>")
-        self.key_wheres = dict(key_wheres or {})
-
-    def at(self, key: str) -> Where:
-        """Where ``key``'s value was written (the mapping's own place when unknown)."""
-        return self.key_wheres.get(key, self.where)
-
-
-def plain(value: Any) -> Any:
-    """``value`` with every :class:`Node` turned into a plain dict (for job data)."""
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
-
 
 # -- the model --------------------------------------------------------------------------------
 
@@ -237,100 +143,139 @@ class SchedulingData:
     overwrite_existing_data: bool = True
     #: With ``overwrite_existing_data`` false: leave stored ones alone instead of failing.
     ignore_duplicates: bool = False
+    #: Quartz.NET's ``schedule-trigger-relative-to-replaced-trigger`` (default false): a trigger
+    #: that replaces one, with a start less than 5 s after the load (none given, say), keeps the
+    #: replaced one's start and previous fire time and fires next at its own first fire time
+    #: after that previous fire time (or, when it never fired, after that start).
+    schedule_trigger_relative_to_replaced_trigger: bool = False
     jobs: list[JobDefinition] = field(default_factory=list)
     triggers: list[TriggerDefinition] = field(default_factory=list)
+    #: How the file spells the model's keys (XML's element names; None: as the keys are).
+    spelling: Mapping[str, str] | None = None
+
+    def name(self, key: str) -> str:
+        """``key`` as this file spells it."""
+        return spelled(self.spelling, key)
 
 
 # -- reading the tree --------------------------------------------------------------------------
 
 
-def build(root: Node, *, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> SchedulingData:
-    """Check a document's tree and build what it defines."""
+def build(
+    root: Node,
+    *,
+    max_data_bytes: int = DEFAULT_MAX_DATA_BYTES,
+    problems: Problems | None = None,
+) -> SchedulingData:
+    """Check a document's tree and build what it defines.
+
+    Every error is found, not only the first: they are added to ``problems`` when given (the
+    caller raises them), else raised together here. A job or trigger at fault is left out.
+    """
+    found = Problems() if problems is None else problems
     _mapping(root, root.where, "the document")
-    _known(root, DOCUMENT_KEYS, "the document")
-    data = SchedulingData(source=root.where.file)
+    data = SchedulingData(source=root.where.file, spelling=root.spelling)
+    found.read(_known, root, DOCUMENT_KEYS, "the document")
     commands = root.get("PreProcessingCommands")
     if commands is not None:
-        where = root.at("PreProcessingCommands")
-        _mapping(commands, where, "PreProcessingCommands")
-        _known(commands, COMMAND_KEYS, "PreProcessingCommands")
-        for name in _list(commands, "DeleteJobsInGroup"):
-            data.delete_job_groups.append(_group_name(name, commands, "DeleteJobsInGroup"))
-        for name in _list(commands, "DeleteTriggersInGroup"):
-            data.delete_trigger_groups.append(_group_name(name, commands, "DeleteTriggersInGroup"))
-        for item in _items(commands, "DeleteJob"):
-            name, group = _key(item, commands.at("DeleteJob"), "DeleteJob")
-            data.delete_jobs.append(_make_key(JobKey, name, group, item))
-        for item in _items(commands, "DeleteTrigger"):
-            name, group = _key(item, commands.at("DeleteTrigger"), "DeleteTrigger")
-            data.delete_triggers.append(_make_key(TriggerKey, name, group, item))
+        found.read(_commands, commands, root, data, found)
     directives = root.get("ProcessingDirectives")
     if directives is not None:
-        where = root.at("ProcessingDirectives")
-        _mapping(directives, where, "ProcessingDirectives")
-        _known(directives, DIRECTIVE_KEYS, "ProcessingDirectives")
-        overwrite = _bool(directives, "OverwriteExistingData", "ProcessingDirectives")
-        ignore = _bool(directives, "IgnoreDuplicates", "ProcessingDirectives")
-        data.overwrite_existing_data = True if overwrite is None else overwrite
-        data.ignore_duplicates = bool(ignore)
-    seen_jobs: dict[JobKey, Where] = {}
-    for node in _items(root, "Jobs"):
-        definition = build_job(node, max_data_bytes)
-        key = definition.job.key
-        if key in seen_jobs:
-            raise definition.where.error(
-                f"job {key} is defined twice in this file (first at line or path "
-                f"{_short(seen_jobs[key])})"
-            )
-        seen_jobs[key] = definition.where
-        data.jobs.append(definition)
-    seen_triggers: dict[TriggerKey, Where] = {}
-    for node in _items(root, "Triggers"):
-        trigger_definition = build_trigger(node, max_data_bytes)
-        tkey = trigger_definition.trigger.key
-        if tkey in seen_triggers:
-            raise trigger_definition.where.error(
-                f"trigger {tkey} is defined twice in this file (first at line or path "
-                f"{_short(seen_triggers[tkey])})"
-            )
-        seen_triggers[tkey] = trigger_definition.where
-        data.triggers.append(trigger_definition)
+        found.read(_directives, directives, root, data, found)
+    # A job or trigger defined twice is decided by the processing directives, as one already
+    # stored is (plan): with overwrite-existing-data the last definition wins.
+    for node in found.read(_items, root, "Jobs") or []:
+        definition = found.read(build_job, node, max_data_bytes)
+        if definition is not None:
+            data.jobs.append(definition)
+    for node in found.read(_items, root, "Triggers") or []:
+        trigger_definition = found.read(build_trigger, node, max_data_bytes)
+        if trigger_definition is not None:
+            data.triggers.append(trigger_definition)
+    if problems is None:
+        found.raise_if_any()
     return data
 
 
-def _short(where: Where) -> str:
-    return str(where.line) if where.line is not None else str(where.path)
+def _commands(commands: Any, root: Node, data: SchedulingData, found: Problems) -> None:
+    what = root.name("PreProcessingCommands")
+    _mapping(commands, root.at("PreProcessingCommands"), what)
+    found.read(_known, commands, COMMAND_KEYS, what)
+    for key, groups in (
+        ("DeleteJobsInGroup", data.delete_job_groups),
+        ("DeleteTriggersInGroup", data.delete_trigger_groups),
+    ):
+        for name in found.read(_list, commands, key) or []:
+            group = found.read(_group_name, name, commands, key)
+            if group is not None:
+                groups.append(group)
+    for item in found.read(_items, commands, "DeleteJob") or []:
+        job_key = found.read(_key, item, commands, "DeleteJob", JobKey)
+        if job_key is not None:
+            data.delete_jobs.append(job_key)
+    for item in found.read(_items, commands, "DeleteTrigger") or []:
+        trigger_key = found.read(_key, item, commands, "DeleteTrigger", TriggerKey)
+        if trigger_key is not None:
+            data.delete_triggers.append(trigger_key)
+
+
+def _directives(directives: Any, root: Node, data: SchedulingData, found: Problems) -> None:
+    what = root.name("ProcessingDirectives")
+    _mapping(directives, root.at("ProcessingDirectives"), what)
+    found.read(_known, directives, DIRECTIVE_KEYS, what)
+    overwrite = found.read(_bool, directives, "OverwriteExistingData", what)
+    ignore = found.read(_bool, directives, "IgnoreDuplicates", what)
+    relative = found.read(_bool, directives, "ScheduleTriggerRelativeToReplacedTrigger", what)
+    data.overwrite_existing_data = True if overwrite is None else overwrite
+    data.ignore_duplicates = bool(ignore)
+    data.schedule_trigger_relative_to_replaced_trigger = bool(relative)
+
+
+def _identity(node: Node, cls: Callable[[str, str], Any], what: str, found: Problems) -> Any:
+    """The key a job or trigger node names (None, with the error kept, when it names none)."""
+    name = found.read(_text, node, "Name", what, required=True)
+    group = found.read(_text, node, "Group", what) or DEFAULT_GROUP
+    return None if name is None else found.read(_make_key, cls, name, group, node)
 
 
 def build_job(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> JobDefinition:
+    """A job's definition; raises every error found in it together."""
     where = node.where if isinstance(node, Node) else None
     _mapping(node, where, "a job")
-    name = _text(node, "Name", "a job", required=True)
-    group = _text(node, "Group", "a job") or DEFAULT_GROUP
-    key = _make_key(JobKey, name, group, node)
-    owner = f"job {key}"
-    _known(node, JOB_KEYS, owner)
-    if group in PROTECTED_GROUPS:
-        raise node.at("Group").error(f"{owner}: group {group!r} is kept by celery-quartz itself")
-    task = _text(node, "JobType", owner, required=True)
-    args = node.get("Args", [])
-    if not isinstance(args, list):
-        raise node.at("Args").error(f"{owner}: Args must be a list, got {_type(args)}")
-    kwargs = _json_object(node, "Kwargs", owner)
-    options = _json_object(node, "Options", owner)
-    data = _data_map(node, "JobDataMap", owner)
+    found = Problems()
+    read = found.read
+    key = _identity(node, JobKey, "a job", found)
+    owner = "a job" if key is None else f"job {key}"
+    read(_known, node, JOB_KEYS, owner)
+    if key is not None and key.group in PROTECTED_GROUPS:
+        found.errors.append(
+            node.at("Group").error(f"{owner}: group {key.group!r} is kept by celery-quartz itself")
+        )
+    task = read(_text, node, "JobType", owner, required=True)
+    args = read(_json_list, node, "Args", owner)
+    kwargs = read(_json_object, node, "Kwargs", owner)
+    options = read(_json_object, node, "Options", owner)
+    data = read(_data_map, node, "JobDataMap", owner)
+    description = read(_text, node, "Description", owner)
+    flags = {
+        attribute: bool(read(_bool, node, name, owner))
+        for attribute, name in (
+            ("durable", "Durable"),
+            ("requests_recovery", "Recover"),
+            ("disallow_concurrent", "DisallowConcurrentExecution"),
+            ("persist_job_data", "PersistJobDataAfterExecution"),
+        )
+    }
+    found.raise_if_any()
     job = Job(
         key=key,
         task=str(task),
-        args=tuple(plain(args)),
-        kwargs=kwargs,
-        data=data,
-        options=options,
-        description=_text(node, "Description", owner),
-        durable=bool(_bool(node, "Durable", owner)),
-        requests_recovery=bool(_bool(node, "Recover", owner)),
-        disallow_concurrent=bool(_bool(node, "DisallowConcurrentExecution", owner)),
-        persist_job_data=bool(_bool(node, "PersistJobDataAfterExecution", owner)),
+        args=tuple(plain(args or [])),
+        kwargs=kwargs or {},
+        data=data or {},
+        options=options or {},
+        description=description,
+        **flags,
     )
     try:
         job.validate(max_data_bytes)
@@ -340,61 +285,60 @@ def build_job(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> JobDef
 
 
 def build_trigger(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> TriggerDefinition:
+    """A trigger's definition; raises every error found in it together."""
     where = node.where if isinstance(node, Node) else None
     _mapping(node, where, "a trigger")
-    name = _text(node, "Name", "a trigger", required=True)
-    group = _text(node, "Group", "a trigger") or DEFAULT_GROUP
-    key = _make_key(TriggerKey, name, group, node)
-    owner = f"trigger {key}"
-    _known(node, TRIGGER_KEYS, owner)
-    job_name = _text(node, "JobName", owner, required=True)
-    job_group = _text(node, "JobGroup", owner) or DEFAULT_GROUP
-    job_key = _make_key(JobKey, job_name, job_group, node, owner=owner)
-    for what, value in (("Group", group), ("JobGroup", job_group)):
+    found = Problems()
+    read = found.read
+    key = _identity(node, TriggerKey, "a trigger", found)
+    owner = "a trigger" if key is None else f"trigger {key}"
+    read(_known, node, TRIGGER_KEYS, owner)
+    job_name = read(_text, node, "JobName", owner, required=True)
+    job_group = read(_text, node, "JobGroup", owner) or DEFAULT_GROUP
+    job_key = (
+        None if job_name is None else read(_make_key, JobKey, job_name, job_group, node, owner)
+    )
+    for what, value in (("Group", key.group if key else None), ("JobGroup", job_group)):
         if value in PROTECTED_GROUPS:
-            raise node.at(what).error(f"{owner}: group {value!r} is kept by celery-quartz itself")
-    kinds = [kind for kind in KINDS if kind in node]
-    if len(kinds) != 1:
-        raise node.where.error(
-            f"{owner}: give exactly one schedule ({', '.join(KINDS)}), "
-            f"got {', '.join(kinds) or 'none'}"
-        )
-    kind = kinds[0]
-    schedule = node[kind]
-    _mapping(schedule, node.at(kind), f"{owner}: {kind}")
-    _known(schedule, KIND_KEYS[kind], f"{owner}: {kind}")
-    zone_name = _text(schedule, "TimeZone", owner) if kind != "Simple" else None
-    zone = _zone(schedule, zone_name, owner) if zone_name else UTC
-    start = _datetime(node, "StartTime", owner, zone)
-    in_future = _int(node, "StartTimeSecondsInFuture", owner, minimum=0)
-    if in_future is not None and in_future > _MAX_SECONDS_IN_FUTURE:
-        raise node.at("StartTimeSecondsInFuture").error(
-            f"{owner}: StartTimeSecondsInFuture {in_future} is more than "
-            f"{_MAX_SECONDS_IN_FUTURE} (about a hundred years)"
-        )
+            found.errors.append(
+                node.at(what).error(f"{owner}: group {value!r} is kept by celery-quartz itself")
+            )
+    chosen = read(_schedule_of, node, owner)
+    zone: tzinfo = UTC
+    if chosen is not None and chosen[0] != "Simple":
+        zone_name = read(_text, chosen[1], "TimeZone", owner)
+        if zone_name:
+            zone = read(_zone, chosen[1], zone_name, owner) or UTC
+    start = read(_datetime, node, "StartTime", owner, zone)
+    in_future = read(_seconds_in_future, node, owner)
     if start is not None and in_future is not None:
-        raise node.at("StartTimeSecondsInFuture").error(
-            f"{owner}: give StartTime or StartTimeSecondsInFuture, not both"
+        found.errors.append(
+            node.at("StartTimeSecondsInFuture").error(
+                f"{owner}: give {node.name('StartTime')} or "
+                f"{node.name('StartTimeSecondsInFuture')}, not both"
+            )
         )
-    priority = _int(node, "Priority", owner)
+    priority = read(_int, node, "Priority", owner)
     common: dict[str, Any] = {
         "key": key,
         "job_key": job_key,
-        "description": _text(node, "Description", owner),
+        "description": read(_text, node, "Description", owner),
         "priority": DEFAULT_PRIORITY if priority is None else priority,
-        "end_at": _datetime(node, "EndTime", owner, zone),
-        "data": _data_map(node, "JobDataMap", owner),
-        "calendar_name": _text(node, "CalendarName", owner),
-        "execution_group": _text(node, "ExecutionGroup", owner),
-        "retry_policy": _retry_policy(node, owner),
-        "preferred_node": _preferred_node(node, owner),
+        "end_at": read(_datetime, node, "EndTime", owner, zone),
+        "data": read(_bounded_data_map, node, owner, max_data_bytes) or {},
+        "calendar_name": read(_text, node, "CalendarName", owner),
+        "execution_group": read(_text, node, "ExecutionGroup", owner),
+        "retry_policy": read(_retry_policy, node, owner) or RetryPolicy.NONE,
+        "preferred_node": read(_preferred_node, node, owner) or PreferredNode.NONE,
     }
+    made = None if chosen is None else read(_schedule, chosen[0], chosen[1], owner, common)
+    found.raise_if_any()
+    assert chosen is not None and made is not None
+    cls, values = made
+    schedule = chosen[1]
     try:
-        encode_json_object(owner, "JobDataMap", common["data"], max_data_bytes)
-        trigger = _schedule(kind, schedule, owner, common)
+        trigger = cls(**values, **common)
         trigger.validate()
-    except SchedulingFileError:
-        raise
     except CronSyntaxError as exc:
         raise schedule.at("Expression").error(str(exc)) from None
     except QuartzError as exc:
@@ -402,45 +346,97 @@ def build_trigger(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> Tr
     return TriggerDefinition(trigger, node.where, start, in_future or 0)
 
 
-def _schedule(kind: str, schedule: Node, owner: str, common: dict[str, Any]) -> Trigger:
-    instruction = _text(schedule, "MisfireInstruction", owner)
+def _schedule_of(node: Node, owner: str) -> tuple[str, Node]:
+    """The trigger's one schedule: its kind and its mapping."""
+    kinds = [kind for kind in KINDS if kind in node]
+    if len(kinds) != 1:
+        raise node.where.error(
+            f"{owner}: give exactly one schedule ({', '.join(map(node.name, KINDS))}), "
+            f"got {', '.join(map(node.name, kinds)) or 'none'}"
+        )
+    kind = kinds[0]
+    schedule = node[kind]
+    _mapping(schedule, node.at(kind), f"{owner}: {node.name(kind)}")
+    _known(schedule, KIND_KEYS[kind], f"{owner}: {node.name(kind)}")
+    return kind, schedule
+
+
+def _seconds_in_future(node: Node, owner: str) -> int | None:
+    seconds = _int(node, "StartTimeSecondsInFuture", owner, minimum=0)
+    if seconds is not None and seconds > _MAX_SECONDS_IN_FUTURE:
+        raise node.at("StartTimeSecondsInFuture").error(
+            f"{owner}: {node.name('StartTimeSecondsInFuture')} {seconds} is more than "
+            f"{_MAX_SECONDS_IN_FUTURE} (about a hundred years)"
+        )
+    return seconds
+
+
+def _bounded_data_map(node: Node, owner: str, max_data_bytes: int) -> dict[str, Any]:
+    data = _data_map(node, "JobDataMap", owner)
+    try:
+        encode_json_object(owner, node.name("JobDataMap"), data, max_data_bytes)
+    except QuartzError as exc:
+        raise node.at("JobDataMap").error(str(exc)) from None
+    return data
+
+
+def _schedule(
+    kind: str, schedule: Node, owner: str, common: dict[str, Any]
+) -> tuple[type[Trigger], dict[str, Any]]:
+    """The class and the schedule's values of a trigger of ``kind`` (the misfire instruction
+    is set in ``common``); every error in its schedule is raised together."""
+    found = Problems()
+    read = found.read
+    instruction = read(_text, schedule, "MisfireInstruction", owner)
     names = SIMPLE_MISFIRE_NAMES if kind == "Simple" else SCHEDULE_MISFIRE_NAMES
     if instruction is not None:
-        if instruction not in names:
-            raise schedule.at("MisfireInstruction").error(
-                f"{owner}: misfire instruction {instruction!r} is not one of a {kind} "
-                f"trigger's ({', '.join(names)})"
+        if instruction in names:
+            common["misfire_instruction"] = names[instruction]
+        else:
+            found.errors.append(
+                schedule.at("MisfireInstruction").error(
+                    f"{owner}: misfire instruction {instruction!r} is not one of a "
+                    f"{schedule.name(kind)} trigger's ({', '.join(names)})"
+                )
             )
-        common["misfire_instruction"] = names[instruction]
+    values: dict[str, Any]
     if kind == "Simple":
-        count = _int(schedule, "RepeatCount", owner, minimum=-1)
-        interval = _duration(schedule, "RepeatInterval", owner)
-        return SimpleTrigger(
-            repeat_count=0 if count is None else count,
-            repeat_interval=interval or timedelta(0),
-            **common,
-        )
-    if kind == "Cron":
-        expression = _text(schedule, "Expression", owner, required=True)
-        zone = _text(schedule, "TimeZone", owner) or "UTC"
-        return CronTrigger(expression=str(expression), time_zone=zone, **common)
-    unit_name = _text(schedule, "RepeatIntervalUnit", owner) or "Day"
-    unit = UNIT_NAMES.get(unit_name.capitalize())
-    if unit is None:
-        raise schedule.at("RepeatIntervalUnit").error(
-            f"{owner}: interval unit {unit_name!r} is not one of {', '.join(UNIT_NAMES)}"
-        )
-    steps = _int(schedule, "RepeatInterval", owner, minimum=1)
-    return CalendarIntervalTrigger(
-        repeat_interval=1 if steps is None else steps,
-        repeat_interval_unit=unit,
-        time_zone=_text(schedule, "TimeZone", owner) or "UTC",
-        preserve_hour_of_day_across_daylight_savings=bool(
-            _bool(schedule, "PreserveHourOfDayAcrossDaylightSavings", owner)
-        ),
-        skip_day_if_hour_does_not_exist=bool(_bool(schedule, "SkipDayIfHourDoesNotExist", owner)),
-        **common,
-    )
+        count = read(_int, schedule, "RepeatCount", owner, minimum=-1)
+        interval = read(_duration, schedule, "RepeatInterval", owner)
+        values = {
+            "repeat_count": 0 if count is None else count,
+            "repeat_interval": interval or timedelta(0),
+        }
+    elif kind == "Cron":
+        expression = read(_text, schedule, "Expression", owner, required=True)
+        values = {
+            "expression": str(expression),
+            "time_zone": read(_text, schedule, "TimeZone", owner) or "UTC",
+        }
+    else:
+        unit_name = read(_text, schedule, "RepeatIntervalUnit", owner) or "Day"
+        unit = UNIT_NAMES.get(unit_name.capitalize())
+        if unit is None:
+            found.errors.append(
+                schedule.at("RepeatIntervalUnit").error(
+                    f"{owner}: interval unit {unit_name!r} is not one of {', '.join(UNIT_NAMES)}"
+                )
+            )
+        steps = read(_int, schedule, "RepeatInterval", owner, minimum=1)
+        values = {
+            "repeat_interval": 1 if steps is None else steps,
+            "repeat_interval_unit": unit,
+            "time_zone": read(_text, schedule, "TimeZone", owner) or "UTC",
+            "preserve_hour_of_day_across_daylight_savings": bool(
+                read(_bool, schedule, "PreserveHourOfDayAcrossDaylightSavings", owner)
+            ),
+            "skip_day_if_hour_does_not_exist": bool(
+                read(_bool, schedule, "SkipDayIfHourDoesNotExist", owner)
+            ),
+        }
+    found.raise_if_any()
+    classes: dict[str, type[Trigger]] = {"Simple": SimpleTrigger, "Cron": CronTrigger}
+    return classes.get(kind, CalendarIntervalTrigger), values
 
 
 def _retry_policy(node: Node, owner: str) -> RetryPolicy:
@@ -448,17 +444,19 @@ def _retry_policy(node: Node, owner: str) -> RetryPolicy:
     if policy is None:
         return RetryPolicy.NONE
     where = node.at("RetryPolicy")
-    _mapping(policy, where, f"{owner}: RetryPolicy")
+    what = f"{owner}: {node.name('RetryPolicy')}"
+    _mapping(policy, where, what)
     kinds = [kind for kind in RETRY_KEYS if kind in policy]
     if len(policy) != 1 or len(kinds) != 1:
         raise where.error(
-            f"{owner}: RetryPolicy takes exactly one of {', '.join(RETRY_KEYS)}, "
-            f"got {', '.join(map(str, policy)) or 'none'}"
+            f"{what} takes exactly one of {', '.join(map(node.name, RETRY_KEYS))}, "
+            f"got {', '.join(map(node.name, map(str, policy))) or 'none'}"
         )
     kind = kinds[0]
     spec = policy[kind]
-    _mapping(spec, policy.at(kind), f"{owner}: RetryPolicy {kind}")
-    _known(spec, RETRY_KEYS[kind], f"{owner}: RetryPolicy {kind}")
+    what = f"{what} {node.name(kind)}"
+    _mapping(spec, policy.at(kind), what)
+    _known(spec, RETRY_KEYS[kind], what)
     attempts = _int(spec, "MaxAttempts", owner, minimum=1)
     try:
         if kind == "Fixed":
@@ -476,8 +474,8 @@ def _retry_policy(node: Node, owner: str) -> RetryPolicy:
             )
         delays = spec.get("Delays")
         if not isinstance(delays, list) or not delays:
-            raise spec.at("Delays").error(f"{owner}: RetryPolicy Explicit needs Delays")
-        parsed = [_duration_value(d, spec.at("Delays"), owner, "Delays") for d in delays]
+            raise spec.at("Delays").error(f"{what} needs {spec.name('Delays')}")
+        parsed = [_duration_value(d, spec.at("Delays"), owner, spec.name("Delays")) for d in delays]
         return RetryPolicy.explicit(*parsed, max_attempts=attempts)
     except SchedulingFileError:
         raise
@@ -491,7 +489,8 @@ def _preferred_node(node: Node, owner: str) -> PreferredNode:
         return PreferredNode.NONE
     if not isinstance(value, str):
         raise node.at("PreferredNode").error(
-            f"{owner}: PreferredNode must be a worker's node name or '*', got {_type(value)}"
+            f"{owner}: {node.name('PreferredNode')} must be a worker's node name or '*', "
+            f"got {_type(value)}"
         )
     try:
         return PreferredNode.parse(value.strip(), owner=owner)
@@ -513,11 +512,15 @@ def _mapping(value: Any, where: Where | None, what: str) -> None:
 
 
 def _known(node: Node, allowed: Iterable[str], owner: str) -> None:
-    unknown = [key for key in node if key not in allowed]
-    if unknown:
-        raise node.at(str(unknown[0])).error(
-            f"{owner}: unknown field {unknown[0]!r} (known: {', '.join(allowed)})"
-        )
+    """Every key of ``node`` is one of ``allowed`` (each one that is not is an error)."""
+    known = ", ".join(map(node.name, allowed))
+    found = Problems()
+    for key in node:
+        if key not in allowed:
+            found.errors.append(
+                node.at(str(key)).error(f"{owner}: unknown field {key!r} (known: {known})")
+            )
+    found.raise_if_any()
 
 
 def _list(node: Node, key: str) -> list[Any]:
@@ -525,7 +528,7 @@ def _list(node: Node, key: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise node.at(key).error(f"{key} must be a list, got {_type(value)}")
+        raise node.at(key).error(f"{node.name(key)} must be a list, got {_type(value)}")
     return value
 
 
@@ -534,7 +537,9 @@ def _items(node: Node, key: str) -> list[Node]:
     items = _list(node, key)
     for index, item in enumerate(items):
         if not isinstance(item, Node):
-            raise node.at(key).error(f"{key}[{index}] must be a mapping, got {_type(item)}")
+            raise node.at(key).error(
+                f"{node.name(key)}[{index}] must be a mapping, got {_type(item)}"
+            )
     return items
 
 
@@ -542,26 +547,30 @@ def _text(node: Node, key: str, owner: str, *, required: bool = False) -> str | 
     """A string, trimmed; empty counts as absent (Quartz's TrimEmptyToNull)."""
     value = node.get(key)
     if value is not None and not isinstance(value, str):
-        raise node.at(key).error(f"{owner}: {key} must be a string, got {_type(value)}")
+        raise node.at(key).error(f"{owner}: {node.name(key)} must be a string, got {_type(value)}")
     text = value.strip() if value is not None else None
     if not text:
         if required:
-            raise node.at(key).error(f"{owner}: {key} is required")
+            raise node.at(key).error(f"{owner}: {node.name(key)} is required")
         return None
     return text
 
 
 def _group_name(value: Any, node: Node, key: str) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise node.at(key).error(f"{key}: a group name is a non-empty string, got {value!r}")
+        raise node.at(key).error(
+            f"{node.name(key)}: a group name is a non-empty string, got {value!r}"
+        )
     return value.strip()
 
 
-def _key(value: Any, where: Where, what: str) -> tuple[str, str]:
-    _mapping(value, where, what)
+def _key(value: Any, node: Node, key: str, cls: Callable[[str, str], Any]) -> Any:
+    """The job or trigger key a delete command names."""
+    what = node.name(key)
+    _mapping(value, node.at(key), what)
     _known(value, KEY_KEYS, what)
     name = _text(value, "Name", what, required=True)
-    return str(name), _text(value, "Group", what) or DEFAULT_GROUP
+    return _make_key(cls, name, _text(value, "Group", what) or DEFAULT_GROUP, value)
 
 
 def _make_key(
@@ -582,7 +591,7 @@ def _bool(node: Node, key: str, owner: str) -> bool | None:
         return value
     if isinstance(value, str) and value.strip().lower() in _TRUE:
         return _TRUE[value.strip().lower()]
-    raise node.at(key).error(f"{owner}: {key} must be true or false, got {value!r}")
+    raise node.at(key).error(f"{owner}: {node.name(key)} must be true or false, got {value!r}")
 
 
 def _int(node: Node, key: str, owner: str, *, minimum: int | None = None) -> int | None:
@@ -595,9 +604,11 @@ def _int(node: Node, key: str, owner: str, *, minimum: int | None = None) -> int
     elif isinstance(value, str) and re.fullmatch(r"\s*[-+]?\d{1,18}\s*", value):
         number = int(value)
     if number is None or abs(number) >= 2**63:
-        raise node.at(key).error(f"{owner}: {key} must be a whole number, got {value!r}")
+        raise node.at(key).error(f"{owner}: {node.name(key)} must be a whole number, got {value!r}")
     if minimum is not None and number < minimum:
-        raise node.at(key).error(f"{owner}: {key} must be at least {minimum}, got {number}")
+        raise node.at(key).error(
+            f"{owner}: {node.name(key)} must be at least {minimum}, got {number}"
+        )
     return number
 
 
@@ -611,9 +622,9 @@ def _number(node: Node, key: str, owner: str) -> float | None:
     ):
         number = float(value)
     else:
-        raise node.at(key).error(f"{owner}: {key} must be a number, got {value!r}")
+        raise node.at(key).error(f"{owner}: {node.name(key)} must be a number, got {value!r}")
     if not math.isfinite(number):
-        raise node.at(key).error(f"{owner}: {key} must be finite, got {value!r}")
+        raise node.at(key).error(f"{owner}: {node.name(key)} must be finite, got {value!r}")
     return number
 
 
@@ -626,9 +637,9 @@ def _duration(node: Node, key: str, owner: str, *, required: bool = False) -> ti
     value = node.get(key)
     if value is None:
         if required:
-            raise node.at(key).error(f"{owner}: {key} is required")
+            raise node.at(key).error(f"{owner}: {node.name(key)} is required")
         return None
-    return _duration_value(value, node.at(key), owner, key)
+    return _duration_value(value, node.at(key), owner, node.name(key))
 
 
 def _duration_value(value: Any, where: Where, owner: str, key: str) -> timedelta:
@@ -691,7 +702,9 @@ def _datetime(node: Node, key: str, owner: str, zone: tzinfo) -> datetime | None
         except ValueError:
             when = None
     if when is None:
-        raise node.at(key).error(f"{owner}: {key} must be an ISO 8601 date and time, got {value!r}")
+        raise node.at(key).error(
+            f"{owner}: {node.name(key)} must be an ISO 8601 date and time, got {value!r}"
+        )
     if when.tzinfo is None or when.utcoffset() is None:
         when = when.replace(tzinfo=zone)
     try:
@@ -700,7 +713,8 @@ def _datetime(node: Node, key: str, owner: str, zone: tzinfo) -> datetime | None
         when = None
     if when is None or not _FIRST_YEAR <= when.year <= _LAST_YEAR:
         raise node.at(key).error(
-            f"{owner}: {key} {value!r} is outside the years {_FIRST_YEAR} to {_LAST_YEAR}"
+            f"{owner}: {node.name(key)} {value!r} is outside the years "
+            f"{_FIRST_YEAR} to {_LAST_YEAR}"
         )
     return when
 
@@ -710,8 +724,15 @@ def _data_map(node: Node, key: str, owner: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise node.at(key).error(f"{owner}: {key} must be a mapping, got {_type(value)}")
+        raise node.at(key).error(f"{owner}: {node.name(key)} must be a mapping, got {_type(value)}")
     return plain(value)
+
+
+def _json_list(node: Node, key: str, owner: str) -> list[Any]:
+    value = node.get(key, [])
+    if not isinstance(value, list):
+        raise node.at(key).error(f"{owner}: {node.name(key)} must be a list, got {_type(value)}")
+    return value
 
 
 def _json_object(node: Node, key: str, owner: str) -> dict[str, Any]:
@@ -719,5 +740,5 @@ def _json_object(node: Node, key: str, owner: str) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise node.at(key).error(f"{owner}: {key} must be a mapping, got {_type(value)}")
+        raise node.at(key).error(f"{owner}: {node.name(key)} must be a mapping, got {_type(value)}")
     return plain(value)

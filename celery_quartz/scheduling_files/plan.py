@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery_quartz.clock import to_millis
@@ -28,8 +28,8 @@ from celery_quartz.scheduling_files.model import (
     PROTECTED_GROUPS,
     SchedulingData,
     TriggerDefinition,
-    Where,
 )
+from celery_quartz.scheduling_files.tree import Problems, Where
 from celery_quartz.triggers.base import Trigger
 
 
@@ -93,6 +93,10 @@ class Plan:
     triggers_unchanged: list[TriggerKey] = field(default_factory=list)
     jobs_to_write: list[Job] = field(default_factory=list)
     triggers_to_write: list[Trigger] = field(default_factory=list)
+    #: The next fire time of each trigger to write that is scheduled relative to the one it
+    #: replaces (``schedule-trigger-relative-to-replaced-trigger``): the store keeps it instead
+    #: of computing a first fire time from the start.
+    next_fire_times: dict[TriggerKey, datetime] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -161,9 +165,10 @@ def plan(
 ) -> Plan:
     """Decide what loading ``files`` (in order) into the snapshot's store changes.
 
-    Raises :class:`SchedulingFileError` naming the file, line or path and the job or trigger:
-    a duplicate that the directives do not allow, a trigger naming a job neither stored nor
-    defined, a job left with no trigger that is not durable, a trigger that will never fire.
+    Raises :class:`SchedulingFileError` naming the file, line or path and the job or trigger
+    (one error listing every one found): a duplicate, stored or defined earlier in the load,
+    that the directives do not allow, a trigger naming a job neither stored nor defined, a job
+    left with no trigger that is not durable, a trigger that will never fire.
     """
     jobs: dict[JobKey, Job] = dict(snapshot.jobs)
     triggers: dict[TriggerKey, Trigger] = dict(snapshot.triggers)
@@ -196,6 +201,11 @@ def plan(
         if job is not None and not job.durable and not remaining:
             del jobs[job.key]  # Quartz: a non-durable job goes with its last trigger
 
+    found = Problems()
+    # Each definition of this load, by key: a second one is judged against the first as a stored
+    # one is (Quartz.NET stores the first, then replaces it: the last wins when overwriting).
+    defined: set[JobKey | TriggerKey] = set()
+    relative_next: dict[TriggerKey, datetime] = {}
     for data in files:
         for group in data.delete_job_groups:
             for key in [k for k in jobs if _in_group(k.group, group)]:
@@ -213,48 +223,110 @@ def plan(
         for job_definition in data.jobs:
             job = job_definition.job
             stored = jobs.get(job.key)
-            defined_where[job.key] = job_definition.where
             if stored is not None and not data.overwrite_existing_data:
                 if data.ignore_duplicates or same_job(stored, job):
                     continue
-                raise job_definition.where.error(
-                    f"job {job.key} is already stored, and the file's processing directives "
-                    "neither overwrite it nor ignore duplicates"
+                found.errors.append(
+                    job_definition.where.error(
+                        f"job {job.key} {_already(job.key, defined, defined_where)}, and the "
+                        "file's processing directives neither overwrite it nor ignore duplicates"
+                    )
                 )
+                continue
+            defined.add(job.key)
+            defined_where[job.key] = job_definition.where
             jobs[job.key] = job
 
         for definition in data.triggers:
             tkey = definition.trigger.key
-            defined_where[tkey] = definition.where
             stored_trigger = triggers.get(tkey)
             if stored_trigger is not None and not data.overwrite_existing_data:
                 if data.ignore_duplicates or _same_definition(stored_trigger, definition):
                     continue
-                raise definition.where.error(
-                    f"trigger {tkey} is already stored, and the file's processing directives "
-                    "neither overwrite it nor ignore duplicates"
+                found.errors.append(
+                    definition.where.error(
+                        f"trigger {tkey} {_already(tkey, defined, defined_where)}, and the "
+                        "file's processing directives neither overwrite it nor ignore duplicates"
+                    )
                 )
+                continue
             job_key = definition.trigger.job_key
             assert job_key is not None
             if job_key not in jobs:
-                raise definition.where.error(
-                    f"trigger {tkey}: job {job_key} is neither stored nor defined"
+                found.errors.append(
+                    definition.where.error(
+                        f"trigger {tkey}: job {job_key} is neither stored nor defined"
+                    )
                 )
-            previous = triggers.get(tkey)
-            if previous is not None and previous.job_key != job_key:
+                continue
+            defined.add(tkey)
+            defined_where[tkey] = definition.where
+            if stored_trigger is not None and stored_trigger.job_key != job_key:
                 unschedule(tkey)
-            put(definition.build(now))
+            trigger = definition.build(now)
+            relative_next.pop(tkey, None)
+            if (
+                data.schedule_trigger_relative_to_replaced_trigger
+                and stored_trigger is not None
+                and _starts_at_load(trigger, now)
+            ):
+                next_fire_time = _relative_to(trigger, stored_trigger)
+                if next_fire_time is not None:
+                    relative_next[tkey] = next_fire_time
+            put(trigger)
             explicit_start[tkey] = definition.explicit_start
 
-        # Quartz: a job left without triggers must be durable.
-        for job_definition in data.jobs:
+        # Quartz: a job left without triggers must be durable (said once for a job defined
+        # twice, at its last definition).
+        last_definitions = {d.job.key: d for d in data.jobs}
+        for job_definition in last_definitions.values():
             job = jobs.get(job_definition.job.key)  # type: ignore[assignment]
             if job is not None and not job.durable and not of_job.get(job.key):
-                raise job_definition.where.error(
-                    f"job {job.key} has no trigger, so it must be durable (Durable true)"
+                found.errors.append(
+                    job_definition.where.error(
+                        f"job {job.key} has no trigger, so it must be durable "
+                        f"({data.name('Durable')} true)"
+                    )
                 )
 
-    return _compare(snapshot, jobs, triggers, explicit_start, defined_where, calendar)
+    found.raise_if_any()
+    return _compare(
+        snapshot, jobs, triggers, explicit_start, defined_where, calendar, relative_next
+    )
+
+
+#: How soon after the load a replacing trigger's start may be for it to be scheduled relative
+#: to the trigger it replaces (Quartz.NET's: a start "not given" is the load's time).
+RELATIVE_START_WINDOW = timedelta(seconds=5)
+
+
+def _starts_at_load(trigger: Trigger, now: datetime) -> bool:
+    assert trigger.start_at is not None
+    return trigger.start_at - now < RELATIVE_START_WINDOW
+
+
+def _relative_to(trigger: Trigger, replaced: Trigger) -> datetime | None:
+    """Schedule ``trigger`` relative to the trigger it replaces, as Quartz.NET's
+    XMLSchedulingDataProcessor does: the replaced one's start and previous fire time are kept,
+    and the next fire time is the new schedule's first after that previous fire time (after
+    the start when it never fired). None when the new schedule has none: the store then
+    computes the first fire time from the start, as Quartz.NET does."""
+    trigger.start_at = replaced.start_at
+    trigger.previous_fire_time = replaced.previous_fire_time
+    after = replaced.previous_fire_time or replaced.start_at
+    assert after is not None
+    trigger.next_fire_time = trigger.next_fire_time_after(after)
+    return trigger.next_fire_time
+
+
+def _already(
+    key: JobKey | TriggerKey,
+    defined: set[JobKey | TriggerKey],
+    defined_where: dict[JobKey | TriggerKey, Where],
+) -> str:
+    if key in defined:
+        return f"is defined twice (first at {defined_where[key]})"
+    return "is already stored"
 
 
 def _compare(
@@ -264,8 +336,10 @@ def _compare(
     explicit_start: dict[TriggerKey, bool],
     defined_where: dict[JobKey | TriggerKey, Where],
     calendar: CalendarLookup | None,
+    relative_next: dict[TriggerKey, datetime],
 ) -> Plan:
     result = Plan()
+    found = Problems()
     for key in sorted(snapshot.jobs.keys() | jobs.keys(), key=_by_group):
         before, after = snapshot.jobs.get(key), jobs.get(key)
         if after is None:
@@ -289,9 +363,13 @@ def _compare(
         ):
             result.triggers_unchanged.append(tkey)
             continue
-        _check_fires(wanted, defined_where.get(tkey), calendar, calendars)
+        if found.read(_check_fires, wanted, defined_where.get(tkey), calendar, calendars) is None:
+            continue
         (result.triggers_added if stored is None else result.triggers_replaced).append(tkey)
         result.triggers_to_write.append(wanted)
+        if tkey in relative_next:
+            result.next_fire_times[tkey] = relative_next[tkey]
+    found.raise_if_any()
     return result
 
 
@@ -300,7 +378,7 @@ def _check_fires(
     where: Where | None,
     lookup: CalendarLookup | None,
     calendars: dict[str, Any],
-) -> None:
+) -> bool:
     """A trigger about to be written: its calendar is stored and it will fire at least once."""
     place = where or Where("<store>")
     owner = f"trigger {trigger.key}"
@@ -315,6 +393,7 @@ def _check_fires(
         probe = _copy_state(trigger)
         if probe.compute_first_fire_time(cal) is None:
             raise place.error(f"{owner}: based on its schedule it will never fire")
+        return True
     except SchedulingFileError:
         raise
     except QuartzError as exc:

@@ -2,8 +2,13 @@
 
 Read with the standard library's expat parser and no DTD at all: a document type declaration
 (and so any entity, internal or external) is refused, so neither entity expansion nor external
-resolution can happen. Elements keep their line, so errors name it. Element order follows the
-schema's sequences; an element out of order, repeated or unknown is an error naming its line.
+resolution can happen. Elements keep their line, so errors name it, and the element as the file
+spells it. Element order follows the schema's sequences; an element out of order, repeated or
+unknown is an error naming its line. Every job, trigger and section at fault is reported, not
+only the first.
+
+Written, the document holds only what Quartz.NET's ``job_scheduling_data_2_0.xsd`` allows, so
+Quartz.NET reads the export; what the schema has no element for is refused, naming it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any
 from xml.parsers import expat
 
 from celery_quartz.errors import SchedulingFileError
-from celery_quartz.scheduling_files.model import Node, Where
+from celery_quartz.scheduling_files.tree import Node, Problems, Where
 
 #: The namespaces of ``job_scheduling_data_2_0``: Quartz.NET's (written on export) and Quartz's.
 NAMESPACE = "http://quartznet.sourceforge.net/JobSchedulingData"
@@ -117,12 +122,46 @@ _COMMANDS: Sequence[_Field] = (
 _DIRECTIVES: Sequence[_Field] = (
     ("overwrite-existing-data", "OverwriteExistingData", "text"),
     ("ignore-duplicates", "IgnoreDuplicates", "text"),
+    (
+        "schedule-trigger-relative-to-replaced-trigger",
+        "ScheduleTriggerRelativeToReplacedTrigger",
+        "text",
+    ),
 )
 _KEY: Sequence[_Field] = (("name", "Name", "text"), ("group", "Group", "text"))
-_SECTIONS = {
-    "pre-processing-commands": ("PreProcessingCommands", _COMMANDS),
-    "processing-directives": ("ProcessingDirectives", _DIRECTIVES),
+_ENTRY: Sequence[_Field] = (("key", "key", "text"), ("value", "value", "text"))
+
+#: Each key of the document tree as the XML spells it (the model names elements by it).
+SPELLING: dict[str, str] = {
+    "PreProcessingCommands": "pre-processing-commands",
+    "ProcessingDirectives": "processing-directives",
+    "Jobs": "job",
+    "Triggers": "trigger",
+    **{key: name for name, (key, _) in {**_KINDS, **_RETRY}.items()},
+    **{
+        key: name
+        for spec in (_JOB, _TRIGGER_COMMON, _COMMANDS, _DIRECTIVES, _KEY)
+        for name, key, _ in spec
+    },
+    **{key: name for _, fields in {**_KINDS, **_RETRY}.values() for name, key, _ in fields},
 }
+
+#: What ``job_scheduling_data_2_0.xsd`` has no element for: celery-quartz's own elements, which
+#: the reader takes but the export never writes.
+_OWN_ELEMENTS = frozenset(
+    {
+        "disallow-concurrent-execution",
+        "persist-job-data-after-execution",
+        "args",
+        "kwargs",
+        "options",
+        "retry-policy",
+        "preferred-node",
+        "execution-group",
+        "preserve-hour-of-day-across-daylight-savings",
+        "skip-day-if-hour-does-not-exist",
+    }
+)
 
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -136,46 +175,94 @@ class _Element:
     text: list[str] = field(default_factory=list)
 
 
-def read_xml(content: str | bytes, file: str) -> Node:
-    """The document tree of a ``job_scheduling_data_2_0`` file."""
+def read_xml(content: str | bytes, file: str, problems: Problems | None = None) -> Node:
+    """The document tree of a ``job_scheduling_data_2_0`` file.
+
+    A job, trigger or section at fault is left out of the tree and its error added to
+    ``problems`` (raised here, all together, when none is given); a document that does not
+    parse raises at once.
+    """
+    found = Problems() if problems is None else problems
     root = _parse(content, file)
     if root.name != "job-scheduling-data":
         raise Where(file, root.line).error(
             f"the root element is <{root.name}>, expected <job-scheduling-data>"
         )
     _no_text(root, file)
-    tree = Node({}, Where(file, root.line))
+    tree = _node(Where(file, root.line))
     jobs: list[Node] = []
     triggers: list[Node] = []
+    directives_at: Where | None = None
     for child in root.children:
         where = Where(file, child.line)
-        if child.name in _SECTIONS:
-            key, spec = _SECTIONS[child.name]
-            if key in tree:
-                raise where.error(f"<{child.name}> is given twice")
-            tree[key] = _sequence(child, spec, file)
-            tree.key_wheres[key] = where
+        if child.name == "pre-processing-commands":
+            # The schema repeats the document's sequence, and Quartz.NET applies every
+            # <pre-processing-commands>: their commands are read as one list of each kind.
+            commands = found.read(_sequence, child, _COMMANDS, file, ordered=False)
+            if commands is not None:
+                _merge_commands(tree, commands, where)
+        elif child.name == "processing-directives":
+            if directives_at is not None:
+                found.errors.append(
+                    where.error(
+                        f"<{child.name}> is given twice (first at line {directives_at.line})"
+                    )
+                )
+                continue
+            directives_at = where
+            directives = found.read(_sequence, child, _DIRECTIVES, file)
+            if directives is not None:
+                tree["ProcessingDirectives"] = directives
+                tree.key_wheres["ProcessingDirectives"] = where
         elif child.name == "schedule":
-            _no_text(child, file)
+            found.read(_no_text, child, file)
             for item in child.children:
                 if item.name == "job":
-                    jobs.append(_sequence(item, _JOB, file, _owner(item, "job")))
+                    job = found.read(_sequence, item, _JOB, file, _owner(item, "job"))
+                    if job is not None:
+                        jobs.append(job)
                 elif item.name == "trigger":
-                    triggers.append(_trigger(item, file))
+                    trigger = found.read(_trigger, item, file)
+                    if trigger is not None:
+                        triggers.append(trigger)
                 else:
-                    raise Where(file, item.line).error(
-                        f"unknown element <{item.name}> in <schedule> (known: job, trigger)"
+                    found.errors.append(
+                        Where(file, item.line).error(
+                            f"unknown element <{item.name}> in <schedule> (known: job, trigger)"
+                        )
                     )
         else:
-            raise where.error(
-                f"unknown element <{child.name}> in <job-scheduling-data> (known: "
-                "pre-processing-commands, processing-directives, schedule)"
+            found.errors.append(
+                where.error(
+                    f"unknown element <{child.name}> in <job-scheduling-data> (known: "
+                    "pre-processing-commands, processing-directives, schedule)"
+                )
             )
     if jobs:
         tree["Jobs"] = jobs
     if triggers:
         tree["Triggers"] = triggers
+    if problems is None:
+        found.raise_if_any()
     return tree
+
+
+def _node(
+    where: Where, values: dict[str, Any] | None = None, key_wheres: dict[str, Where] | None = None
+) -> Node:
+    """A mapping of the tree that names its keys as the XML spells them."""
+    return Node(values or {}, where, key_wheres, spelling=SPELLING)
+
+
+def _merge_commands(tree: Node, commands: Node, where: Where) -> None:
+    merged = tree.get("PreProcessingCommands")
+    if merged is None:
+        tree["PreProcessingCommands"] = commands
+        tree.key_wheres["PreProcessingCommands"] = where
+        return
+    for key, items in commands.items():
+        merged.setdefault(key, []).extend(items)
+        merged.key_wheres.setdefault(key, commands.at(key))
 
 
 def _trigger(element: _Element, file: str) -> Node:
@@ -188,8 +275,8 @@ def _trigger(element: _Element, file: str) -> Node:
     kind, kind_fields = _KINDS[inner.name]
     both = _sequence(inner, (*_TRIGGER_COMMON, *kind_fields), file, _owner(inner, "trigger"))
     common_keys = {key for _, key, _ in _TRIGGER_COMMON}
-    tree = Node({}, both.where)
-    schedule = Node({}, both.where)
+    tree = _node(both.where)
+    schedule = _node(both.where)
     for key, value in both.items():
         target = tree if key in common_keys else schedule
         target[key] = value
@@ -211,11 +298,13 @@ def _owner(element: _Element, what: str) -> str:
     return f"{what} {texts.get('group') or 'DEFAULT'}.{name}: "
 
 
-def _sequence(element: _Element, spec: Sequence[_Field], file: str, owner: str = "") -> Node:
-    """The children of ``element`` read by ``spec``, in the schema's order; ``owner`` prefixes
-    the errors (the job or trigger being read)."""
+def _sequence(
+    element: _Element, spec: Sequence[_Field], file: str, owner: str = "", *, ordered: bool = True
+) -> Node:
+    """The children of ``element`` read by ``spec``, in the schema's order (any order when not
+    ``ordered``); ``owner`` prefixes the errors (the job or trigger being read)."""
     try:
-        return _read_sequence(element, spec, file, owner)
+        return _read_sequence(element, spec, file, owner, ordered)
     except SchedulingFileError as error:
         if not owner or owner in str(error):
             raise
@@ -223,9 +312,11 @@ def _sequence(element: _Element, spec: Sequence[_Field], file: str, owner: str =
         raise where.error(owner + str(error).split(": ", 1)[-1]) from None
 
 
-def _read_sequence(element: _Element, spec: Sequence[_Field], file: str, owner: str) -> Node:
+def _read_sequence(
+    element: _Element, spec: Sequence[_Field], file: str, owner: str, ordered: bool
+) -> Node:
     _no_text(element, file)
-    node = Node({}, Where(file, element.line))
+    node = _node(Where(file, element.line))
     positions = {name: i for i, (name, _, _) in enumerate(spec)}
     last = -1
     for child in element.children:
@@ -238,7 +329,7 @@ def _read_sequence(element: _Element, spec: Sequence[_Field], file: str, owner: 
         position = positions[child.name]
         _, key, kind = spec[position]
         repeats = kind in ("texts", "keys")
-        if position < last or (position == last and not repeats):
+        if ordered and (position < last or (position == last and not repeats)):
             raise where.error(
                 f"<{child.name}> is out of place in <{element.name}>: the order is "
                 + ", ".join(name for name, _, _ in spec)
@@ -271,21 +362,21 @@ def _retry(element: _Element, file: str) -> Node:
         )
     inner = element.children[0]
     key, spec = _RETRY[inner.name]
-    return Node(
-        {key: _sequence(inner, spec, file)},
+    return _node(
         Where(file, element.line),
+        {key: _sequence(inner, spec, file)},
         {key: Where(file, inner.line)},
     )
 
 
 def _data_map(element: _Element, file: str) -> Node:
     _no_text(element, file)
-    node = Node({}, Where(file, element.line))
+    node = _node(Where(file, element.line))
     for entry in element.children:
         where = Where(file, entry.line)
         if entry.name != "entry":
             raise where.error(f"unknown element <{entry.name}> in <job-data-map> (known: entry)")
-        pair = _sequence(entry, (("key", "key", "text"), ("value", "value", "text")), file)
+        pair = _sequence(entry, _ENTRY, file)
         if "key" not in pair or "value" not in pair:
             raise where.error("an <entry> needs a <key> and a <value>")
         key = pair["key"].strip()
@@ -293,7 +384,8 @@ def _data_map(element: _Element, file: str) -> Node:
             raise where.error("an <entry>'s <key> is empty")
         if key in node:
             raise where.error(f"job-data-map key {key!r} is given twice")
-        node[key] = pair["value"]
+        # Quartz's TrimEmptyToNull: the value trimmed, and an empty one is null.
+        node[key] = pair["value"].strip() or None
         node.key_wheres[key] = where
     return node
 
@@ -382,7 +474,13 @@ def _parse(content: str | bytes, file: str) -> _Element:
 
 
 def write_xml(tree: dict[str, Any]) -> str:
-    """The export document as ``job_scheduling_data_2_0`` XML (Quartz.NET's namespace)."""
+    """The export document as ``job_scheduling_data_2_0`` XML (Quartz.NET's namespace), valid
+    against Quartz.NET's schema.
+
+    Raises :class:`SchedulingFileError` naming the job or trigger for what the schema has no
+    element for (celery-quartz's own fields, a calendar-interval trigger's time zone other than
+    UTC, a negative priority) and for job data the reader would not give back as it is.
+    """
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<job-scheduling-data xmlns="{NAMESPACE}" version="2.0">',
@@ -392,7 +490,7 @@ def write_xml(tree: dict[str, Any]) -> str:
         out.append("  <schedule>")
         for job in jobs:
             out.append("    <job>")
-            _write_fields(out, job, _JOB, 6, f"job {job['Group']}.{job['Name']}")
+            _write_fields(out, job, _JOB, 6, f"job {job['Group']}.{job['Name']}", "job")
             out.append("    </job>")
         for trigger in triggers:
             kind = next(k for k in ("Simple", "Cron", "CalendarInterval") if k in trigger)
@@ -400,10 +498,13 @@ def write_xml(tree: dict[str, Any]) -> str:
                 (name, spec) for name, (key, spec) in _KINDS.items() if key == kind
             )
             owner = f"trigger {trigger['Group']}.{trigger['Name']}"
+            schedule = dict(trigger[kind])
+            if kind == "CalendarInterval" and schedule.get("TimeZone") == "UTC":
+                del schedule["TimeZone"]  # the reader's default, which the schema cannot say
             out.append("    <trigger>")
             out.append(f"      <{element}>")
-            _write_fields(out, trigger, _TRIGGER_COMMON, 8, owner)
-            _write_fields(out, trigger[kind], kind_fields, 8, owner)
+            _write_fields(out, trigger, _TRIGGER_COMMON, 8, owner, element)
+            _write_fields(out, schedule, kind_fields, 8, owner, element)
             out.append(f"      </{element}>")
             out.append("    </trigger>")
         out.append("  </schedule>")
@@ -412,46 +513,55 @@ def write_xml(tree: dict[str, Any]) -> str:
 
 
 def _write_fields(
-    out: list[str], tree: dict[str, Any], spec: Sequence[_Field], indent: int, owner: str
+    out: list[str],
+    tree: dict[str, Any],
+    spec: Sequence[_Field],
+    indent: int,
+    owner: str,
+    parent: str,
 ) -> None:
     pad = " " * indent
     for element, key, kind in spec:
         if key not in tree:
             continue
         value = tree[key]
+        if element in _OWN_ELEMENTS or (parent == "calendar-interval" and element == "time-zone"):
+            raise SchedulingFileError(
+                f"{owner}: Quartz.NET's job_scheduling_data_2_0 schema has no <{element}> in "
+                f"<{parent}> (here {_scalar(value)!r}); export as json or yaml"
+            )
+        if element == "priority" and value < 0:
+            raise SchedulingFileError(
+                f"{owner}: priority {value} is negative, and the schema's <priority> is not; "
+                "export as json or yaml"
+            )
         if kind == "data":
             out.append(f"{pad}<{element}>")
             for name, item in value.items():
-                if not isinstance(item, str):
-                    raise SchedulingFileError(
-                        f"{owner}: job data {name!r} is a {type(item).__name__}; XML holds "
-                        "strings only (export as json or yaml)"
-                    )
                 out.append(
                     f"{pad}  <entry><key>{_escape(name)}</key>"
-                    f"<value>{_escape(item)}</value></entry>"
+                    f"<value>{_escape(_data_value(owner, name, item))}</value></entry>"
                 )
-            out.append(f"{pad}</{element}>")
-        elif kind == "json":
-            encoded = json.dumps(value, sort_keys=True, ensure_ascii=False)
-            out.append(f"{pad}<{element}>{_escape(encoded)}</{element}>")
-        elif kind == "retry":
-            ((policy, spec_values),) = value.items()
-            name, fields = next((n, f) for n, (k, f) in _RETRY.items() if k == policy)
-            out.append(f"{pad}<{element}>")
-            out.append(f"{pad}  <{name}>")
-            for child, child_key, child_kind in fields:
-                if child_key not in spec_values:
-                    continue
-                items = (
-                    spec_values[child_key] if child_kind == "texts" else [spec_values[child_key]]
-                )
-                for item in items:
-                    out.append(f"{pad}    <{child}>{_scalar(item)}</{child}>")
-            out.append(f"{pad}  </{name}>")
             out.append(f"{pad}</{element}>")
         else:
             out.append(f"{pad}<{element}>{_scalar(value)}</{element}>")
+
+
+def _data_value(owner: str, name: str, item: Any) -> str:
+    """A job data value as XML writes it: what the reader gives back is the value itself."""
+    if item is None:
+        return ""  # read back as null
+    if not isinstance(item, str):
+        raise SchedulingFileError(
+            f"{owner}: job data {name!r} is a {type(item).__name__}; XML holds strings only "
+            "(export as json or yaml)"
+        )
+    if not item.strip() or item != item.strip() or name != name.strip():
+        raise SchedulingFileError(
+            f"{owner}: job data {name!r} is {item!r}, which XML cannot give back: Quartz trims "
+            "a key and a value and reads an empty value as null (export as json or yaml)"
+        )
+    return item
 
 
 def _scalar(value: Any) -> str:

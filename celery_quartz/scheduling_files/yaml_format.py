@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery_quartz.errors import SchedulingFileError
-from celery_quartz.scheduling_files.model import Node, Where
+from celery_quartz.scheduling_files.tree import Node, Where
 
 #: Deepest nesting read, as for JSON.
 MAX_DEPTH = 64

@@ -288,3 +288,71 @@ Triggers:
 """
 
 FULL = {"xml": FULL_XML, "json": FULL_JSON, "yaml": FULL_YAML}
+
+#: A file of Quartz.NET's schema alone (no celery-quartz element): what an XML export can hold.
+QUARTZNET_XML = """\
+<?xml version="1.0" encoding="UTF-8"?>
+<job-scheduling-data xmlns="http://quartznet.sourceforge.net/JobSchedulingData" version="2.0">
+  <processing-directives>
+    <overwrite-existing-data>true</overwrite-existing-data>
+  </processing-directives>
+  <schedule>
+    <job>
+      <name>report</name>
+      <group>nightly</group>
+      <description>The nightly report</description>
+      <job-type>tasks.report</job-type>
+      <durable>true</durable>
+      <recover>true</recover>
+      <job-data-map>
+        <entry><key>recipients</key><value>ops@example.com</value></entry>
+        <entry><key>cc</key><value></value></entry>
+      </job-data-map>
+    </job>
+    <job>
+      <name>ping</name>
+      <job-type>tasks.ping</job-type>
+    </job>
+    <trigger>
+      <simple>
+        <name>every-ten-seconds</name>
+        <group>pings</group>
+        <description>Ping ten times</description>
+        <job-name>ping</job-name>
+        <priority>7</priority>
+        <job-data-map>
+          <entry><key>source</key><value>simple</value></entry>
+        </job-data-map>
+        <start-time>2026-03-02T10:00:00Z</start-time>
+        <end-time>2026-03-03T10:00:00+02:00</end-time>
+        <misfire-instruction>RescheduleNextWithRemainingCount</misfire-instruction>
+        <repeat-count>10</repeat-count>
+        <repeat-interval>10000</repeat-interval>
+      </simple>
+    </trigger>
+    <trigger>
+      <cron>
+        <name>nightly</name>
+        <job-name>report</job-name>
+        <job-group>nightly</job-group>
+        <start-time-seconds-in-future>60</start-time-seconds-in-future>
+        <misfire-instruction>DoNothing</misfire-instruction>
+        <cron-expression>0 0 2 * * ?</cron-expression>
+        <time-zone>Europe/Helsinki</time-zone>
+      </cron>
+    </trigger>
+    <trigger>
+      <calendar-interval>
+        <name>monthly</name>
+        <group>reports</group>
+        <job-name>report</job-name>
+        <job-group>nightly</job-group>
+        <start-time>2026-03-31T09:00:00Z</start-time>
+        <misfire-instruction>FireOnceNow</misfire-instruction>
+        <repeat-interval>1</repeat-interval>
+        <repeat-interval-unit>Month</repeat-interval-unit>
+      </calendar-interval>
+    </trigger>
+  </schedule>
+</job-scheduling-data>
+"""

@@ -13,7 +13,8 @@ from celery import Celery
 from click.testing import CliRunner, Result
 
 from celery_quartz.cli import quartz
-from tests.unit.scheduling_file_samples import FULL
+from tests.unit.quartznet_schema import assert_valid_for_quartznet
+from tests.unit.scheduling_file_samples import FULL, QUARTZNET_XML
 
 
 @pytest.fixture
@@ -81,14 +82,30 @@ def test_usage_errors_are_exit_code_2(app: Celery) -> None:
     assert run(app, "export").exit_code == 2  # no format and no -o extension
 
 
-def test_export_writes_each_format(app: Celery, full_xml: Path, tmp_path: Path) -> None:
-    run(app, "load", str(full_xml))
+def test_export_writes_each_format(app: Celery, tmp_path: Path) -> None:
+    path = tmp_path / "quartz_jobs.xml"
+    path.write_text(QUARTZNET_XML)  # what Quartz.NET's schema holds, so XML can export it
+    run(app, "load", str(path))
     for fmt in ("xml", "json", "yaml"):
         out = tmp_path / f"export.{fmt}"
         result = run(app, "export", "-o", str(out))
         assert result.exit_code == 0, result.output
         assert run(app, "export", "--format", fmt).output == out.read_text()
-    assert "<job-scheduling-data" in (tmp_path / "export.xml").read_text()
+    assert_valid_for_quartznet((tmp_path / "export.xml").read_text())
+
+
+def test_a_file_with_several_errors_names_each(app: Celery, tmp_path: Path) -> None:
+    path = tmp_path / "bad.xml"
+    path.write_text(
+        "<job-scheduling-data>\n<schedule>\n<job><name>a</name></job>\n"
+        "<job><name>b</name><job-type>tasks.ping</job-type><durable>maybe</durable></job>\n"
+        "</schedule>\n</job-scheduling-data>\n"
+    )
+    result = run(app, "load", str(path))
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"error: 2 errors in {path}" in result.output
+    assert f"{path}:3: job DEFAULT.a: job-type is required" in result.output
+    assert f"{path}:4: job DEFAULT.b: durable must be true or false" in result.output
 
 
 def test_an_unreachable_store_is_one_line(tmp_path: Path) -> None:

@@ -302,7 +302,7 @@ def xml_trigger(*inner: str, kind: str = "cron") -> str:
                 "<cron-expression>* * * * * ?</cron-expression>",
             ],
             7,
-            "MaxAttempts",
+            "max-attempts",
         ),
     ],
 )
@@ -339,7 +339,7 @@ def test_a_job_error_names_the_job_and_its_line() -> None:
         "</job-scheduling-data>\n"
     )
     message = str(error_of(text, "xml"))
-    assert message.startswith("quartz_jobs.xml:3: job nightly.report: JobType is required")
+    assert message.startswith("quartz_jobs.xml:3: job nightly.report: job-type is required")
 
 
 def test_job_data_that_is_too_large_names_the_job() -> None:
@@ -349,15 +349,25 @@ def test_job_data_that_is_too_large_names_the_job() -> None:
     assert "quartz_jobs.json at $.Jobs[0]" in message and "job DEFAULT.big" in message
 
 
-def test_a_job_defined_twice_is_refused(fmt: str) -> None:
+def test_a_job_or_trigger_defined_twice_is_read_twice_for_the_directives_to_decide(
+    fmt: str,
+) -> None:
     texts = {
         "xml": "<job-scheduling-data><schedule>"
         + "<job><name>a</name><job-type>t</job-type></job>" * 2
+        + "<trigger><cron><name>t</name><job-name>a</job-name>"
+        "<cron-expression>0 0 2 * * ?</cron-expression></cron></trigger>"
+        * 2
         + "</schedule></job-scheduling-data>",
-        "json": '{"Jobs": [{"Name": "a", "JobType": "t"}, {"Name": "a", "JobType": "t"}]}',
-        "yaml": "Jobs:\n- {Name: a, JobType: t}\n- {Name: a, JobType: t}\n",
+        "json": '{"Jobs": [{"Name": "a", "JobType": "t"}, {"Name": "a", "JobType": "t"}],'
+        ' "Triggers": [{"Name": "t", "JobName": "a", "Cron": {"Expression": "0 0 2 * * ?"}},'
+        ' {"Name": "t", "JobName": "a", "Cron": {"Expression": "0 0 2 * * ?"}}]}',
+        "yaml": "Jobs:\n- {Name: a, JobType: t}\n- {Name: a, JobType: t}\nTriggers:\n"
+        + "- {Name: t, JobName: a, Cron: {Expression: 0 0 2 * * ?}}\n" * 2,
     }
-    assert "job DEFAULT.a is defined twice" in str(error_of(texts[fmt], fmt))
+    data = parse(texts[fmt], fmt)
+    assert [d.job.key for d in data.jobs] == [JobKey("a")] * 2
+    assert [d.trigger.key for d in data.triggers] == [TriggerKey("t")] * 2
 
 
 def test_malformed_xml_names_the_line() -> None:
@@ -466,3 +476,175 @@ def test_durations_read_milliseconds_and_time_spans() -> None:
     )
     t = parse(text, "json").triggers[0].trigger
     assert t.repeat_interval == timedelta(days=1, hours=2, minutes=3, seconds=4.5)
+
+
+# -- as Quartz.NET reads job_scheduling_data_2_0 -------------------------------------------------
+
+
+def test_every_pre_processing_commands_element_is_read() -> None:
+    text = (
+        "<job-scheduling-data>\n"
+        "<pre-processing-commands><delete-jobs-in-group>a</delete-jobs-in-group>"
+        "<delete-job><name>x</name></delete-job></pre-processing-commands>\n"
+        "<processing-directives/>\n"
+        "<pre-processing-commands><delete-trigger><name>y</name></delete-trigger>"
+        "<delete-jobs-in-group>b</delete-jobs-in-group></pre-processing-commands>\n"
+        "</job-scheduling-data>"
+    )
+    data = parse(text, "xml")
+    assert data.delete_job_groups == ["a", "b"]
+    assert data.delete_jobs == [JobKey("x")]
+    assert data.delete_triggers == [TriggerKey("y")]
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_the_schedule_relative_to_replaced_trigger_directive_is_read(fmt: str, value: bool) -> None:
+    word = "true" if value else "false"
+    text = {
+        "xml": "<job-scheduling-data><processing-directives>"
+        "<overwrite-existing-data>true</overwrite-existing-data>"
+        f"<schedule-trigger-relative-to-replaced-trigger>{word}"
+        "</schedule-trigger-relative-to-replaced-trigger>"
+        "</processing-directives></job-scheduling-data>",
+        "json": '{"ProcessingDirectives": {"ScheduleTriggerRelativeToReplacedTrigger": '
+        + word
+        + "}}",
+        "yaml": f"ProcessingDirectives:\n  ScheduleTriggerRelativeToReplacedTrigger: {word}\n",
+    }[fmt]
+    assert parse(text, fmt).schedule_trigger_relative_to_replaced_trigger is value
+    assert not parse(bare_document(fmt), fmt).schedule_trigger_relative_to_replaced_trigger
+
+
+def bare_document(fmt: str) -> str:
+    return {"xml": "<job-scheduling-data/>", "json": "{}", "yaml": "Jobs: []"}[fmt]
+
+
+def xml_job_data(*values: str) -> str:
+    entries = "".join(
+        f"<entry><key>k{i}</key><value>{value}</value></entry>" for i, value in enumerate(values)
+    )
+    return (
+        "<job-scheduling-data><schedule><job><name>a</name><job-type>t</job-type>"
+        f"<durable>true</durable><recover>false</recover><job-data-map>{entries}</job-data-map>"
+        "</job></schedule></job-scheduling-data>"
+    )
+
+
+def test_an_empty_job_data_value_is_null_as_in_quartz() -> None:
+    job = parse(xml_job_data("", "  \n "), "xml").jobs[0].job
+    assert job.data == {"k0": None, "k1": None}
+
+
+def test_a_job_data_value_is_trimmed_as_in_quartz() -> None:
+    job = parse(xml_job_data("  ops@example.com\n"), "xml").jobs[0].job
+    assert job.data == {"k0": "ops@example.com"}
+
+
+BROKEN = {
+    "xml": """\
+<job-scheduling-data>
+  <schedule>
+    <job><name>a</name><durable>maybe</durable></job>
+    <trigger><cron><name>t1</name><job-name>a</job-name>
+      <cron-expression>0 0 25 * * ?</cron-expression></cron></trigger>
+    <trigger><simple><name>t2</name><job-name>a</job-name>
+      <repeat-count>-2</repeat-count><repeat-interval>1000</repeat-interval></simple></trigger>
+  </schedule>
+</job-scheduling-data>
+""",
+    "json": """\
+{"Jobs": [{"Name": "a", "Durable": "maybe"}],
+ "Triggers": [
+  {"Name": "t1", "JobName": "a", "Cron": {"Expression": "0 0 25 * * ?"}},
+  {"Name": "t2", "JobName": "a", "Simple": {"RepeatCount": -2, "RepeatInterval": 1000}}]}
+""",
+    "yaml": """\
+Jobs:
+  - {Name: a, Durable: maybe}
+Triggers:
+  - {Name: t1, JobName: a, Cron: {Expression: 0 0 25 * * ?}}
+  - {Name: t2, JobName: a, Simple: {RepeatCount: -2, RepeatInterval: 1000}}
+""",
+}
+
+
+def test_every_error_in_a_file_is_reported(fmt: str) -> None:
+    error = error_of(BROKEN[fmt], fmt)
+    messages = [str(each) for each in error.errors]
+    assert len(messages) == 4, messages
+    assert str(error).startswith(f"4 errors in quartz_jobs.{fmt}\n")
+    assert str(error).splitlines()[1:] == messages
+    expected = [
+        ("job DEFAULT.a", "must be true or false"),
+        ("job DEFAULT.a", "job-type is required" if fmt == "xml" else "JobType is required"),
+        ("trigger DEFAULT.t1", "hour"),
+        ("trigger DEFAULT.t2", "at least -1"),
+    ]
+    for owner, fragment in expected:
+        assert any(owner in m and fragment in m for m in messages), (owner, fragment, messages)
+    assert all(m.startswith(f"quartz_jobs.{fmt}") for m in messages)
+
+
+def test_every_element_at_fault_in_an_xml_file_is_reported() -> None:
+    text = (
+        "<job-scheduling-data>\n<schedule>\n"
+        "<job><name>a</name><job-type>t</job-type><bogus/></job>\n"
+        "<trigger><cron><name>t</name><cron-expression>* * * * * ?</cron-expression>"
+        "<job-name>a</job-name></cron></trigger>\n"
+        "<calendar/>\n"
+        "</schedule>\n"
+        "<processing-directives><ignore-duplicates>x</ignore-duplicates></processing-directives>\n"
+        "</job-scheduling-data>"
+    )
+    lines = [each.line for each in error_of(text, "xml").errors]
+    assert sorted(lines) == [3, 4, 5, 7], str(error_of(text, "xml"))
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "<job-scheduling-data><schedule><job><name>a</name></job></schedule>"
+            "</job-scheduling-data>",
+            "job DEFAULT.a: job-type is required",
+        ),
+        (
+            "<job-scheduling-data><pre-processing-commands><delete-job><group>g</group>"
+            "</delete-job></pre-processing-commands></job-scheduling-data>",
+            "delete-job: name is required",
+        ),
+        (
+            "<job-scheduling-data><processing-directives><overwrite-existing-data>yes"
+            "</overwrite-existing-data></processing-directives></job-scheduling-data>",
+            "processing-directives: overwrite-existing-data must be true or false",
+        ),
+        (
+            xml_trigger(
+                "<start-time>2026-03-02T10:00:00Z</start-time>",
+                "<start-time-seconds-in-future>5</start-time-seconds-in-future>",
+                "<cron-expression>* * * * * ?</cron-expression>",
+            ),
+            "give start-time or start-time-seconds-in-future, not both",
+        ),
+        (
+            xml_trigger(
+                "<priority>high</priority>", "<cron-expression>* * * * * ?</cron-expression>"
+            ),
+            "trigger DEFAULT.nightly: priority must be a whole number",
+        ),
+        (
+            xml_trigger(
+                "<misfire-instruction>FireNow</misfire-instruction>",
+                "<cron-expression>* * * * * ?</cron-expression>",
+            ),
+            "is not one of a cron trigger's",
+        ),
+    ],
+)
+def test_an_xml_error_names_the_element_as_the_file_spells_it(text: str, message: str) -> None:
+    assert message in str(error_of(text, "xml"))
+
+
+def test_a_json_error_names_the_json_key() -> None:
+    text = '{"PreProcessingCommands": {"DeleteJob": [{"Group": "g"}]}}'
+    assert "DeleteJob: Name is required" in str(error_of(text, "json"))

@@ -25,10 +25,18 @@ from celery_quartz.scheduling_files import (
     load_scheduling_files,
 )
 from celery_quartz.store import MemoryStore, SqlStore
-from celery_quartz.triggers import CronTrigger, DailyTimeIntervalTrigger, SimpleTrigger
+from celery_quartz.triggers import (
+    CalendarIntervalTrigger,
+    CronTrigger,
+    DailyTimeIntervalTrigger,
+    IntervalUnit,
+    SimpleTrigger,
+)
 from celery_quartz.triggers.base import TriggerDetailsUpdate
+from tests.unit.builders import fire_one
 from tests.unit.conftest import T0
-from tests.unit.scheduling_file_samples import FULL
+from tests.unit.quartznet_schema import assert_valid_for_quartznet
+from tests.unit.scheduling_file_samples import FULL, QUARTZNET_XML
 
 
 @pytest.fixture
@@ -303,6 +311,33 @@ def test_delete_triggers_in_group_takes_a_non_durable_job_with_its_last_trigger(
     assert store.retrieve_job(JobKey("b", "old-triggers")) is not None
 
 
+def test_every_pre_processing_commands_element_is_applied(
+    app: Celery, store: MemoryStore, tmp_path: Path
+) -> None:
+    schedule(app, store, "a", "first")
+    schedule(app, store, "b", "second")
+    schedule(app, store, "c", "kept")
+    text = (
+        "<job-scheduling-data>"
+        "<pre-processing-commands><delete-jobs-in-group>first</delete-jobs-in-group>"
+        "</pre-processing-commands>"
+        "<pre-processing-commands><delete-trigger><name>b</name><group>second</group>"
+        "</delete-trigger></pre-processing-commands>"
+        "</job-scheduling-data>"
+    )
+    plan = load_scheduling_files(app, store, [write(tmp_path, "q.xml", text)])
+    assert plan.jobs_deleted == [JobKey("a", "first"), JobKey("b", "second")]
+    assert store.job_keys() == [JobKey("c", "kept")]
+
+
+def test_an_empty_job_data_value_is_stored_as_null(
+    app: Celery, store: MemoryStore, tmp_path: Path
+) -> None:
+    load_scheduling_files(app, store, [write(tmp_path, "q.xml", QUARTZNET_XML)])
+    job = store.retrieve_job(JobKey("report", "nightly"))
+    assert job is not None and job.data == {"recipients": "ops@example.com", "cc": None}
+
+
 def test_delete_job_and_delete_trigger(app: Celery, store: MemoryStore, tmp_path: Path) -> None:
     schedule(app, store, "gone", "legacy")
     schedule(app, store, "gone-trigger", "DEFAULT")
@@ -414,12 +449,100 @@ def test_an_absent_execution_group_clears_one_set_some_other_way(
     assert store.retrieve_trigger(TriggerKey("nightly")).execution_group is None  # type: ignore[union-attr]
 
 
+# -- schedule-trigger-relative-to-replaced-trigger ----------------------------------------------
+
+RELATIVE = """\
+<job-scheduling-data>
+  <processing-directives>
+    <schedule-trigger-relative-to-replaced-trigger>{relative}</schedule-trigger-relative-to-replaced-trigger>
+  </processing-directives>
+  <schedule>
+    <job><name>report</name><job-type>tasks.report</job-type></job>
+    <trigger><cron><name>nightly</name><job-name>report</job-name>{start}
+      <cron-expression>{expression}</cron-expression></cron></trigger>
+  </schedule>
+</job-scheduling-data>
+"""
+
+
+def relative_file(
+    tmp_path: Path, expression: str, *, relative: bool = True, start: str = ""
+) -> Path:
+    text = RELATIVE.format(
+        relative="true" if relative else "false", expression=expression, start=start
+    )
+    return write(tmp_path, "quartz_jobs.xml", text)
+
+
+def test_a_replacing_trigger_is_scheduled_after_the_replaced_ones_last_fire_time(
+    app: Celery, db: SqlStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    load_scheduling_files(app, db, [relative_file(tmp_path, "0 30 9 * * ?")])  # at T0, 09:00
+    clock.set(T0 + timedelta(minutes=30))
+    fire_one(db, "nightly")
+    clock.set(T0 + timedelta(hours=4))
+    plan = load_scheduling_files(app, db, [relative_file(tmp_path, "0 0 */6 * * ?")])
+    assert plan.triggers_replaced == [TriggerKey("nightly")]
+    trigger = db.retrieve_trigger(TriggerKey("nightly"))
+    assert isinstance(trigger, CronTrigger) and trigger.expression == "0 0 */6 * * ?"
+    assert trigger.start_at == T0
+    assert trigger.previous_fire_time == T0 + timedelta(minutes=30)
+    # the new schedule's first time after the last firing (12:00): past, so its misfire
+    # instruction decides it, as in Quartz.NET
+    assert trigger.next_fire_time == T0 + timedelta(hours=3)
+
+
+def test_a_replacing_trigger_never_fired_is_scheduled_after_the_replaced_ones_start(
+    app: Celery, store: MemoryStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 0 2 * * ?")])  # at T0, 09:00
+    clock.advance(3600)
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 30 * * * ?")])
+    trigger = store.retrieve_trigger(TriggerKey("nightly"))
+    assert trigger is not None and trigger.start_at == T0
+    assert trigger.previous_fire_time is None
+    assert trigger.next_fire_time == T0 + timedelta(minutes=30)
+
+
+def test_without_the_directive_a_replacing_trigger_starts_at_the_load(
+    app: Celery, store: MemoryStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 0 2 * * ?", relative=False)])
+    clock.advance(3600)
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 30 * * * ?", relative=False)])
+    trigger = store.retrieve_trigger(TriggerKey("nightly"))
+    assert trigger is not None and trigger.start_at == T0 + timedelta(hours=1)
+    assert trigger.next_fire_time == T0 + timedelta(hours=1, minutes=30)
+
+
+def test_a_replacing_trigger_starting_later_than_the_load_keeps_its_own_start(
+    app: Celery, store: MemoryStore, clock: FakeClock, tmp_path: Path
+) -> None:
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 0 2 * * ?")])
+    clock.advance(3600)
+    later = "<start-time-seconds-in-future>5</start-time-seconds-in-future>"
+    load_scheduling_files(app, store, [relative_file(tmp_path, "0 30 * * * ?", start=later)])
+    trigger = store.retrieve_trigger(TriggerKey("nightly"))
+    assert trigger is not None and trigger.start_at == T0 + timedelta(hours=1, seconds=5)
+    assert trigger.next_fire_time == T0 + timedelta(hours=1, minutes=30)
+
+
 # -- export and the round trip -------------------------------------------------------------------
 
 
+def export(store: SqlStore, fmt: str) -> str:
+    """The export in ``fmt``; an XML export is checked against Quartz.NET's schema."""
+    text = export_scheduling_data(store, fmt)
+    if fmt == "xml":
+        assert_valid_for_quartznet(text)
+    return text
+
+
 def fill(app: Celery, store: SqlStore, tmp_path: Path, fmt: str) -> None:
-    load_scheduling_files(app, store, [write(tmp_path, f"full.{fmt}", FULL[fmt])])
-    if fmt != "xml":  # XML's job data holds strings only
+    # XML holds what Quartz.NET's schema holds: no celery-quartz field, job data strings only.
+    sample = QUARTZNET_XML if fmt == "xml" else FULL[fmt]
+    load_scheduling_files(app, store, [write(tmp_path, f"full.{fmt}", sample)])
+    if fmt != "xml":
         quartz(app, store).schedule_job(
             Job(key=JobKey("typed"), task="tasks.other", data={"n": 3, "nested": {"a": [1]}}),
             SimpleTrigger(
@@ -433,12 +556,12 @@ def test_export_load_export_gives_the_same_file(
     app: Celery, db: SqlStore, clock: FakeClock, tmp_path: Path, fmt: str
 ) -> None:
     fill(app, db, tmp_path, fmt)
-    first = export_scheduling_data(db, fmt)
+    first = export(db, fmt)
     empty = MemoryStore(scheduler_name="other", clock=clock)
     try:
         clock.advance(120)
         load_scheduling_files(app, empty, [write(tmp_path, f"export.{fmt}", first)])
-        assert export_scheduling_data(empty, fmt) == first
+        assert export(empty, fmt) == first
         # and a reload of the export into the store it came from changes nothing
         assert not load_scheduling_files(app, db, [tmp_path / f"export.{fmt}"]).changed
     finally:
@@ -447,7 +570,8 @@ def test_export_load_export_gives_the_same_file(
 
 def test_export_leaves_out_the_groups_celery_quartz_keeps(app: Celery, store: MemoryStore) -> None:
     schedule(app, store, "entry", BEAT_SCHEDULE_GROUP)
-    assert json.loads(export_scheduling_data(store, "json")) == {"Jobs": [], "Triggers": []}
+    assert json.loads(export(store, "json")) == {"Jobs": [], "Triggers": []}
+    assert "<schedule>" not in export(store, "xml")
 
 
 def test_export_refuses_a_trigger_kind_no_file_holds(app: Celery, store: MemoryStore) -> None:
@@ -456,7 +580,7 @@ def test_export_refuses_a_trigger_kind_no_file_holds(app: Celery, store: MemoryS
         DailyTimeIntervalTrigger(key=TriggerKey("daily"), repeat_interval=1),
     )
     with pytest.raises(SchedulingFileError, match=r"trigger DEFAULT\.daily: a DAILY_I trigger"):
-        export_scheduling_data(store, "yaml")
+        export(store, "yaml")
 
 
 def test_xml_export_refuses_job_data_that_is_not_a_string(app: Celery, store: MemoryStore) -> None:
@@ -464,6 +588,91 @@ def test_xml_export_refuses_job_data_that_is_not_a_string(app: Celery, store: Me
         Job(key=JobKey("typed"), task="tasks.other", durable=True, data={"n": 3})
     )
     with pytest.raises(SchedulingFileError, match=r"job DEFAULT\.typed: job data 'n' is a int"):
+        export(store, "xml")
+
+
+def test_an_xml_export_of_a_calendar_interval_trigger_is_valid_for_quartznet(
+    app: Celery, store: MemoryStore
+) -> None:
+    quartz(app, store).schedule_job(
+        Job(key=JobKey("weekly"), task="tasks.other"),
+        CalendarIntervalTrigger(
+            key=TriggerKey("weekly"), repeat_interval=1, repeat_interval_unit=IntervalUnit.WEEK
+        ),
+    )
+    text = export(store, "xml")  # checked against the schema
+    assert "<time-zone>" not in text
+
+
+@pytest.mark.parametrize(
+    ("trigger", "element"),
+    [
+        (
+            CalendarIntervalTrigger(
+                key=TriggerKey("t"), repeat_interval=1, time_zone="Europe/Helsinki"
+            ),
+            "<time-zone> in <calendar-interval>",
+        ),
+        (
+            CronTrigger(key=TriggerKey("t"), expression="0 0 2 * * ?", execution_group="reports"),
+            "<execution-group> in <cron>",
+        ),
+        (
+            SimpleTrigger(
+                key=TriggerKey("t"),
+                repeat_count=-1,
+                repeat_interval=60,
+                preferred_node=PreferredNode.AUTO,
+            ),
+            "<preferred-node> in <simple>",
+        ),
+    ],
+)
+def test_xml_export_refuses_what_quartznet_schema_has_no_element_for(
+    app: Celery, store: MemoryStore, trigger: Any, element: str
+) -> None:
+    quartz(app, store).schedule_job(Job(key=JobKey("j"), task="tasks.other"), trigger)
+    with pytest.raises(SchedulingFileError) as caught:
+        export_scheduling_data(store, "xml")
+    message = str(caught.value)
+    assert message.startswith("trigger DEFAULT.t: ") and element in message, message
+    assert "export as json or yaml" in message
+
+
+def test_xml_export_refuses_a_job_field_quartznet_schema_has_no_element_for(
+    app: Celery, store: MemoryStore
+) -> None:
+    quartz(app, store).add_job(
+        Job(key=JobKey("j"), task="tasks.other", durable=True, kwargs={"full": True})
+    )
+    with pytest.raises(SchedulingFileError, match=r"^job DEFAULT\.j: .* no <kwargs> in <job>"):
+        export_scheduling_data(store, "xml")
+
+
+def test_xml_export_writes_null_job_data_as_an_empty_value(
+    app: Celery, store: MemoryStore, tmp_path: Path
+) -> None:
+    quartz(app, store).add_job(
+        Job(key=JobKey("j"), task="tasks.other", durable=True, data={"cc": None})
+    )
+    text = export(store, "xml")
+    assert "<entry><key>cc</key><value></value></entry>" in text
+    other = MemoryStore(scheduler_name="other", clock=store.clock)
+    try:
+        load_scheduling_files(app, other, [write(tmp_path, "export.xml", text)])
+        assert other.retrieve_job(JobKey("j")).data == {"cc": None}  # type: ignore[union-attr]
+    finally:
+        other.dispose()
+
+
+@pytest.mark.parametrize("value", ["", " padded "])
+def test_xml_export_refuses_a_job_data_value_the_reader_would_change(
+    app: Celery, store: MemoryStore, value: str
+) -> None:
+    quartz(app, store).add_job(
+        Job(key=JobKey("j"), task="tasks.other", durable=True, data={"note": value})
+    )
+    with pytest.raises(SchedulingFileError, match=r"job DEFAULT\.j: job data 'note' is"):
         export_scheduling_data(store, "xml")
 
 

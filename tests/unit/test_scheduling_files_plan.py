@@ -65,3 +65,71 @@ def test_a_trigger_for_an_unknown_job_names_its_line() -> None:
     text = "Triggers:\n  - {Name: t, JobName: ghost, Cron: {Expression: 0 0 2 * * ?}}\n"
     with pytest.raises(SchedulingFileError, match=r"^q\.yaml:2: trigger DEFAULT\.t: job"):
         plan(Snapshot(), [parse_scheduling_data(text, "q.yaml")], T0)
+
+
+def twice(directives: str) -> str:
+    """A file defining trigger ``nightly`` twice, at 02:00 and then at 03:00."""
+    return (
+        f"ProcessingDirectives: {{{directives}}}\n"
+        "Jobs:\n  - {Name: report, JobType: tasks.report, Durable: true}\n"
+        "Triggers:\n"
+        "  - {Name: nightly, JobName: report, Cron: {Expression: 0 0 2 * * ?}}\n"
+        "  - {Name: nightly, JobName: report, Cron: {Expression: 0 0 3 * * ?}}\n"
+    )
+
+
+def test_a_trigger_defined_twice_with_overwrite_takes_the_last_definition() -> None:
+    result = plan(
+        Snapshot(), [parse_scheduling_data(twice("OverwriteExistingData: true"), "q.yaml")], T0
+    )
+    assert result.triggers_added == [TriggerKey("nightly")]
+    (written,) = result.triggers_to_write
+    assert isinstance(written, CronTrigger) and written.expression == "0 0 3 * * ?"
+
+
+def test_a_trigger_defined_twice_with_ignore_duplicates_keeps_the_first_definition() -> None:
+    text = twice("OverwriteExistingData: false, IgnoreDuplicates: true")
+    (written,) = plan(Snapshot(), [parse_scheduling_data(text, "q.yaml")], T0).triggers_to_write
+    assert isinstance(written, CronTrigger) and written.expression == "0 0 2 * * ?"
+
+
+def test_a_trigger_defined_twice_neither_overwritten_nor_ignored_is_an_error_naming_both() -> None:
+    text = twice("OverwriteExistingData: false")
+    with pytest.raises(
+        SchedulingFileError,
+        match=r"^q\.yaml:6: trigger DEFAULT\.nightly is defined twice \(first at q\.yaml:5\)",
+    ):
+        plan(Snapshot(), [parse_scheduling_data(text, "q.yaml")], T0)
+
+
+def test_a_job_defined_twice_with_overwrite_takes_the_last_definition() -> None:
+    text = (
+        "Jobs:\n  - {Name: report, JobType: tasks.report, Durable: true}\n"
+        "  - {Name: report, JobType: tasks.other, Durable: true}\n"
+    )
+    (written,) = plan(Snapshot(), [parse_scheduling_data(text, "q.yaml")], T0).jobs_to_write
+    assert written.task == "tasks.other"
+
+
+def test_every_conflict_of_a_load_is_reported() -> None:
+    text = (
+        "Jobs:\n  - {Name: lonely, JobType: tasks.report}\n"
+        "Triggers:\n"
+        "  - {Name: t1, JobName: ghost, Cron: {Expression: 0 0 2 * * ?}}\n"
+        "  - {Name: t2, JobName: phantom, Cron: {Expression: 0 0 2 * * ?}}\n"
+    )
+    with pytest.raises(SchedulingFileError) as caught:
+        plan(Snapshot(), [parse_scheduling_data(text, "q.yaml")], T0)
+    assert [error.line for error in caught.value.errors] == [4, 5, 2]
+    assert "must be durable (Durable true)" in str(caught.value)
+
+
+def test_a_job_defined_twice_without_a_trigger_is_refused_once_at_its_last_definition() -> None:
+    text = (
+        "Jobs:\n  - {Name: report, JobType: tasks.report}\n"
+        "  - {Name: report, JobType: tasks.other}\n"
+    )
+    with pytest.raises(SchedulingFileError) as caught:
+        plan(Snapshot(), [parse_scheduling_data(text, "q.yaml")], T0)
+    assert [error.line for error in caught.value.errors] == [3]
+    assert "job DEFAULT.report has no trigger, so it must be durable" in str(caught.value)

@@ -20,6 +20,7 @@ from sqlalchemy import (
     update,
 )
 
+from celery_quartz.clock import to_millis
 from celery_quartz.errors import (
     CalendarInUseError,
     ObjectAlreadyExistsError,
@@ -400,6 +401,14 @@ class JobsSql(FiringsSql, JobStore):
                 True,
                 now,
             )
+            # A trigger scheduled relative to the one it replaced keeps the next fire time the
+            # plan gave it (the store computed one from its start).
+            for tkey, when in result.next_fire_times.items():
+                conn.execute(
+                    update(t)
+                    .where(self._trigger_key_clause(tkey))
+                    .values(next_fire_time=to_millis(when))
+                )
         return result
 
     def _read_snapshot(self, conn: Connection, wanted: Needs) -> Snapshot:

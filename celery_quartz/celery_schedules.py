@@ -42,8 +42,8 @@ def trigger_from_celery_schedule(
 
     * ``crontab``: a :class:`CronTrigger` at second 0, Celery's day numbering (0 = Sunday)
       renumbered, in the crontab's own zone (its app's ``timezone`` or its ``nowfun``'s) or else
-      ``default_time_zone``. Celery requires *both* day fields to match; Quartz names days in one
-      of them, so a crontab restricting both is refused.
+      ``default_time_zone``. Celery requires *both* day fields to match; Quartz fires on a day
+      either field names, so a crontab restricting both is refused.
     * ``schedule``, :class:`~datetime.timedelta` or a number of seconds: a
       :class:`SimpleTrigger` repeating forever, first one interval after ``now`` (a fresh stock
       beat entry first runs one interval after beat starts). ``relative=True`` rounds the first
@@ -190,8 +190,8 @@ def _from_crontab(
         raise ValidationError(
             f"{where}: the crontab restricts both day_of_month ({schedule._orig_day_of_month!r}) "
             f"and day_of_week ({schedule._orig_day_of_week!r}); Celery requires both to match "
-            f"but a Quartz expression names days in only one field: split it into two entries "
-            f"or drop one restriction"
+            f"but a Quartz expression fires on a day either field names: drop one restriction "
+            f"(or check the other in the task)"
         )
     if not set(schedule.minute) or not set(schedule.hour) or not set(schedule.day_of_month):
         raise ValidationError(f"{where}: the crontab names no time at all")

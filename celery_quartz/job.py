@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from celery_quartz.errors import JobDataError, ValidationError
-from celery_quartz.keys import JobKey, check_description
+from celery_quartz.keys import MAX_TASK_NAME_LENGTH, JobKey, check_description
 
 #: Default bound on the encoded size of a job's (or trigger's) data, args, kwargs and options.
 DEFAULT_MAX_DATA_BYTES = 64 * 1024
@@ -49,6 +49,11 @@ class Job:
             raise ValidationError(f"job key must be a JobKey, got {self.key!r}")
         if not isinstance(self.task, str) or not self.task:
             raise ValidationError(f"job {self.key}: task must be a Celery task name")
+        if len(self.task) > MAX_TASK_NAME_LENGTH:
+            raise ValidationError(
+                f"job {self.key}: task name is {len(self.task)} characters; "
+                f"at most {MAX_TASK_NAME_LENGTH}"
+            )
         if isinstance(self.args, (str, bytes)) or not isinstance(self.args, Sequence):
             raise JobDataError(
                 f"job {self.key}: args must be a list, got {type(self.args).__name__}"

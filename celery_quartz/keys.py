@@ -20,6 +20,8 @@ BEAT_SCHEDULE_GROUP = "celery.beat_schedule"
 MAX_KEY_LENGTH = 200
 #: Longest job or trigger description the store accepts (its columns' width).
 MAX_DESCRIPTION_LENGTH = 250
+#: The longest Celery task name a job can name (the store's column).
+MAX_TASK_NAME_LENGTH = 255
 
 
 def check_description(

@@ -41,14 +41,14 @@ from sqlalchemy import (
     true,
 )
 
-from celery_quartz.keys import MAX_DESCRIPTION_LENGTH
+from celery_quartz.keys import MAX_DESCRIPTION_LENGTH, MAX_TASK_NAME_LENGTH
 
 DEFAULT_TABLE_PREFIX = "quartz_"
 
 # Column widths shared by every table (Quartz's are 120/190/200; we keep room for Celery names).
 SCHED_NAME = 120
 KEY_PART = 200
-TASK_NAME = 255
+TASK_NAME = MAX_TASK_NAME_LENGTH
 NODE_NAME = 255
 STATE = 16
 #: Longest error reason or exception message kept on a trigger (longer ones are cut).

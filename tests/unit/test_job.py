@@ -78,3 +78,13 @@ def test_a_description_longer_than_the_store_holds_is_refused_naming_the_job() -
         match=re.escape("job nightly.report: description is 251 characters; at most 250"),
     ):
         Job(key=KEY, task="tasks.report", description="d" * 251).validate()
+
+
+def test_a_task_name_longer_than_the_store_holds_is_refused_naming_the_job() -> None:
+    # SQLite would keep it; PostgreSQL would fail the whole transaction without naming the job.
+    Job(key=KEY, task="t" * 255).validate()
+    with pytest.raises(
+        ValidationError,
+        match=re.escape("job nightly.report: task name is 256 characters; at most 255"),
+    ):
+        Job(key=KEY, task="t" * 256).validate()

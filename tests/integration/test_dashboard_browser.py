@@ -5,26 +5,21 @@ no action and refuses a form's POST. Screenshots land in the test's tmp_path (an
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
-from celery_quartz.dashboard import create_app
 from celery_quartz.store import TriggerState
 from celery_quartz.triggers import CronTrigger
 from tests.integration import ledger_app
-from tests.integration.dashboard_helpers import ADMIN, settings
+from tests.integration.dashboard_helpers import ADMIN, serve
 from tests.integration.processes import processes, wait_for
-from tests.services import ServiceBinaryNotFound, find_chromium, free_port
+from tests.services import ServiceBinaryNotFound, find_chromium
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -59,25 +54,6 @@ def browser(tmp_path: Path) -> Iterator[Any]:
             yield context
         finally:
             context.close()
-
-
-@contextlib.contextmanager
-def serve(url: str, **changes: Any) -> Iterator[str]:
-    """The dashboard of ``url``'s store on a local port, in a thread; yields its base URL."""
-    port = free_port()
-    app = create_app(ledger_app.app, settings=settings(url, dashboard_poll_interval=1, **changes))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "the dashboard did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def _schedule(url: str) -> Quartz:

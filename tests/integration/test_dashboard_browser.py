@@ -5,6 +5,7 @@ no action and refuses a form's POST. Screenshots land in the test's tmp_path (an
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -177,3 +178,68 @@ def test_read_only_mode_shows_no_action_and_refuses_a_forms_post(
         )
         assert status == 403
     assert quartz.get_trigger_state(TriggerKey("nightly", "reports")) == TriggerState.WAITING
+
+
+def test_a_browser_logs_in_to_a_prefixed_dashboard_after_fetching_favicon(
+    pg_url: str, browser: Any
+) -> None:
+    _schedule(pg_url)
+    with serve(pg_url, dashboard_url_prefix="/quartz") as base:
+        page = browser.new_page()
+        page.goto(f"{base}/quartz/login")
+        # What Chromium does on its own for a page reached directly: ask the site's root for
+        # its icon, with the same cookie jar.
+        icon = browser.new_page()
+        assert icon.goto(f"{base}/favicon.ico").status == 404
+        icon.close()
+        page.fill("input[name=token]", ADMIN)
+        page.click("#login")
+        page.wait_for_load_state()
+        assert page.url == f"{base}/quartz/s/ledger_app/", page.inner_text("body")
+        page.wait_for_selector("text=What is owed and not happening")
+
+
+def test_a_page_runs_its_own_script_and_no_other(pg_url: str, browser: Any) -> None:
+    quartz = _schedule(pg_url)
+    with serve(pg_url) as base:
+        page = browser.new_page()
+        violations: list[str] = []
+        page.on(
+            "console", lambda m: violations.append(m.text) if "Content Security" in m.text else None
+        )
+        _log_in(page, base)
+        page.goto(f"{base}/s/ledger_app/triggers/reports/nightly")
+        # A script the page did not bring (injected as an attacker's markup would be) is blocked.
+        with contextlib.suppress(Exception):
+            page.add_script_tag(content="window.injected = true")
+        assert page.evaluate("window.injected === undefined")
+        assert violations, "the blocked script is reported as a CSP violation"
+        # The page's own script (by its nonce) runs: deleting a job asks first.
+        asked: list[str] = []
+
+        def dismiss(dialog: Any) -> None:
+            asked.append(dialog.message)
+            dialog.dismiss()
+
+        page.on("dialog", dismiss)
+        page.click("#action-job-delete")
+        wait_for(lambda: asked, timeout=10, message="the confirmation")
+        assert asked == ["Delete job reports.nightly-report and all its triggers?"]
+    assert quartz.get_job(JobKey("nightly-report", "reports")) is not None
+
+
+def test_a_200_character_name_wraps_on_a_phone(pg_url: str, browser: Any) -> None:
+    quartz = _schedule(pg_url)
+    name, group = "n" * 200, "g" * 200
+    quartz.schedule_job(
+        Job(key=JobKey(name, group), task="ledger.noop", durable=True),
+        CronTrigger(key=TriggerKey(name, group), expression="0 0 2 * * ?"),
+    )
+    with serve(pg_url) as base:
+        page = browser.new_page()
+        _log_in(page, base)
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.goto(f"{base}/s/ledger_app/triggers/{group}/{name}")
+        page.wait_for_selector("#trigger-state")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the page is {width}px wide on a 390px screen"

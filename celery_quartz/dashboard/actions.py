@@ -25,7 +25,7 @@ from celery_quartz.errors import (
     ValidationError,
 )
 from celery_quartz.job import Job, encode_json, encode_json_object
-from celery_quartz.keys import DEFAULT_GROUP, JobKey, TriggerKey
+from celery_quartz.keys import DEFAULT_GROUP, MAX_KEY_LENGTH, JobKey, TriggerKey
 from celery_quartz.triggers import REPEAT_INDEFINITELY, CronTrigger, SimpleTrigger, Trigger
 from celery_quartz.triggers.base import MAX_PRIORITY, MIN_PRIORITY, TriggerDetailsUpdate
 
@@ -280,7 +280,7 @@ def _job(spec: Body, max_bytes: int) -> Job:
         key=_key(JobKey, name, group, "job."),
         task=task,
         args=args,
-        description=_description(spec, "job."),
+        description=_string(spec, "description", "job.", max_length=MAX_DESCRIPTION_LENGTH),
         **fields,
     )
 
@@ -297,9 +297,9 @@ def _trigger(spec: Body, max_bytes: int) -> tuple[Trigger, str]:
     name = _string(spec, "name", "trigger.")
     group = _string(spec, "group", "trigger.") or DEFAULT_GROUP
     common: dict[str, Any] = {
-        "description": _description(spec, "trigger."),
-        "calendar_name": _string(spec, "calendar", "trigger."),
-        "execution_group": _string(spec, "execution_group", "trigger."),
+        "description": _string(spec, "description", "trigger.", max_length=MAX_DESCRIPTION_LENGTH),
+        "calendar_name": _string(spec, "calendar", "trigger.", max_length=MAX_KEY_LENGTH),
+        "execution_group": _string(spec, "execution_group", "trigger.", max_length=MAX_KEY_LENGTH),
         "start_at": _time(spec, "start_at"),
         "end_at": _time(spec, "end_at"),
     }
@@ -415,39 +415,36 @@ def _object(value: Any, field: str) -> Body:
     return value
 
 
-def _string(spec: Body, name: str, prefix: str, *, required: bool = False) -> str | None:
+def _string(
+    spec: Body, name: str, prefix: str, *, required: bool = False, max_length: int | None = None
+) -> str | None:
     value = spec.get(name)
+    field = f"{prefix}{name}"
     if value is None:
         if required:
-            raise invalid(f"{prefix}{name}", "required")
+            raise invalid(field, "required")
         return None
     if not isinstance(value, str) or not value.strip():
-        raise invalid(f"{prefix}{name}", "a non-empty string")
-    check_text({f"{prefix}{name}": value})
-    return value
-
-
-def _description(spec: Body, prefix: str) -> str | None:
-    value = _string(spec, "description", prefix)
-    if value is not None and len(value) > MAX_DESCRIPTION_LENGTH:
-        raise invalid(
-            f"{prefix}description",
-            f"at most {MAX_DESCRIPTION_LENGTH} characters, not {len(value)}",
-        )
+        raise invalid(field, "a non-empty string")
+    check_text({field: value})
+    if max_length is not None and len(value) > max_length:
+        raise invalid(field, f"at most {max_length} characters, not {len(value)}")
     return value
 
 
 def _key(kind: type[_K], name: str | None, group: str, prefix: str) -> _K:
     """A job or trigger key (a generated trigger name when ``name`` is None), naming the part
     at fault."""
-    for part, value in (("group", group), ("name", name)):
-        try:
-            kind("x" if part == "group" or value is None else value, group)
-        except ValidationError as error:
-            raise invalid(f"{prefix}{part}", str(error)) from None
+    try:
+        kind("x", group)
+    except ValidationError as error:
+        raise invalid(f"{prefix}group", str(error)) from None
     if name is None:
         return TriggerKey.generate(group)  # type: ignore[return-value]
-    return kind(name, group)
+    try:
+        return kind(name, group)
+    except ValidationError as error:
+        raise invalid(f"{prefix}name", str(error)) from None
 
 
 def _required(spec: Body, name: str, prefix: str) -> str:

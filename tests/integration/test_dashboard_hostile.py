@@ -166,6 +166,23 @@ def test_a_time_outside_pythons_range_is_refused_naming_its_field(
     assert snapshot(store) == before
 
 
+@pytest.mark.parametrize(
+    ("job", "trigger", "field"),
+    [
+        ({**NEW_JOB, "description": "d" * 251}, {"interval": 60}, "job.description"),
+        (NEW_JOB, {"interval": 60, "description": "d" * 251}, "trigger.description"),
+        (NEW_JOB, {"interval": 60, "execution_group": "g" * 201}, "trigger.execution_group"),
+    ],
+)
+def test_a_text_longer_than_its_column_is_refused_naming_its_field(
+    pg_url: str, job: dict[str, Any], trigger: dict[str, Any], field: str
+) -> None:
+    store, _ = with_jobs(pg_url)
+    before = snapshot(store)
+    _refused(client(pg_url).post(f"{API}/jobs", json={"job": job, "trigger": trigger}), field)
+    assert snapshot(store) == before
+
+
 def test_a_trigger_that_never_fires_is_refused_naming_its_cron(pg_url: str) -> None:
     store, _ = with_jobs(pg_url)
     before = snapshot(store)

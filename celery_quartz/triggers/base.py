@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 #: Quartz's default trigger priority; among triggers due at the same instant, higher fires first.
 DEFAULT_PRIORITY = 5
+#: The range of a priority (the store's 32-bit integer column, Quartz's int).
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 
 
 class MisfireInstruction(IntEnum):
@@ -122,6 +124,11 @@ class Trigger(ABC):
         """Raise :class:`InvalidTriggerError` naming this trigger and the field at fault."""
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
             raise InvalidTriggerError(f"trigger {self.key}: priority must be an integer")
+        if not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
+            raise InvalidTriggerError(
+                f"trigger {self.key}: priority {self.priority} is outside "
+                f"{MIN_PRIORITY} to {MAX_PRIORITY}"
+            )
         for name in ("start_at", "end_at"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):

@@ -25,7 +25,13 @@ from celery_quartz.errors import (
     ValidationError,
 )
 from celery_quartz.job import Job, encode_json, encode_json_object
-from celery_quartz.keys import DEFAULT_GROUP, MAX_KEY_LENGTH, JobKey, TriggerKey
+from celery_quartz.keys import (
+    DEFAULT_GROUP,
+    MAX_DESCRIPTION_LENGTH,
+    MAX_KEY_LENGTH,
+    JobKey,
+    TriggerKey,
+)
 from celery_quartz.triggers import REPEAT_INDEFINITELY, CronTrigger, SimpleTrigger, Trigger
 from celery_quartz.triggers.base import MAX_PRIORITY, MIN_PRIORITY, TriggerDetailsUpdate
 
@@ -207,8 +213,6 @@ _TRIGGER_FIELDS = {
 
 #: Quartz's repeat count is a 32-bit integer.
 MAX_REPEAT_COUNT = 2**31 - 1
-#: The length of the description columns.
-MAX_DESCRIPTION_LENGTH = 250
 
 
 def schedule_job(client: Quartz, app: Celery, allowed_tasks: Any, body: Body) -> dict[str, Any]:

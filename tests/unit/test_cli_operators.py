@@ -253,3 +253,89 @@ def test_an_unreachable_import_source_is_named_as_the_source(app: Celery) -> Non
     redbeat = run(app, "import", "redbeat", "--redis-url", "redis://:pw@127.0.0.1:1/0")
     assert redbeat.exit_code == 1
     assert redbeat.output.startswith("error: cannot read redbeat's entries at 'redis://:***@")
+
+
+def test_an_unknown_trigger_state_is_a_usage_error_naming_the_valid_states(
+    scheduled: Celery,
+) -> None:
+    result = run(scheduled, "triggers", "--state", "SLEEPING")
+    assert result.exit_code == 2  # as click's other usage errors
+    assert (
+        "Invalid value for '--state': 'SLEEPING' is not a trigger state; use one of WAITING, "
+        "ACQUIRED, BLOCKED, PAUSED, PAUSED_BLOCKED, COMPLETE, ERROR"
+    ) in result.output
+    # A state in lower case still reads (it did before).
+    waiting = json.loads(run(scheduled, "triggers", "--state", "waiting", "--json").output)
+    assert len(waiting["items"]) == 3
+
+
+def _fire_once(app: Celery, job: Job) -> str:
+    """Store ``job`` with a trigger due now, claim and fire it: the fire instance id."""
+    from datetime import datetime, timezone
+
+    client = Quartz(app)
+    now = datetime.now(timezone.utc)
+    client.schedule_job(
+        job,
+        SimpleTrigger(
+            key=TriggerKey(job.key.name), start_at=now, repeat_count=0, repeat_interval=timedelta(0)
+        ),
+    )
+    store = client.store
+    acquired = store.acquire_next_triggers(
+        "node-a", no_later_than=now + timedelta(seconds=1), max_count=10, time_window=0
+    )
+    [fired] = store.fire("node-a", acquired)
+    store.dispose()
+    return fired.fire_instance_id
+
+
+def test_firings_show_the_queue_a_jobs_queue_option_routes_to(app: Celery) -> None:
+    fire_instance_id = _fire_once(
+        app, Job(key=JobKey("routed"), task="tasks.report", options={"queue": "reports"})
+    )
+    [item] = json.loads(run(app, "firings", "--json").output)["items"]
+    assert (item["fire_instance_id"], item["queue"]) == (fire_instance_id, "reports")
+    table = run(app, "firings").output.splitlines()
+    assert table[1].split()[-1] == "reports"
+
+
+def test_firings_show_celerys_default_queue_for_a_job_without_a_route(app: Celery) -> None:
+    _fire_once(app, Job(key=JobKey("plain"), task="tasks.report"))
+    [item] = json.loads(run(app, "firings", "--json").output)["items"]
+    assert item["queue"] == "celery"
+
+
+def _put_in_error(app: Celery, name: str) -> None:
+    from datetime import datetime, timezone
+
+    client = Quartz(app)
+    store = client.store
+    now = datetime.now(timezone.utc) + timedelta(days=400)  # past every next fire time
+    acquired = store.acquire_next_triggers("node-a", no_later_than=now, max_count=10, time_window=0)
+    [claimed] = [a for a in acquired if a.trigger.key.name == name]
+    store.set_trigger_error(claimed, "task missing")
+    store.release_acquired("node-a", [a for a in acquired if a is not claimed])
+    store.dispose()
+
+
+def test_pausing_a_trigger_in_error_says_it_stays_in_error(scheduled: Celery) -> None:
+    _put_in_error(scheduled, "report-0")
+    result = run(scheduled, "pause", "trigger", "report-0", "-g", "nightly")
+    assert result.exit_code == 1
+    assert result.output == (
+        "error: trigger nightly.report-0 is ERROR, not paused: pause leaves a trigger in ERROR "
+        "as it is, as Quartz does (`reset-trigger` returns it to its schedule)\n"
+    )
+    errors = json.loads(run(scheduled, "triggers", "--state", "ERROR", "--json").output)
+    assert [t["name"] for t in errors["items"]] == ["report-0"]
+
+
+def test_pausing_a_waiting_trigger_prints_its_paused_state(scheduled: Celery) -> None:
+    result = run(scheduled, "pause", "trigger", "report-1", "-g", "nightly", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {
+        "done": "paused",
+        "target": "trigger nightly.report-1",
+        "state": "PAUSED",
+    }

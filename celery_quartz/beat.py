@@ -201,6 +201,6 @@ def _max_concurrent(router: Any, group: str | None) -> int | None:
 
 
 def _safe_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
+    from celery_quartz.store.engine import redact_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    return redact_url(url)

@@ -204,7 +204,7 @@ def node_dict(view: NodeView) -> dict[str, Any]:
     }
 
 
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 _limit_option = click.option(
     "--limit",
     type=click.IntRange(1, MAX_PAGE),
@@ -241,7 +241,7 @@ def _state_option(what: str, states: Sequence[str]) -> Callable[[Any], Any]:
 @click.option("--task", help="Only jobs of this Celery task.")
 @_limit_option
 @_after_option
-@_json_option
+@json_option
 @click.pass_context
 def jobs(
     ctx: click.Context,
@@ -281,7 +281,7 @@ def jobs(
 @click.option("--job-group", default=DEFAULT_GROUP, show_default=True, help="The --job's group.")
 @_limit_option
 @_after_option
-@_json_option
+@json_option
 @click.pass_context
 def triggers(
     ctx: click.Context,
@@ -343,7 +343,7 @@ def triggers(
 @click.option("--execution-group", help="Only firings of this execution group.")
 @click.option("--limit", type=click.IntRange(1, MAX_PAGE), default=100, show_default=True)
 @_after_option
-@_json_option
+@json_option
 @click.pass_context
 def firings(
     ctx: click.Context,
@@ -432,7 +432,7 @@ def _with_queues(ctx: click.Context, store: Store, views: Sequence[FiringView]) 
 @click.command()
 @click.option("--kind", type=click.Choice(["scheduler", "worker"]), help="Only this kind.")
 @click.option("--check", is_flag=True, help="Exit 1 when a node listed is not alive.")
-@_json_option
+@json_option
 @click.pass_context
 def nodes(ctx: click.Context, kind: str | None, check: bool, as_json: bool) -> None:
     """The scheduler and worker processes that check in, and whether each is alive."""
@@ -503,7 +503,7 @@ def _kind_command(verb: str, description: str) -> click.Command:
     @click.argument("kind", type=click.Choice(["trigger", "job", "group"]))
     @click.argument("name")
     @_group_option("The trigger's or job's group (not used for KIND group).")
-    @_json_option
+    @json_option
     @click.pass_context
     def command(ctx: click.Context, kind: str, name: str, group: str, as_json: bool) -> None:
         with _store(ctx) as store:
@@ -545,7 +545,7 @@ resume = _command(
 @click.argument("name")
 @_group_option("The job's group.")
 @click.option("--data", help="Job data for this firing, a JSON object.")
-@_json_option
+@json_option
 @click.pass_context
 def trigger_job(ctx: click.Context, name: str, group: str, data: str | None, as_json: bool) -> None:
     """Fire a stored job now, once, through the cluster."""
@@ -566,7 +566,7 @@ def trigger_job(ctx: click.Context, name: str, group: str, data: str | None, as_
 @click.command(name="reset-trigger")
 @click.argument("name")
 @_group_option("The trigger's group.")
-@_json_option
+@json_option
 @click.pass_context
 def reset_trigger(ctx: click.Context, name: str, group: str, as_json: bool) -> None:
     """Return a trigger in ERROR to its schedule; exit 1 when it was not in ERROR."""
@@ -582,7 +582,7 @@ def reset_trigger(ctx: click.Context, name: str, group: str, as_json: bool) -> N
 @click.command()
 @click.argument("name")
 @_group_option("The trigger's group.")
-@_json_option
+@json_option
 @click.pass_context
 def unschedule(ctx: click.Context, name: str, group: str, as_json: bool) -> None:
     """Remove a trigger (and its job, when not durable and left without triggers)."""
@@ -597,7 +597,7 @@ def unschedule(ctx: click.Context, name: str, group: str, as_json: bool) -> None
 @click.command(name="delete-job")
 @click.argument("name")
 @_group_option("The job's group.")
-@_json_option
+@json_option
 @click.pass_context
 def delete_job(ctx: click.Context, name: str, group: str, as_json: bool) -> None:
     """Remove a job and all its triggers."""
@@ -613,7 +613,7 @@ def delete_job(ctx: click.Context, name: str, group: str, as_json: bool) -> None
 @click.argument("name")
 @click.argument("node")
 @_group_option("The trigger's group.")
-@_json_option
+@json_option
 @click.pass_context
 def pin(ctx: click.Context, name: str, node: str, group: str, as_json: bool) -> None:
     """Re-pin a trigger to the worker NODE (its node name), `*` for an automatic pin, or ''
@@ -684,7 +684,7 @@ def _print_times(times: list[datetime], zone: Any, as_json: bool, label: str) ->
     help="Read EXPRESSION as a five-field crontab line (minute hour dom month dow, 0 = Sunday).",
 )
 @click.option("--after", "after", help="Start after this ISO time (default: now).")
-@_json_option
+@json_option
 @click.pass_context
 def cron(
     ctx: click.Context,
@@ -728,7 +728,7 @@ def cron(
 @_group_option("The trigger's group.")
 @click.option("-n", "count", type=click.IntRange(1, 1000), default=5, show_default=True)
 @click.option("--tz", "time_zone", help="Show times in this IANA zone (default: UTC).")
-@_json_option
+@json_option
 @click.pass_context
 def fire_times(
     ctx: click.Context, name: str, group: str, count: int, time_zone: str | None, as_json: bool

@@ -339,3 +339,153 @@ def test_pausing_a_waiting_trigger_prints_its_paused_state(scheduled: Celery) ->
         "target": "trigger nightly.report-1",
         "state": "PAUSED",
     }
+
+
+# -- the schema and status: --json, and what an empty database lacks --------------------------
+
+
+def test_schema_check_on_an_empty_database_names_each_missing_table_on_a_line(
+    app: Celery,
+) -> None:
+    result = run(app, "schema", "check")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "schema quartz_*: at nothing, expected 0005",
+        "  missing table quartz_calendars",
+        "  missing table quartz_fired_triggers",
+        "  missing table quartz_jobs",
+        "  missing table quartz_locks",
+        "  missing table quartz_paused_trigger_grps",
+        "  missing table quartz_scheduler_state",
+        "  missing table quartz_triggers",
+        "create the tables with `celery -A <app> quartz schema upgrade`",
+    ]
+
+
+def test_schema_check_names_a_missing_index_and_an_unexpected_column(app: Celery) -> None:
+    from sqlalchemy import text
+
+    from celery_quartz.store import migrate
+    from celery_quartz.store.engine import create_store_engine
+
+    engine = create_store_engine(app.conf.quartz_store_url)
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_quartz_triggers_group"))
+        conn.execute(text("ALTER TABLE quartz_jobs ADD COLUMN extra TEXT"))
+    engine.dispose()
+    result = run(app, "schema", "check")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "schema quartz_*: at 0005, expected 0005",
+        "  unexpected column quartz_jobs.extra",
+        "  missing index ix_quartz_triggers_group on quartz_triggers",
+    ]
+
+
+def test_schema_check_json_before_and_after_the_upgrade(app: Celery) -> None:
+    before = run(app, "schema", "check", "--json")
+    assert before.exit_code == 1
+    found = json.loads(before.output)
+    assert {k: v for k, v in found.items() if k != "differences"} == {
+        "table_prefix": "quartz_",
+        "ok": False,
+        "current": None,
+        "head": "0005",
+    }
+    assert "missing table quartz_jobs" in found["differences"]
+    upgraded = run(app, "schema", "upgrade", "--json")
+    assert upgraded.exit_code == 0, upgraded.output
+    assert json.loads(upgraded.output) == {
+        "table_prefix": "quartz_",
+        "before": None,
+        "after": "0005",
+    }
+    matches = run(app, "schema", "check", "--json")
+    assert matches.exit_code == 0
+    assert json.loads(matches.output) == {
+        "table_prefix": "quartz_",
+        "ok": True,
+        "current": "0005",
+        "head": "0005",
+        "differences": [],
+    }
+
+
+def test_status_json_lists_the_nodes_counts_and_firings_in_flight(app: Celery) -> None:
+    from celery_quartz.config import Settings
+    from celery_quartz.store import open_store
+
+    _fire_once(app, Job(key=JobKey("once"), task="tasks.report"))
+    store = open_store(Settings.from_app(app))
+    store.check_in("node-a", interval=60, hostname="h1", pid=42)
+    store.dispose()
+    result = run(app, "status", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    assert sorted(found) == ["firings_in_flight", "jobs", "nodes", "scheduler", "triggers"]
+    assert found["scheduler"] == "cli"  # the app's name
+    assert (found["jobs"], found["triggers"]) == (1, 1)
+    assert found["firings_in_flight"] == {"FIRED": 1}
+    [node] = found["nodes"]
+    assert (node["instance_name"], node["kind"], node["alive"]) == ("node-a", "scheduler", True)
+
+
+# -- a malformed store URL: its password is never printed nor logged ---------------------------
+
+_VERBS = (
+    ["status"],
+    ["status", "--json"],
+    ["schema", "check"],
+    ["schema", "check", "--json"],
+    ["schema", "upgrade"],
+    ["schema", "upgrade", "--json"],
+    ["jobs"],
+    ["triggers"],
+    ["firings"],
+    ["nodes"],
+    ["pause", "trigger", "report"],
+    ["fire-times", "report"],
+    ["load", "quartz_jobs.json"],
+    ["export", "--format", "json"],
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (  # a port that is not a number
+            "postgresql://ops:s3cret-pw@db:54x2/quartz",
+            "'postgresql://ops:***@db:54x2/quartz'",
+        ),
+        (  # a URL SQLAlchemy cannot parse at all
+            "postgres ql://ops:s3cret-pw@db/quartz",
+            "'postgres ql://ops:***@db/quartz'",
+        ),
+        (  # libpq's password parameter
+            "postgresql://ops@db:54x2/quartz?password=s3cret-pw",
+            "'postgresql://ops@db:54x2/quartz?password=***'",
+        ),
+    ],
+)
+def test_a_malformed_store_url_is_named_without_its_password(
+    app: Celery, url: str, shown: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app.conf.quartz_store_url = url
+    caplog.set_level("DEBUG")
+    for verb in _VERBS:
+        result = run(app, *verb)
+        assert result.exit_code == 1, (verb, result.output)
+        assert result.output.startswith(f"error: quartz_store_url {shown} is not a SQLAlchemy URL")
+        assert "s3cret-pw" not in result.output, verb
+    assert "quartz command failed" in caplog.text  # the traceback, at debug level
+    assert "s3cret-pw" not in caplog.text
+
+
+def test_beats_banner_names_a_malformed_store_url_without_its_password(app: Celery) -> None:
+    from celery_quartz.beat import Scheduler
+
+    app.conf.quartz_store_url = "postgresql://ops@db:54x2/quartz?password=s3cret-pw"
+    banner = Scheduler(app, lazy=True).info
+    assert "store -> postgresql://ops@db:54x2/quartz?password=***" in banner
+    assert "s3cret-pw" not in banner

@@ -186,6 +186,57 @@ def test_overdue_and_the_oldest_blocked_or_error_trigger_are_gauged(
     gauges.close()
 
 
+def _group_gauges(instance: str, group: str) -> dict[str, float]:
+    """The execution-group gauges of ``group`` measured by ``instance``, by gauge name."""
+    found = {}
+    for name in ("in_flight", "due_waiting", "limit"):
+        measured = points(
+            f"quartz.execution_group.{name}",
+            quartz__scheduler__id=instance,
+            quartz__execution_group=group,
+        )
+        if measured:
+            [point] = measured
+            found[name] = point.value
+    return found
+
+
+def test_an_idle_configured_execution_group_is_gauged_at_zero_with_its_limit(
+    store: MemoryStore, clock: FakeClock, instance: str
+) -> None:
+    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
+    gauges = StoreGauges(
+        observed,
+        observed.attributes,
+        clock,
+        lambda: True,
+        limit_for=lambda group: 2 if group == "reports" else None,
+        groups=lambda: ["reports"],
+    )
+    # No trigger of the group is stored, none is in flight: the group is idle, not gone.
+    assert _group_gauges(instance, "reports") == {"in_flight": 0, "due_waiting": 0, "limit": 2}
+    gauges.close()
+
+
+def test_an_execution_group_seen_before_stays_gauged_at_zero_once_idle(
+    store: MemoryStore, clock: FakeClock, instance: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery_quartz.observability import gauges as gauges_module
+
+    monkeypatch.setattr(gauges_module, "_SNAPSHOT_TTL", 0.0)  # a new read per collection
+    job = Job(key=JobKey("report"), task="tasks.report")
+    trigger = SimpleTrigger(
+        key=TriggerKey("adhoc"), job_key=job.key, start_at=T0, execution_group="adhoc"
+    )
+    store.store_jobs_and_triggers([(job, [trigger])])
+    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
+    gauges = StoreGauges(observed, observed.attributes, clock, lambda: True)
+    assert _group_gauges(instance, "adhoc") == {"in_flight": 0, "due_waiting": 1}
+    store.remove_trigger(TriggerKey("adhoc"))
+    assert _group_gauges(instance, "adhoc") == {"in_flight": 0, "due_waiting": 0}
+    gauges.close()
+
+
 # -- traces: a span per published firing, its context in the message ------------------------------
 
 

@@ -142,6 +142,8 @@ class Scheduler(beat.Scheduler):
 
     @property
     def status(self) -> SchedulerStatus:
+        """Where the scheduler is in its life (CREATED, RUNNING, STANDBY, SHUTTING_DOWN,
+        SHUTDOWN)."""
         return self._status_after_close if self.loop is None else self.loop.status
 
     def start(self) -> None:

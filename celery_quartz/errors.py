@@ -55,8 +55,11 @@ class SchedulingFileError(ValidationError):
         self, message: str, *, file: str = "", line: int | None = None, path: str | None = None
     ) -> None:
         super().__init__(message)
+        #: The file at fault, as it was given.
         self.file = file
+        #: The line at fault (XML and YAML), or ``None``.
         self.line = line
+        #: The JSON path at fault (``$.Path[2]``), or ``None``.
         self.path = path
 
 

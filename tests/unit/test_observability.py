@@ -237,6 +237,28 @@ def test_an_execution_group_seen_before_stays_gauged_at_zero_once_idle(
     gauges.close()
 
 
+def test_beat_gauges_a_configured_execution_group_while_it_is_idle(
+    tmp_path: Path, instance: str
+) -> None:
+    from celery_quartz.beat import Scheduler
+
+    app = Celery("gauged", set_as_current=False)
+    app.conf.quartz_store_url = f"sqlite:///{tmp_path / 'quartz.db'}"
+    app.conf.quartz_auto_start = False
+    app.conf.quartz_instance_id = instance
+    app.conf.quartz_execution_limits = {"reports": 2}
+    beat = Scheduler(app, lazy=False)
+    try:
+        beat.start()
+        assert beat.loop is not None
+        beat.loop.run_once()  # checks in: the only live scheduler collects the gauges
+        # Nothing of the group is stored or in flight.
+        assert _group_gauges(instance, "reports") == {"in_flight": 0, "due_waiting": 0, "limit": 2}
+    finally:
+        beat.close()
+        app.close()
+
+
 # -- traces: a span per published firing, its context in the message ------------------------------
 
 

@@ -489,3 +489,14 @@ def test_beats_banner_names_a_malformed_store_url_without_its_password(app: Cele
     banner = Scheduler(app, lazy=True).info
     assert "store -> postgresql://ops@db:54x2/quartz?password=***" in banner
     assert "s3cret-pw" not in banner
+
+
+def test_a_malformed_import_source_url_is_named_without_its_password(app: Celery) -> None:
+    result = run(
+        app, "import", "django-celery-beat", "--url", "postgresql://u:s3cret-pw@h:54x2/django"
+    )
+    assert result.exit_code == 1
+    assert result.output.startswith(
+        "error: --url 'postgresql://u:***@h:54x2/django' is not a SQLAlchemy URL"
+    )
+    assert "s3cret-pw" not in result.output

@@ -15,8 +15,11 @@ from celery_quartz.keys import JobKey, TriggerKey
 class JobExecutionContext:
     """The firing a task is running. Read it with :func:`current_context`."""
 
+    #: The scheduler name (``quartz_scheduler_name``) of the store the firing belongs to.
     scheduler_name: str
+    #: The firing's id; also its Celery task id (suffixed ``.r<n>`` when published again).
     fire_instance_id: str
+    #: The job that fired.
     job_key: JobKey
     #: The trigger that fired (for a recovery or retry firing, its one-shot trigger).
     trigger_key: TriggerKey
@@ -36,8 +39,13 @@ class JobExecutionContext:
     recovering: bool = False
     #: For a recovery or retry firing, the trigger of the original occurrence.
     recovering_trigger_key: TriggerKey | None = None
+    #: For a firing of the trigger's retry policy, which retry it is (1 for the first); 0 on
+    #: the first run.
     retry_attempt: int = 0
+    #: How many times the task asked to run this firing again at once (``RefireJob``,
+    #: Quartz's refire-immediately).
     refire_count: int = 0
+    #: The Celery worker running it (its node name), when known.
     worker_name: str | None = None
 
     @property
@@ -54,6 +62,8 @@ class JobExecutionContext:
     def from_header(
         cls, header: dict[str, Any], worker_name: str | None = None
     ) -> JobExecutionContext:
+        """The context of a firing, from the header its message carries (and the worker's node
+        name)."""
         origin = header.get("origin_trigger")
         return cls(
             scheduler_name=header["scheduler"],

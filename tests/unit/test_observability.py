@@ -186,6 +186,79 @@ def test_overdue_and_the_oldest_blocked_or_error_trigger_are_gauged(
     gauges.close()
 
 
+def _group_gauges(instance: str, group: str) -> dict[str, float]:
+    """The execution-group gauges of ``group`` measured by ``instance``, by gauge name."""
+    found = {}
+    for name in ("in_flight", "due_waiting", "limit"):
+        measured = points(
+            f"quartz.execution_group.{name}",
+            quartz__scheduler__id=instance,
+            quartz__execution_group=group,
+        )
+        if measured:
+            [point] = measured
+            found[name] = point.value
+    return found
+
+
+def test_an_idle_configured_execution_group_is_gauged_at_zero_with_its_limit(
+    store: MemoryStore, clock: FakeClock, instance: str
+) -> None:
+    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
+    gauges = StoreGauges(
+        observed,
+        observed.attributes,
+        clock,
+        lambda: True,
+        limit_for=lambda group: 2 if group == "reports" else None,
+        groups=lambda: ["reports"],
+    )
+    # No trigger of the group is stored, none is in flight: the group is idle, not gone.
+    assert _group_gauges(instance, "reports") == {"in_flight": 0, "due_waiting": 0, "limit": 2}
+    gauges.close()
+
+
+def test_an_execution_group_seen_before_stays_gauged_at_zero_once_idle(
+    store: MemoryStore, clock: FakeClock, instance: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery_quartz.observability import gauges as gauges_module
+
+    monkeypatch.setattr(gauges_module, "_SNAPSHOT_TTL", 0.0)  # a new read per collection
+    job = Job(key=JobKey("report"), task="tasks.report")
+    trigger = SimpleTrigger(
+        key=TriggerKey("adhoc"), job_key=job.key, start_at=T0, execution_group="adhoc"
+    )
+    store.store_jobs_and_triggers([(job, [trigger])])
+    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
+    gauges = StoreGauges(observed, observed.attributes, clock, lambda: True)
+    assert _group_gauges(instance, "adhoc") == {"in_flight": 0, "due_waiting": 1}
+    store.remove_trigger(TriggerKey("adhoc"))
+    assert _group_gauges(instance, "adhoc") == {"in_flight": 0, "due_waiting": 0}
+    gauges.close()
+
+
+def test_beat_gauges_a_configured_execution_group_while_it_is_idle(
+    tmp_path: Path, instance: str
+) -> None:
+    from celery_quartz.beat import Scheduler
+
+    app = Celery("gauged", set_as_current=False)
+    app.conf.quartz_store_url = f"sqlite:///{tmp_path / 'quartz.db'}"
+    app.conf.quartz_auto_start = False
+    app.conf.quartz_instance_id = instance
+    app.conf.quartz_execution_limits = {"reports": 2}
+    beat = Scheduler(app, lazy=False)
+    try:
+        beat.start()
+        assert beat.loop is not None
+        beat.loop.run_once()  # checks in: the only live scheduler collects the gauges
+        # Nothing of the group is stored or in flight.
+        assert _group_gauges(instance, "reports") == {"in_flight": 0, "due_waiting": 0, "limit": 2}
+    finally:
+        beat.close()
+        app.close()
+
+
 # -- traces: a span per published firing, its context in the message ------------------------------
 
 

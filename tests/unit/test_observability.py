@@ -22,7 +22,7 @@ from sqlalchemy.exc import OperationalError
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey, install
 from celery_quartz.clock import FakeClock
 from celery_quartz.config import Settings
-from celery_quartz.firing import HEADER
+from celery_quartz.firing import HEADER, FiringHeader
 from celery_quartz.health import HealthStatus, health_check
 from celery_quartz.loop import SchedulingLoop
 from celery_quartz.observability.gauges import StoreGauges
@@ -31,6 +31,7 @@ from celery_quartz.observability.publishing import PublishTracing
 from celery_quartz.observability.store import InstrumentedStore
 from celery_quartz.publisher import Publisher, RedisPath
 from celery_quartz.store import MemoryStore, SqlStore
+from celery_quartz.worker import runtime_of
 from tests.otel import points, sdk, spans
 from tests.unit.conftest import T0
 
@@ -319,8 +320,9 @@ def worker_app(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[Celery, SqlSt
     install(app)
     app.finalize()
     yield app, store
-    for s in app._celery_quartz_hooks._stores.values():  # type: ignore[attr-defined]
-        s.dispose()
+    runtime = runtime_of(app)
+    assert runtime is not None
+    runtime.close()
     store.dispose()
     app.close()
 
@@ -339,7 +341,7 @@ def _deliver(app: Celery, firing: Any, headers: dict[str, Any] | None = None) ->
         args=firing.args,
         kwargs=firing.kwargs,
         task_id=firing.fire_instance_id,
-        headers={HEADER: firing.header(), **(headers or {})},
+        headers={HEADER: FiringHeader.of(firing).fields, **(headers or {})},
         throw=False,
     )
 
@@ -566,7 +568,7 @@ import sys, tempfile
 from datetime import datetime, timezone
 from celery import Celery
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey, install
-from celery_quartz.firing import HEADER
+from celery_quartz.firing import HEADER, FiringHeader
 from celery_quartz.observability import execution, sdk_configured
 from celery_quartz.store import SqlStore
 
@@ -591,7 +593,8 @@ acquired = store.acquire_next_triggers("a", no_later_than=now, max_count=1, time
 [firing] = store.fire("a", acquired)
 for _ in range(2):  # the second delivery is refused
     app.tasks["tasks.report"].apply(task_id=firing.fire_instance_id,
-                                    headers={HEADER: firing.header()}, throw=False)
+                                    headers={HEADER: FiringHeader.of(firing).fields},
+                                    throw=False)
 assert not sdk_configured()
 assert store.firing_states() == {}, store.firing_states()
 print(calls)

@@ -19,7 +19,8 @@ from celery_quartz.store import NONE_STATE, FiringState, MemoryStore, TriggerSta
 from celery_quartz.store.records import ProcessLoss
 from celery_quartz.store.views import FiringOutcome
 from celery_quartz.triggers import CronMisfireInstruction, CronTrigger, SimpleMisfireInstruction
-from tests.unit.builders import A, B, acquire, add, at, cron, fire_one, one_shot, repeating, state
+from tests.unit.builders import A, B, acquire, add, cron, fire_one, one_shot, repeating, state
+from tests.unit.conftest import at
 
 WORKER = "celery@w1"
 

@@ -27,7 +27,6 @@ from tests.unit.builders import (
     A,
     B,
     add,
-    at,
     cron,
     fire_one,
     fire_times,
@@ -35,7 +34,7 @@ from tests.unit.builders import (
     repeating,
     state,
 )
-from tests.unit.conftest import T0
+from tests.unit.conftest import T0, at
 
 WORKER = "celery@w1"
 S = timedelta(seconds=1)

@@ -23,7 +23,7 @@ import click
 from celery_quartz.config import Settings
 from celery_quartz.job import Job
 from celery_quartz.keys import DEFAULT_GROUP, JobKey, TriggerKey
-from celery_quartz.store import Store, open_store
+from celery_quartz.store import ClientStore, open_store
 from celery_quartz.store.views import (
     MAX_PAGE,
     FiringFilter,
@@ -44,7 +44,7 @@ def _command(fn: click.Command) -> click.Command:
 
 
 @contextmanager
-def _store(ctx: click.Context) -> Iterator[Store]:
+def _store(ctx: click.Context) -> Iterator[ClientStore]:
     """The store of the app's settings, without creating tables: an operator's look at a store
     that has none says so (see :func:`celery_quartz.cli.describe_error`)."""
     store = open_store(Settings.from_app(ctx.find_root().obj.app))
@@ -54,7 +54,7 @@ def _store(ctx: click.Context) -> Iterator[Store]:
         store.dispose()
 
 
-def _client(ctx: click.Context, store: Store) -> Any:
+def _client(ctx: click.Context, store: ClientStore) -> Any:
     from celery_quartz.client import Quartz
 
     return Quartz(ctx.find_root().obj.app, store=store)

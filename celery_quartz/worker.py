@@ -51,7 +51,7 @@ from celery_quartz.config import Settings
 from celery_quartz.context import JobExecutionContext, firing_header
 from celery_quartz.errors import RefireJob
 from celery_quartz.firing import HEADER
-from celery_quartz.store import Store, open_store
+from celery_quartz.store import ClusterStore, WorkerNodeStore, WorkerStore, open_store
 from celery_quartz.store.records import FinishedExecution, ProcessLoss
 from celery_quartz.store.views import FiringOutcome
 
@@ -93,7 +93,7 @@ def install(app: Celery) -> None:
 class _WorkerHooks:
     def __init__(self, app: Celery) -> None:
         self.app = app
-        self._stores: dict[tuple[int, str], Store] = {}
+        self._stores: dict[tuple[int, str], WorkerStore] = {}
         self._lock = threading.Lock()
         #: Told of each start recorded (``after_start(task, context)``) and refused
         #: (``refused(task, fire_instance_id, header, reason)``), beside the core: instrumentation.
@@ -239,7 +239,7 @@ class _WorkerHooks:
         if self._lost_ends is not None:
             self._lost_ends.wait(timeout=_LOST_ENDS_SHUTDOWN_WAIT)
 
-    def store(self, scheduler_name: str) -> Store:
+    def store(self, scheduler_name: str) -> WorkerStore:
         """This process's store for ``scheduler_name`` (engines are not shared across a fork)."""
         key = (os.getpid(), scheduler_name)
         with self._lock:
@@ -352,7 +352,9 @@ class _WorkerHooks:
                 f"firing {fire_id}",
             )
 
-    def _refire(self, task: Task, store: Store, context: JobExecutionContext, task_id: str) -> None:
+    def _refire(
+        self, task: Task, store: WorkerStore, context: JobExecutionContext, task_id: str
+    ) -> None:
         """Run the same firing again at once, with ``refire_count`` one higher (the same
         message task id: its message ran, so no worker has it revoked)."""
         fire_id = context.fire_instance_id
@@ -442,7 +444,7 @@ class _CompletionBatch:
     own finish time. What this changes, and what it does not, is in ``docs/reliability.md``.
     """
 
-    def __init__(self, store: Callable[[str], Store], delay: float) -> None:
+    def __init__(self, store: Callable[[str], WorkerStore], delay: float) -> None:
         self.pid = os.getpid()
         self.delay = delay
         self._store = store
@@ -520,7 +522,7 @@ class _LostEnds:
     by a thread of their own (:meth:`~celery_quartz.store.abc.WorkerStore.end_lost_execution`),
     in order, each retried while the store does not answer."""
 
-    def __init__(self, store: Callable[[str], Store]) -> None:
+    def __init__(self, store: Callable[[str], WorkerStore]) -> None:
         self._store = store
         self._queue: queue.Queue[_LostEnd] = queue.Queue()
         self._thread = threading.Thread(
@@ -611,7 +613,7 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         super().__init__(parent, **kwargs)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._store: Store | None = None
+        self._store: WorkerNodeStore | None = None
         #: When this worker last checked in (``time.time()``), None before the first; read by
         #: the ``quartz_health`` remote-control command.
         self.last_checkin: float | None = None
@@ -695,7 +697,7 @@ class WorkerCheckIn(bootsteps.StartStopStep):
 
     @staticmethod
     def _check_in(
-        store: Store, name: str, interval: float, queues: list[str], concurrency: Any
+        store: ClusterStore, name: str, interval: float, queues: list[str], concurrency: Any
     ) -> None:
         store.check_in(
             name,

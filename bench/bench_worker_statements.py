@@ -92,13 +92,14 @@ def main(argv: list[str] | None = None) -> int:
                 for variant in variants if repeat % 2 == 0 else variants[::-1]:
                     restore(dsn, rd.client(0), dump)
                     watched = variant != "direct"
+                    autocommit = store.context.autocommit
                     if watched:
-                        event.listen(store.context.autocommit, "before_cursor_execute", listener)
+                        event.listen(autocommit, "before_cursor_execute", listener)
                     try:
                         result = run(store, ids, pg.pid)
                     finally:
                         if watched:
-                            event.remove(store.context.autocommit, "before_cursor_execute", listener)
+                            event.remove(autocommit, "before_cursor_execute", listener)
                     left = _fired_left(dsn)
                     print(
                         f"  {variant}: client {result['client_us']:.0f} µs, PostgreSQL "

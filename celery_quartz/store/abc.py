@@ -453,9 +453,21 @@ class ClusterStore(abc.ABC):
 
     @abc.abstractmethod
     def recover_leader_move(self, instance_name: str, fence: Fence | None) -> LeaderMoveRecovery:
-        """The recovery pass a new non-clustered leader runs, in one fenced transaction: claims
-        released, jobs with nothing in flight unblocked, unpublished firings of other instance
-        ids dropped, lingering COMPLETE triggers with nothing in flight removed."""
+        """The recovery pass a new non-clustered leader runs (seed 000, steps 1, 3 and 4; step 2,
+        every misfire with no limit, is the caller's), in one fenced transaction, adapted to
+        Celery, where the firings a scheduler published run on workers that outlive it:
+
+        1. Claims (ACQUIRED fired rows, any instance) are deleted and their triggers go back to
+           WAITING; BLOCKED goes to WAITING and PAUSED_BLOCKED to PAUSED for every job that has
+           no firing left in flight.
+        3. Firings fired but not recorded as published (FIRED) under *this* instance id
+           survive: the loop publishes them again with the same fire instance id (the worker's
+           start guard runs it once). Under another id they are deleted, ``requests_recovery``
+           or not: the instance id decides whether they survive a leader move.
+        4. Lingering COMPLETE triggers with nothing in flight are deleted. Published and
+           executing firings are left to the workers (and to the misfire handler once their
+           message expires).
+        """
 
     @abc.abstractmethod
     def record_status(

@@ -111,18 +111,7 @@ class ClusterSql(ClusterStore):
             q = q.where(s.c.kind == kind)
         with self.sql.transaction() as conn:
             rows = conn.execute(q.order_by(s.c.instance_name)).all()
-        return [
-            CheckIn(
-                instance_name=r.instance_name,
-                kind=r.kind,
-                last_checkin_millis=r.last_checkin_time,
-                checkin_interval_millis=r.checkin_interval,
-                clustered=r.clustered,
-                hostname=r.hostname,
-                pid=r.pid,
-            )
-            for r in rows
-        ]
+        return [_check_in(r) for r in rows]
 
     def firing_owners(self) -> FiringOwners:
         f = self.sql.tables.fired_triggers
@@ -140,17 +129,7 @@ class ClusterSql(ClusterStore):
                 )
                 .group_by(f.c.state, f.c.instance_name, f.c.worker_name)
             ).all()
-        owners = FiringOwners()
-        for r in rows:
-            if r.state == FiringState.EXECUTING:
-                if r.worker_name is not None:
-                    known = owners.executing_since.get(r.worker_name, r.since)
-                    owners.executing_since[r.worker_name] = min(known, r.since)
-                continue
-            owners.schedulers.add(r.instance_name)
-            if r.state == FiringState.FIRED:
-                owners.unpublished.add(r.instance_name)
-        return owners
+        return _owners(rows)
 
     def recover_scheduler(
         self, dead: str, *, seen_checkin_millis: int | None, recovered_by: str
@@ -325,23 +304,8 @@ class ClusterSql(ClusterStore):
         return epoch - 1, epoch
 
     def recover_leader_move(self, instance_name: str, fence: Fence | None) -> LeaderMoveRecovery:
-        """The recovery pass a new non-clustered leader runs (seed 000, steps 1, 3 and 4; step 2,
-        every misfire with no limit, is the caller's), in one fenced transaction.
-
-        Scoped by scheduler name, so it frees what the previous leader left whatever its
-        instance id.
-        Adapted to Celery, where the firings a scheduler published run on workers that outlive it:
-
-        1. Claims (ACQUIRED fired rows, any instance) are deleted and their triggers go back to
-           WAITING; BLOCKED goes to WAITING and PAUSED_BLOCKED to PAUSED for every job that has no
-           firing left in flight.
-        3. Firings fired but not recorded as published (FIRED) under *this* instance id survive: the
-           loop publishes them again with the same fire instance id (the worker's start guard runs
-           it once). Under another id they are deleted, ``requests_recovery`` or not: the instance
-           id decides whether they survive a leader move.
-        4. Lingering COMPLETE triggers with nothing in flight are deleted. Published and executing
-           firings are left to the workers (and to the misfire handler once their message expires).
-        """
+        """Scoped by scheduler name, so it frees what the previous leader left whatever its
+        instance id."""
         t, f = self.sql.tables.triggers, self.sql.tables.fired_triggers
         with self.sql.transaction() as conn:
             self.sql.check_fence(conn, fence)
@@ -469,3 +433,30 @@ class ClusterSql(ClusterStore):
     def ping(self) -> None:
         with self.sql.engine.connect() as conn:
             conn.execute(select(1)).scalar()
+
+
+def _check_in(r: Any) -> CheckIn:
+    return CheckIn(
+        instance_name=r.instance_name,
+        kind=r.kind,
+        last_checkin_millis=r.last_checkin_time,
+        checkin_interval_millis=r.checkin_interval,
+        clustered=r.clustered,
+        hostname=r.hostname,
+        pid=r.pid,
+    )
+
+
+def _owners(rows: Any) -> FiringOwners:
+    """The owners of fired rows, from their count per (state, instance, worker)."""
+    owners = FiringOwners()
+    for r in rows:
+        if r.state == FiringState.EXECUTING:
+            if r.worker_name is not None:
+                known = owners.executing_since.get(r.worker_name, r.since)
+                owners.executing_since[r.worker_name] = min(known, r.since)
+            continue
+        owners.schedulers.add(r.instance_name)
+        if r.state == FiringState.FIRED:
+            owners.unpublished.add(r.instance_name)
+    return owners

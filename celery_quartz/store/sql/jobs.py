@@ -373,7 +373,7 @@ class JobsSql(JobStore):
         with self.sql.transaction() as conn:
             if not dry_run:  # a dry run decides nothing others could race on
                 self.sql.lock(conn, "TRIGGER_ACCESS")
-            snapshot = self._read_snapshot(conn, needs(files))
+            snapshot = _read_snapshot(conn, self.sql, self.rows, needs(files))
             result = plan(
                 snapshot, files, now, calendar=lambda name, key: self.rows.calendar(conn, name, key)
             )
@@ -393,60 +393,6 @@ class JobsSql(JobStore):
             )
         return result
 
-    def _read_snapshot(self, conn: Connection, wanted: Needs) -> Snapshot:
-        """The stored jobs and triggers ``wanted`` names, closed both ways: every trigger of a job
-        read, and the job of every trigger read."""
-        j, t = self.sql.tables.jobs, self.sql.tables.triggers
-        jobs: dict[JobKey, Job] = {}
-        triggers: dict[TriggerKey, Trigger] = {}
-
-        def add_triggers(rows: Any) -> None:
-            for row in rows:
-                trigger = trigger_from_row(row)
-                triggers[trigger.key] = trigger
-
-        def add_jobs(rows: Any) -> None:
-            for row in rows:
-                job = job_from_row(row)
-                jobs[job.key] = job
-
-        everyone = self.sql.scoped(t)
-        if ALL_GROUPS in wanted.trigger_groups:
-            add_triggers(conn.execute(select(t).where(everyone)))
-        elif wanted.trigger_groups:
-            add_triggers(
-                conn.execute(
-                    select(t).where(everyone, t.c.trigger_group.in_(wanted.trigger_groups))
-                )
-            )
-        add_triggers(
-            self.rows.by_key(
-                conn, select(t), t.c.trigger_name, t.c.trigger_group, sorted(wanted.trigger_keys)
-            )
-        )
-        job_keys = set(wanted.job_keys) | {tr.job_key for tr in triggers.values() if tr.job_key}
-        if ALL_GROUPS in wanted.job_groups:
-            add_jobs(conn.execute(select(j).where(self.sql.scoped(j))))
-        elif wanted.job_groups:
-            add_jobs(
-                conn.execute(
-                    select(j).where(self.sql.scoped(j), j.c.job_group.in_(wanted.job_groups))
-                )
-            )
-        add_jobs(
-            self.rows.by_key(
-                conn, select(j), j.c.job_name, j.c.job_group, sorted(job_keys - jobs.keys())
-            )
-        )
-        # Every trigger of every job read: whether a job keeps a trigger is judged on all of them.
-        add_triggers(self.rows.by_key(conn, select(t), t.c.job_name, t.c.job_group, sorted(jobs)))
-        return Snapshot(
-            jobs=jobs,
-            triggers=triggers,
-            job_groups=wanted.job_groups,
-            trigger_groups=wanted.trigger_groups,
-        )
-
     def scheduled_definitions(self) -> tuple[list[Job], list[Trigger]]:
         j, t = self.sql.tables.jobs, self.sql.tables.triggers
         with self.sql.transaction() as conn:
@@ -464,3 +410,50 @@ class JobsSql(JobStore):
             [job_from_row(row) for row in job_rows],
             [trigger_from_row(row) for row in trigger_rows],
         )
+
+
+def _read_snapshot(conn: Connection, sql: SqlContext, rows: Rows, wanted: Needs) -> Snapshot:
+    """The stored jobs and triggers ``wanted`` names, closed both ways: every trigger of a job
+    read, and the job of every trigger read."""
+    j, t = sql.tables.jobs, sql.tables.triggers
+    jobs: dict[JobKey, Job] = {}
+    triggers: dict[TriggerKey, Trigger] = {}
+
+    def add_triggers(found: Any) -> None:
+        for row in found:
+            trigger = trigger_from_row(row)
+            triggers[trigger.key] = trigger
+
+    def add_jobs(found: Any) -> None:
+        for row in found:
+            job = job_from_row(row)
+            jobs[job.key] = job
+
+    everyone = sql.scoped(t)
+    if ALL_GROUPS in wanted.trigger_groups:
+        add_triggers(conn.execute(select(t).where(everyone)))
+    elif wanted.trigger_groups:
+        add_triggers(
+            conn.execute(select(t).where(everyone, t.c.trigger_group.in_(wanted.trigger_groups)))
+        )
+    add_triggers(
+        rows.by_key(
+            conn, select(t), t.c.trigger_name, t.c.trigger_group, sorted(wanted.trigger_keys)
+        )
+    )
+    job_keys = set(wanted.job_keys) | {tr.job_key for tr in triggers.values() if tr.job_key}
+    if ALL_GROUPS in wanted.job_groups:
+        add_jobs(conn.execute(select(j).where(sql.scoped(j))))
+    elif wanted.job_groups:
+        add_jobs(conn.execute(select(j).where(sql.scoped(j), j.c.job_group.in_(wanted.job_groups))))
+    add_jobs(
+        rows.by_key(conn, select(j), j.c.job_name, j.c.job_group, sorted(job_keys - jobs.keys()))
+    )
+    # Every trigger of every job read: whether a job keeps a trigger is judged on all of them.
+    add_triggers(rows.by_key(conn, select(t), t.c.job_name, t.c.job_group, sorted(jobs)))
+    return Snapshot(
+        jobs=jobs,
+        triggers=triggers,
+        job_groups=wanted.job_groups,
+        trigger_groups=wanted.trigger_groups,
+    )

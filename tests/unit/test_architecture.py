@@ -124,6 +124,44 @@ def test_no_class_is_longer_than_400_lines() -> None:
     assert {name: n for name, n in too_long.items() if name not in CLASSES_BEING_SPLIT} == {}
 
 
+def test_the_sql_stores_roles_are_composed_not_inherited() -> None:
+    """Each role of the SQL store is an object of its own: no class there inherits another of
+    them (only the role interfaces), and none calls another object's private helpers
+    (``self.ends._x``): what two roles share is public on a shared object."""
+    sql = {
+        name: path
+        for name, path in _modules().items()
+        if name.startswith("celery_quartz.store.sql")
+    }
+    trees = {name: ast.parse(path.read_text()) for name, path in sql.items()}
+    classes = {
+        node.name
+        for tree in trees.values()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+    }
+    inherited = {
+        f"{name}.{node.name}({base.id})"
+        for name, tree in trees.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for base in node.bases
+        if isinstance(base, ast.Name) and base.id in classes
+    }
+    borrowed = {
+        f"{name}:{node.lineno}: self.{node.value.attr}.{node.attr}"
+        for name, tree in trees.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and isinstance(node.value, ast.Attribute)
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "self"
+    }
+    assert (inherited, borrowed) == (set(), set())
+
+
 @pytest.mark.parametrize("module", ["celery_quartz.cron", "celery_quartz.triggers"])
 def test_importing_the_time_model_loads_neither_the_store_nor_celerys_worker(module: str) -> None:
     """The package root exports its public names lazily: a light module stays light."""

@@ -52,9 +52,9 @@ class _End:
     outcome: FiringOutcome | None = None
 
     @property
-    def releases_nothing_of_its_own(self) -> bool:
-        """Whether the end may be one row's delete: no job data to write, no retry to decide
-        (its job and trigger may still want a release, which the statement checks)."""
+    def may_end_alone(self) -> bool:
+        """Whether the end may be the one statement's: no job data to write, no retry to
+        decide (whether its job or trigger wants a release, the statement checks)."""
         return self.job_data is None and not self.failed
 
 
@@ -265,7 +265,7 @@ class WorkerSql(WorkerStore):
         transaction each, in the order they finished: each trigger keeps its latest.
         """
         done: set[str] = set()
-        alone = [end for end in ends if end.releases_nothing_of_its_own]
+        alone = [end for end in ends if end.may_end_alone]
         if alone and self.sql.dialect == "postgresql":
             now = self.sql.now()
             row = self.sql.run_alone(

@@ -421,8 +421,10 @@ class ClusterStore(abc.ABC):
         self, dead: str, *, seen_checkin_millis: int | None, recovered_by: str
     ) -> tuple[int, int] | None:
         """Take over a dead scheduler's work: its claims go back to WAITING, its unpublished
-        firings move to ``recovered_by``. Returns (released, to republish), or None when
-        another survivor did it or the peer checked in again.
+        firings move to ``recovered_by``, which publishes them again with the same fire instance
+        id (if the first message did go out, the worker's start guard lets only one run).
+        Returns (released, to republish), or None when another survivor did it or the peer
+        checked in again.
 
         Race settled: several survivors see the same dead peer; only the one whose delete of
         the check-in row still matches the check-in time it judged stale recovers.

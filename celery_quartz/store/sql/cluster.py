@@ -135,9 +135,7 @@ class ClusterSql(ClusterStore):
         self, dead: str, *, seen_checkin_millis: int | None, recovered_by: str
     ) -> tuple[int, int] | None:
         """The survivor whose conditional delete of the check-in row matches does the whole
-        recovery in the same transaction. A firing moved to ``recovered_by`` is published again
-        with the same fire instance id: if the first message did go out, the worker's start
-        guard lets only one run."""
+        recovery in the same transaction."""
         s, f = self.sql.tables.scheduler_state, self.sql.tables.fired_triggers
         with self.sql.transaction() as conn:
             if seen_checkin_millis is not None:
@@ -269,7 +267,8 @@ class ClusterSql(ClusterStore):
     # -- fencing of a non-clustered leader ------------------------------------------------------
 
     def advance_epoch(self, instance_name: str) -> tuple[int, int]:
-        """Each increment is a row update: two processes elected at once get different epochs."""
+        """The epoch is the LEADER lock row's, incremented in place (the first election
+        creates the row)."""
         locks, s = self.sql.tables.locks, self.sql.tables.scheduler_state
         with self.sql.transaction() as conn:
             row = conn.execute(

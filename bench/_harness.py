@@ -364,7 +364,7 @@ def _node_run(cfg: NodeConfig, ready: Any, go: Any, stop: Any, counter: Any, out
 
 
 def _observed(store: Any, clock: Any, cfg: NodeConfig) -> tuple[Any, Any]:
-    """``store`` instrumented and the store gauges registered as ``celery beat`` does, under an
+    """``store`` observed and the store gauges registered as ``celery beat`` does, under an
     SDK whose reader collects every ``cfg.metrics_interval`` seconds and discards the result."""
     from opentelemetry import metrics
     from opentelemetry.sdk.metrics import MeterProvider
@@ -375,7 +375,7 @@ def _observed(store: Any, clock: Any, cfg: NodeConfig) -> tuple[Any, Any]:
     )
 
     from celery_quartz.observability.gauges import StoreGauges
-    from celery_quartz.observability.store import InstrumentedStore
+    from celery_quartz.observability.store import StoreObservation
 
     class Discard(MetricExporter):
         def export(self, metrics_data: Any, timeout_millis: float = 0, **_: Any) -> Any:
@@ -392,14 +392,15 @@ def _observed(store: Any, clock: Any, cfg: NodeConfig) -> tuple[Any, Any]:
         Discard(), export_interval_millis=cfg.metrics_interval * 1000
     )
     metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
-    observed = InstrumentedStore(store, instance_id=cfg.name, clock=clock)
+    observation = StoreObservation(store.scheduler_name, instance_id=cfg.name, clock=clock)
+    store.add_hooks(observation)
     gauges = StoreGauges(
-        observed,
-        observed.attributes,
+        store,
+        observation.attributes,
         clock,
-        is_collector=lambda: observed.live_schedulers[:1] == [cfg.name],
+        is_collector=lambda: observation.live_schedulers[:1] == [cfg.name],
     )
-    return observed, gauges
+    return store, gauges
 
 
 class Nodes:

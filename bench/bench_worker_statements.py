@@ -8,7 +8,7 @@ start (``start_execution``) and, 200 at a time, the batched completion (``comple
 Two variants alternate in every repeat, on the same store and code:
 
 - **direct**: nothing listens to the engine's statements, so the one-statement start and
-  completions run on the pooled driver connection (``SqlBase._run_alone``);
+  completions run on the pooled driver connection (``SqlContext.run_alone``);
 - **through a Connection**: a ``before_cursor_execute`` listener that does nothing is attached,
   which makes the same statements go through a SQLAlchemy ``Connection`` and its result, as every
   statement did before.
@@ -92,13 +92,14 @@ def main(argv: list[str] | None = None) -> int:
                 for variant in variants if repeat % 2 == 0 else variants[::-1]:
                     restore(dsn, rd.client(0), dump)
                     watched = variant != "direct"
+                    autocommit = store.context.autocommit
                     if watched:
-                        event.listen(store._autocommit, "before_cursor_execute", listener)
+                        event.listen(autocommit, "before_cursor_execute", listener)
                     try:
                         result = run(store, ids, pg.pid)
                     finally:
                         if watched:
-                            event.remove(store._autocommit, "before_cursor_execute", listener)
+                            event.remove(autocommit, "before_cursor_execute", listener)
                     left = _fired_left(dsn)
                     print(
                         f"  {variant}: client {result['client_us']:.0f} µs, PostgreSQL "

@@ -70,7 +70,8 @@ def store_statement() -> tuple[str, dict[str, Any]]:
     from celery_quartz.store.sql._prepared import CompiledStatement
 
     store = SqlStore("postgresql://nobody@localhost/none", scheduler_name="bench")
-    compiled = CompiledStatement.of(store._mark_published_statement, postgresql.dialect())
+    statement = store.scheduling.claims.mark_published_statement
+    compiled = CompiledStatement.of(statement, postgresql.dialect())
     return compiled.sql, {**compiled.fixed, "at": 5}
 
 

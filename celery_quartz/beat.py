@@ -23,7 +23,7 @@ from celery_quartz.loop import SchedulingLoop
 from celery_quartz.observability.gauges import StoreGauges
 from celery_quartz.observability.http import HealthServer
 from celery_quartz.observability.publishing import PublishTracing
-from celery_quartz.observability.store import InstrumentedStore
+from celery_quartz.observability.store import StoreObservation
 from celery_quartz.publisher import Publisher
 from celery_quartz.scheduling_files import SchedulingFilesWatcher
 from celery_quartz.store import open_store
@@ -79,14 +79,15 @@ class Scheduler(beat.Scheduler):
         )
         watcher.load_at_start()
         instance_id = settings.resolve_instance_id()
-        # Instrumented at the role interface: every store operation timed and traced, and
+        # Observed through the store's hooks: every store operation timed and traced, and
         # acquisition, misfires, check-in and recovery measured from what the roles return.
-        observed = InstrumentedStore(
-            store,
+        observation = StoreObservation(
+            store.scheduler_name,
             instance_id=instance_id,
             clock=self._clock,
             checkin_misfire_threshold=settings.checkin_misfire_threshold,
         )
+        store.add_hooks(observation)
         publisher = Publisher(
             self.app,
             batch_size=settings.batch_size,
@@ -95,7 +96,7 @@ class Scheduler(beat.Scheduler):
         )
         router = settings.router(self.app.conf.task_default_queue or "celery")
         self.loop = SchedulingLoop(
-            observed,  # type: ignore[arg-type]  # a SchedulerStore by delegation
+            store,
             publisher,
             settings,
             self._clock,
@@ -106,10 +107,10 @@ class Scheduler(beat.Scheduler):
         )
         if settings.metrics_gauges:
             self.gauges = StoreGauges(
-                observed,
-                observed.attributes,
+                store,
+                observation.attributes,
                 self._clock,
-                is_collector=lambda: self._collects_gauges(observed, instance_id),
+                is_collector=lambda: self._collects_gauges(observation, instance_id),
                 limit_for=lambda group: _max_concurrent(router, group),
                 groups=lambda: router.limits.named_groups,
             )
@@ -126,13 +127,13 @@ class Scheduler(beat.Scheduler):
         elif self.loop.auto_start:
             self.loop.start()
 
-    def _collects_gauges(self, observed: InstrumentedStore, instance_id: str) -> bool:
+    def _collects_gauges(self, observation: StoreObservation, instance_id: str) -> bool:
         """Whether this node reads the store gauges: it runs, and its instance id sorts first
         among the live scheduler check-ins it last read (one node per scheduler name)."""
         loop = self.loop
         if loop is None or loop.status is not SchedulerStatus.RUNNING:
             return False
-        return observed.live_schedulers[:1] == [instance_id]
+        return observation.live_schedulers[:1] == [instance_id]
 
     def health(self) -> HealthReport:
         """:func:`~celery_quartz.health.health_check` of this scheduler."""

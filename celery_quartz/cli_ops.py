@@ -24,7 +24,7 @@ import click
 from celery_quartz.config import Settings
 from celery_quartz.job import Job
 from celery_quartz.keys import DEFAULT_GROUP, JobKey, TriggerKey
-from celery_quartz.store import Store, TriggerState, open_store
+from celery_quartz.store import ClientStore, TriggerState, open_store
 from celery_quartz.store.schema import FIRING_STATES, STORED_TRIGGER_STATES
 from celery_quartz.store.views import (
     MAX_PAGE,
@@ -46,7 +46,7 @@ def _command(fn: click.Command) -> click.Command:
 
 
 @contextmanager
-def _store(ctx: click.Context) -> Iterator[Store]:
+def _store(ctx: click.Context) -> Iterator[ClientStore]:
     """The store of the app's settings, without creating tables: an operator's look at a store
     that has none says so (see :func:`celery_quartz.cli.describe_error`)."""
     store = open_store(Settings.from_app(ctx.find_root().obj.app))
@@ -56,7 +56,7 @@ def _store(ctx: click.Context) -> Iterator[Store]:
         store.dispose()
 
 
-def _client(ctx: click.Context, store: Store) -> Any:
+def _client(ctx: click.Context, store: ClientStore) -> Any:
     from celery_quartz.client import Quartz
 
     return Quartz(ctx.find_root().obj.app, store=store)
@@ -393,7 +393,9 @@ def firings(
     _page_end(page.next_after, as_json)
 
 
-def _with_queues(ctx: click.Context, store: Store, views: Sequence[FiringView]) -> list[FiringView]:
+def _with_queues(
+    ctx: click.Context, store: ClientStore, views: Sequence[FiringView]
+) -> list[FiringView]:
     """``views`` with the queue each firing was sent to. A firing with a route of its own (its
     execution group's queue, its pinned worker's) has it stored; any other went where its job's
     ``queue`` option or Celery's routing of its task sends it, decided here as the publisher

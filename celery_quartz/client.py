@@ -24,7 +24,7 @@ from celery_quartz.errors import (
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.routing import Unserved
-from celery_quartz.store import Store, open_store
+from celery_quartz.store import ClientStore, open_store
 from celery_quartz.triggers.base import Trigger, TriggerDetailsUpdate
 
 
@@ -36,7 +36,7 @@ class Quartz:
         app: Celery,
         *,
         clock: Clock | None = None,
-        store: Store | None = None,
+        store: ClientStore | None = None,
         settings: Settings | None = None,
     ) -> None:
         #: The Celery app whose registered tasks jobs may name.

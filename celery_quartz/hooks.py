@@ -4,19 +4,79 @@ In dramatiq's style: each class here is a base whose hooks do nothing. A cross-c
 (metrics, tracing, run history, an audit trail) is one class that subclasses the base it needs
 and overrides the hooks it cares about; the core calls every hook by name and never asks what a
 concern is. A hook that raises is logged and ignored: a concern never fails the work it watches.
+
+* :class:`StoreHooks`: around each role operation of a store
+  (:meth:`celery_quartz.store.SqlStore.add_hooks`);
+* :class:`ExecutionHooks`: a firing's execution on a worker;
+* :class:`PublishHooks`: a batch of firings handed to the broker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from celery import Task
 
     from celery_quartz.context import JobExecutionContext
     from celery_quartz.firing import Firing, FiringHeader
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+
+def call_safely(hook: Callable[..., _T], *args: Any, default: _T, **kwargs: Any) -> _T:
+    """Call one hook; one that raises is logged (naming it) and ``default`` is returned, so
+    that the work it watches goes on."""
+    try:
+        return hook(*args, **kwargs)
+    except Exception:
+        logger.exception("hook %s failed; going on without it", getattr(hook, "__qualname__", hook))
+        return default
+
+
+# -- store operations
+
+
+@dataclass(frozen=True)
+class StoreOperation:
+    """One call of a store role operation, as the hooks around it see it."""
+
+    #: The role method's name (``claim``, ``check_in``, ``complete_execution``, …).
+    name: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+
+
+class StoreHooks:
+    """Around every role operation of a store (the methods of the role interfaces in
+    :mod:`celery_quartz.store.abc`), in the calling thread. Implemented by
+    :class:`~celery_quartz.observability.store.StoreObservation`.
+
+    Each hook of a store is called before the operation in the order they were added, and after
+    it in the reverse order, whether it returned or raised.
+    """
+
+    def before_store_operation(self, operation: StoreOperation) -> Any:
+        """Called before ``operation`` runs; what it returns is handed to
+        :meth:`after_store_operation` (a start time, a span)."""
+        return None
+
+    def after_store_operation(
+        self,
+        operation: StoreOperation,
+        before: Any,
+        *,
+        result: Any = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        """Called once ``operation`` returned ``result``, or raised ``exception``; ``before``
+        is what :meth:`before_store_operation` returned (None if it raised)."""
 
 
 # -- executions and publishing

@@ -35,7 +35,7 @@ from celery.utils.saferepr import saferepr
 
 from celery_quartz.clock import Clock, SystemClock, from_millis
 from celery_quartz.firing import HEADER, Firing, FiringHeader, new_ids
-from celery_quartz.hooks import PublishHooks
+from celery_quartz.hooks import PublishHooks, call_safely
 
 logger = logging.getLogger(__name__)
 
@@ -88,11 +88,8 @@ class Publisher:
             self._publish(firings, {})
             return
         # A failing hook (instrumentation) must never keep a firing from being published.
-        try:
-            extra = self.hooks.before_publish(firings)
-        except Exception:
-            logger.exception("a publish hook failed; publishing without it")
-            extra = {}
+        no_extra: dict[str, dict[str, str]] = {}
+        extra = call_safely(self.hooks.before_publish, firings, default=no_extra)
         try:
             self._publish(firings, extra)
         except BaseException as exc:
@@ -102,18 +99,11 @@ class Publisher:
 
     def _sending(self, firing: Firing) -> AbstractContextManager[Any]:
         assert self.hooks is not None
-        try:
-            return self.hooks.sending(firing)
-        except Exception:
-            logger.exception("a publish hook failed; sending without it")
-            return nullcontext()
+        return call_safely(self.hooks.sending, firing, default=nullcontext())
 
     def _after_publish(self, firings: Sequence[Firing], error: BaseException | None) -> None:
         assert self.hooks is not None
-        try:
-            self.hooks.after_publish(firings, error)
-        except Exception:
-            logger.exception("a publish hook failed after publishing")
+        call_safely(self.hooks.after_publish, firings, error, default=None)
 
     def _publish(self, firings: Sequence[Firing], extra: dict[str, dict[str, str]]) -> None:
         if self._redis is False:

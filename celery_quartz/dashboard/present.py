@@ -14,7 +14,7 @@ from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.lifecycle import SchedulerStatus
 from celery_quartz.routing import LiveWorker
-from celery_quartz.store import Store
+from celery_quartz.store import StoreReader
 from celery_quartz.store.views import FiringView, LastOutcome, NodeView, TriggerView
 
 REDACTED = "***"
@@ -147,7 +147,7 @@ def node(n: NodeView) -> dict[str, Any]:
     }
 
 
-def nodes(store: Store, views: list[NodeView] | None = None) -> dict[str, Any]:
+def nodes(store: StoreReader, views: list[NodeView] | None = None) -> dict[str, Any]:
     """The check-ins with their liveness, and the non-clustered leader with the current epoch:
     the live non-clustered scheduler RUNNING at the current epoch (None in a clustered
     deployment, or while no leader runs). ``views``: the check-ins, when already read."""
@@ -170,7 +170,7 @@ def nodes(store: Store, views: list[NodeView] | None = None) -> dict[str, Any]:
 
 
 def groups(
-    store: Store, settings: Settings, default_queue: str, views: list[NodeView] | None = None
+    store: StoreReader, settings: Settings, default_queue: str, views: list[NodeView] | None = None
 ) -> list[dict[str, Any]]:
     """Each execution group: its limit and scope, its capacity now (what the live workers on
     its queue allow, or the cluster quota), firings in flight, due triggers held back, whether
@@ -214,7 +214,7 @@ def groups(
 
 
 def owed(
-    store: Store,
+    store: StoreReader,
     settings: Settings,
     default_queue: str,
     redact: Redactor,
@@ -243,7 +243,7 @@ def owed(
     }
 
 
-def unserved(store: Store, settings: Settings, default_queue: str) -> list[dict[str, Any]]:
+def unserved(store: StoreReader, settings: Settings, default_queue: str) -> list[dict[str, Any]]:
     """Queues of stored triggers' groups that no live worker consumes, and pinned workers that
     do not consume their triggers' queues (best effort: judged from the workers' check-ins)."""
     return [
@@ -253,7 +253,7 @@ def unserved(store: Store, settings: Settings, default_queue: str) -> list[dict[
 
 
 def overview(
-    store: Store, settings: Settings, default_queue: str, redact: Redactor
+    store: StoreReader, settings: Settings, default_queue: str, redact: Redactor
 ) -> dict[str, Any]:
     """Nodes, leader, groups and what is owed, reading the check-ins and the groups once."""
     views = store.list_nodes()

@@ -33,7 +33,7 @@ from celery_quartz.triggers.base import Trigger
 if TYPE_CHECKING:
     from celery import Celery
 
-    from celery_quartz.store.abc import Store
+    from celery_quartz.store.abc import ClientStore
 
 __all__ = ["ImportReport", "SourceEntry", "disabled_group", "read_crontab", "run_import"]
 
@@ -229,7 +229,7 @@ def _copy_for_probe(trigger: Trigger, now: datetime) -> Trigger:
 
 def run_import(
     app: Celery,
-    store: Store,
+    store: ClientStore,
     *,
     source: str,
     group: str,

@@ -2,8 +2,8 @@
 
 * :mod:`~celery_quartz.observability.instruments`: the meter and tracer (named for the package)
   and Quartz's eight instruments;
-* :mod:`~celery_quartz.observability.store`: the store roles, timed and traced at their
-  interface (acquisition, misfires, check-in and recovery read from what the roles return);
+* :mod:`~celery_quartz.observability.store`: the store's hooks, each role operation timed and
+  traced (acquisition, misfires, check-in and recovery read from what the roles return);
 * :mod:`~celery_quartz.observability.gauges`: gauges read from the store by one node;
 * :mod:`~celery_quartz.observability.publishing`: a span per published firing, its context in
   the message;

@@ -2,11 +2,14 @@
 SQL tables behind it (:mod:`celery_quartz.store.sql`), opened by :func:`open_store`."""
 
 from celery_quartz.store.abc import (
+    ClientStore,
     ClusterStore,
     JobStore,
+    SchedulerStore,
     SchedulingStore,
     Store,
     StoreReader,
+    WorkerNodeStore,
     WorkerStore,
 )
 from celery_quartz.store.factory import discover_scheduler_names, open_store
@@ -18,15 +21,18 @@ from celery_quartz.store.sql import SqlStore
 __all__ = [
     "NONE_STATE",
     "CheckIn",
+    "ClientStore",
     "ClusterStore",
     "FiringState",
     "JobStore",
     "MemoryStore",
+    "SchedulerStore",
     "SchedulingStore",
     "SqlStore",
     "Store",
     "StoreReader",
     "TriggerState",
+    "WorkerNodeStore",
     "WorkerStore",
     "build_tables",
     "discover_scheduler_names",

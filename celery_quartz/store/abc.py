@@ -19,6 +19,11 @@ Roles, and who holds each:
 * :class:`StoreReader` — operators: the CLI, health, metrics, the dashboard and HTTP API. Paged,
   filtered listings; it never writes.
 
+What a process holds is the roles it uses together: :class:`SchedulerStore` (beat),
+:class:`ClientStore` (the client, the CLI, an import), :class:`WorkerNodeStore` (a worker);
+:class:`Store` is every role. A store calls the hooks added to it
+(:class:`celery_quartz.hooks.StoreHooks`) around each role operation.
+
 Every store is scoped to one scheduler name (several clusters may share the tables) and is
 configured once, through its constructor: the misfire threshold, the clock and the bound on JSON
 data are never passed per call. Open one with :func:`celery_quartz.store.open_store`.
@@ -342,9 +347,11 @@ class SchedulingStore(abc.ABC):
         """Resolve firings whose message expired before any worker started it, by the misfire
         instruction of their trigger (:func:`celery_quartz.misfire.expired_firing_outcome`);
         returns those to publish again, now owned by ``instance_name`` with a fresh expiry.
-        A firing to publish again for which ``refuse`` gives a reason is dropped instead, with
-        that reason logged (the loop refuses a queue that a worker without the hooks consumes:
-        it may have run the firing without recording it).
+        One that was sent to its pinned worker's own queue goes to its group's queue this time:
+        that worker did not start it in time. A firing to publish again for which ``refuse``
+        gives a reason is dropped instead, with that reason logged (the loop refuses a queue
+        that a worker without the hooks consumes: it may have run the firing without recording
+        it).
 
         ``grace`` (seconds past the expiry) lets a worker that took the message just in time
         mark it EXECUTING first. Race settled: two schedulers resolving the same firing, or a
@@ -414,8 +421,10 @@ class ClusterStore(abc.ABC):
         self, dead: str, *, seen_checkin_millis: int | None, recovered_by: str
     ) -> tuple[int, int] | None:
         """Take over a dead scheduler's work: its claims go back to WAITING, its unpublished
-        firings move to ``recovered_by``. Returns (released, to republish), or None when
-        another survivor did it or the peer checked in again.
+        firings move to ``recovered_by``, which publishes them again with the same fire instance
+        id (if the first message did go out, the worker's start guard lets only one run).
+        Returns (released, to republish), or None when another survivor did it or the peer
+        checked in again.
 
         Race settled: several survivors see the same dead peer; only the one whose delete of
         the check-in row still matches the check-in time it judged stale recovers.
@@ -445,14 +454,22 @@ class ClusterStore(abc.ABC):
         earlier one's writes are refused."""
 
     @abc.abstractmethod
-    def current_epoch(self) -> int:
-        """The scheduler name's current fencing epoch (0 before any election)."""
-
-    @abc.abstractmethod
     def recover_leader_move(self, instance_name: str, fence: Fence | None) -> LeaderMoveRecovery:
-        """The recovery pass a new non-clustered leader runs, in one fenced transaction: claims
-        released, jobs with nothing in flight unblocked, unpublished firings of other instance
-        ids dropped, lingering COMPLETE triggers with nothing in flight removed."""
+        """The recovery pass a new non-clustered leader runs (seed 000, steps 1, 3 and 4; step 2,
+        every misfire with no limit, is the caller's), in one fenced transaction, adapted to
+        Celery, where the firings a scheduler published run on workers that outlive it:
+
+        1. Claims (ACQUIRED fired rows, any instance) are deleted and their triggers go back to
+           WAITING; BLOCKED goes to WAITING and PAUSED_BLOCKED to PAUSED for every job that has
+           no firing left in flight.
+        3. Firings fired but not recorded as published (FIRED) under *this* instance id
+           survive: the loop publishes them again with the same fire instance id (the worker's
+           start guard runs it once). Under another id they are deleted, ``requests_recovery``
+           or not: the instance id decides whether they survive a leader move.
+        4. Lingering COMPLETE triggers with nothing in flight are deleted. Published and
+           executing firings are left to the workers (and to the misfire handler once their
+           message expires).
+        """
 
     @abc.abstractmethod
     def record_status(
@@ -479,8 +496,15 @@ class WorkerStore(abc.ABC):
         scheduler died between publishing and recording, a republish of an expired message):
         only the first start matches. ``restart_from`` names a worker whose own start of this
         firing may or may not have been recorded (its store connection broke); it did not run
-        the task, so a row EXECUTING on that worker may be taken over. The start of an
-        auto-pinned trigger's firing claims the pin for ``worker_name`` in the same transaction.
+        the task, so a row EXECUTING on that worker may be taken over.
+
+        The start of an auto-pinned trigger's firing claims the pin for ``worker_name`` in the
+        same transaction: the first worker to start a firing claims it, and a worker starting
+        one still claimed by another takes it over (steal on fire: the firing reached this
+        worker only because its routing judged the claimant not live). The claim races a re-pin
+        or clear made since the firing was acquired, and a claim from another firing of the same
+        trigger: whichever change comes first wins. Recovery and retry firings have no pin of
+        their own, so their start claims nothing, not even the original trigger's pin.
         """
 
     @abc.abstractmethod
@@ -619,6 +643,11 @@ class StoreReader(abc.ABC):
         live pinned workers that do not consume their triggers' queues (or their own)."""
 
     @abc.abstractmethod
+    def current_epoch(self) -> int:
+        """The scheduler name's current fencing epoch (0 before any election,
+        :meth:`ClusterStore.advance_epoch`)."""
+
+    @abc.abstractmethod
     def count_rows(self) -> dict[str, int]:
         """Rows per table for this scheduler name (diagnostics)."""
 
@@ -633,10 +662,10 @@ class StoreReader(abc.ABC):
         :meth:`JobStore.sync_job_group`)."""
 
 
-class SchedulerStore(SchedulingStore, ClusterStore, StoreReader):
-    """What a scheduler process holds: the loop's and the cluster manager's roles, and the
-    read side its health check uses."""
+class OpenedStore(abc.ABC):
+    """A store a process opened, and closes."""
 
+    #: The scheduler name the store is scoped to.
     scheduler_name: str
 
     @abc.abstractmethod
@@ -644,7 +673,22 @@ class SchedulerStore(SchedulingStore, ClusterStore, StoreReader):
         """Close the store's connections."""
 
 
-class Store(JobStore, SchedulerStore, WorkerStore):
+class SchedulerStore(SchedulingStore, ClusterStore, StoreReader, OpenedStore):
+    """What a scheduler process holds: the loop's and the cluster manager's roles, and the
+    read side its health check uses."""
+
+
+class ClientStore(JobStore, StoreReader, OpenedStore):
+    """What a client holds (:class:`celery_quartz.Quartz`, the CLI, an import): the client's
+    role, and the read side it reports from."""
+
+
+class WorkerNodeStore(WorkerStore, ClusterStore, OpenedStore):
+    """What a worker process holds: the worker hooks' role, and the cluster role of its
+    check-in."""
+
+
+class Store(ClientStore, SchedulerStore, WorkerNodeStore):
     """Every role: what :func:`celery_quartz.store.open_store` returns."""
 
     misfire_threshold_ms: int

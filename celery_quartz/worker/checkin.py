@@ -13,7 +13,7 @@ from celery.signals import worker_shutdown
 from celery.worker.control import inspect_command
 from sqlalchemy.exc import DBAPIError
 
-from celery_quartz.store import Store
+from celery_quartz.store import ClusterStore, WorkerNodeStore
 from celery_quartz.worker.ends import STORE_ACCESS
 from celery_quartz.worker.runtime import WorkerRuntime, runtime_of
 
@@ -36,7 +36,7 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         super().__init__(parent, **kwargs)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._store: Store | None = None
+        self._store: WorkerNodeStore | None = None
         #: The prefork pool's processes at the last check-in (None: not a prefork pool, or
         #: not seen yet).
         self._pool_processes: frozenset[int] | None = None
@@ -115,7 +115,7 @@ class WorkerCheckIn(bootsteps.StartStopStep):
 
     @staticmethod
     def _check_in(
-        store: Store, name: str, interval: float, queues: list[str], concurrency: Any
+        store: ClusterStore, name: str, interval: float, queues: list[str], concurrency: Any
     ) -> None:
         store.check_in(
             name,

@@ -29,7 +29,7 @@ from sqlalchemy.exc import DBAPIError
 
 from celery_quartz.clock import Clock, to_millis
 from celery_quartz.firing import FiringHeader
-from celery_quartz.store import Store
+from celery_quartz.store import WorkerStore
 from celery_quartz.store.records import FinishedExecution, ProcessLoss
 from celery_quartz.store.views import FiringOutcome
 
@@ -100,7 +100,7 @@ class CompletionBatch:
     ``docs/reliability.md``.
     """
 
-    def __init__(self, store: Callable[[str], Store], delay: float, clock: Clock) -> None:
+    def __init__(self, store: Callable[[str], WorkerStore], delay: float, clock: Clock) -> None:
         self.pid = os.getpid()
         self.delay = delay
         self._store = store
@@ -182,7 +182,7 @@ class LostEnds:
     same names; a pool process's own signal is left to that process's ``task_postrun``.
     """
 
-    def __init__(self, app: Any, store: Callable[[str], Store], clock: Clock) -> None:
+    def __init__(self, app: Any, store: Callable[[str], WorkerStore], clock: Clock) -> None:
         self._app = app
         self._store = store
         self._clock = clock

@@ -4,7 +4,6 @@ around each task's ``before_start``, and the completion at ``task_postrun``."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from celery import Task
@@ -20,7 +19,8 @@ from celery_quartz.context import (
 )
 from celery_quartz.errors import RefireJob
 from celery_quartz.firing import HEADER, FiringHeader
-from celery_quartz.store import Store
+from celery_quartz.hooks import call_safely
+from celery_quartz.store import WorkerStore
 from celery_quartz.store.views import FiringOutcome
 from celery_quartz.worker.ends import persist
 from celery_quartz.worker.runtime import WorkerRuntime
@@ -82,7 +82,7 @@ class ExecutionGuard:
         context = JobExecutionContext.from_header(header, worker)
         set_running_firing(request, RunningFiring(task_id, header, context, started.batchable))
         for hooks in self.runtime.execution_hooks:
-            _safely(hooks.after_start, task, context)
+            call_safely(hooks.after_start, task, context, default=None)
 
     def on_postrun(
         self,
@@ -138,7 +138,7 @@ class ExecutionGuard:
                 f"firing {fire_id}",
             )
 
-    def _refire(self, task: Task, store: Store, running: RunningFiring) -> None:
+    def _refire(self, task: Task, store: WorkerStore, running: RunningFiring) -> None:
         """Run the same firing again at once, with ``refire_count`` one higher (the same
         message task id: its message ran, so no worker has it revoked)."""
         fire_id = running.context.fire_instance_id
@@ -162,27 +162,19 @@ class ExecutionGuard:
 
     def _tell_refused(self, task: Task, header: FiringHeader, reason: str) -> None:
         for hooks in self.runtime.execution_hooks:
-            _safely(hooks.after_start_refused, task, header, reason)
+            call_safely(hooks.after_start_refused, task, header, reason, default=None)
 
     def _tell_end(
         self, task: Task, context: JobExecutionContext, state: str | None, retval: Any
     ) -> None:
         for hooks in self.runtime.execution_hooks:
             if state == RETRY or isinstance(retval, RefireJob):
-                _safely(hooks.after_retry, task, context)
+                call_safely(hooks.after_retry, task, context, default=None)
             elif state == FAILURE and isinstance(retval, BaseException):
-                _safely(hooks.after_failure, task, context, retval)
+                call_safely(hooks.after_failure, task, context, retval, default=None)
             elif state == SUCCESS:
-                _safely(hooks.after_success, task, context, retval)
-            _safely(hooks.after_end, task, context, state, retval)
-
-
-def _safely(hook: Callable[..., None], *args: Any) -> None:
-    """Call one hook; one that raises is logged, and the firing goes on."""
-    try:
-        hook(*args)
-    except Exception:
-        logger.exception("an execution hook failed")
+                call_safely(hooks.after_success, task, context, retval, default=None)
+            call_safely(hooks.after_end, task, context, state, retval, default=None)
 
 
 def _custom_headers(request: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from celery import Celery
 from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.config import Settings
 from celery_quartz.hooks import ExecutionHooks
-from celery_quartz.store import Store, open_store
+from celery_quartz.store import WorkerNodeStore, open_store
 from celery_quartz.worker.ends import CompletionBatch, LostEnds
 
 #: Connections a worker process's store keeps open.
@@ -53,7 +53,7 @@ class WorkerRuntime:
         self.lost_ends = LostEnds(app, self.store, self.clock)
         self.checkin = CheckInStatus()
         self._settings: Settings | None = None
-        self._stores: dict[tuple[int, str], Store] = {}
+        self._stores: dict[tuple[int, str], WorkerNodeStore] = {}
         self._batch: CompletionBatch | None = None
         self._lock = threading.Lock()
         self._receivers: list[tuple[Any, Callable[..., Any]]] = []
@@ -68,7 +68,7 @@ class WorkerRuntime:
             settings = self._settings = Settings.from_app(self.app)
         return settings
 
-    def store(self, scheduler_name: str) -> Store:
+    def store(self, scheduler_name: str) -> WorkerNodeStore:
         """This process's store for ``scheduler_name`` (engines are not shared across a fork)."""
         key = (os.getpid(), scheduler_name)
         settings = self.settings

@@ -1,5 +1,6 @@
 """The package's shape, as docs/architecture.md states it: no import cycle between its modules,
-no module past 800 lines, and light modules that stay light when imported."""
+no module past 800 lines and no class past 400, and light modules that stay light when
+imported."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "celery_quartz"
 MAX_LINES = 800
+MAX_CLASS_LINES = 400
 
 
 def _modules() -> dict[str, Path]:
@@ -106,6 +108,55 @@ def test_the_domain_and_the_store_import_nothing_above_them() -> None:
 def test_no_module_is_longer_than_800_lines() -> None:
     lengths = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
     assert {name: n for name, n in lengths.items() if n > MAX_LINES} == {}
+
+
+def test_no_class_is_longer_than_400_lines() -> None:
+    """A role is an object one can hold in one's head: a class past 400 lines holds two."""
+    lengths = {
+        f"{name}.{node.name}": node.end_lineno - node.lineno + 1
+        for name, path in _modules().items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.end_lineno is not None
+    }
+    assert {name: n for name, n in lengths.items() if n > MAX_CLASS_LINES} == {}
+
+
+def test_the_sql_stores_roles_are_composed_not_inherited() -> None:
+    """Each role of the SQL store is an object of its own: no class there inherits another of
+    them (only the role interfaces), and none calls another object's private helpers
+    (``self.ends._x``): what two roles share is public on a shared object."""
+    sql = {
+        name: path
+        for name, path in _modules().items()
+        if name.startswith("celery_quartz.store.sql")
+    }
+    trees = {name: ast.parse(path.read_text()) for name, path in sql.items()}
+    classes = {
+        node.name
+        for tree in trees.values()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+    }
+    inherited = {
+        f"{name}.{node.name}({base.id})"
+        for name, tree in trees.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for base in node.bases
+        if isinstance(base, ast.Name) and base.id in classes
+    }
+    borrowed = {
+        f"{name}:{node.lineno}: self.{node.value.attr}.{node.attr}"
+        for name, tree in trees.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and isinstance(node.value, ast.Attribute)
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "self"
+    }
+    assert (inherited, borrowed) == (set(), set())
 
 
 @pytest.mark.parametrize("module", ["celery_quartz.cron", "celery_quartz.triggers"])

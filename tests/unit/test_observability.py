@@ -21,6 +21,7 @@ from sqlalchemy.exc import OperationalError
 
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey, install
 from celery_quartz.clock import FakeClock
+from celery_quartz.cluster import ClusterManager
 from celery_quartz.config import Settings
 from celery_quartz.firing import HEADER, FiringHeader
 from celery_quartz.health import HealthStatus, health_check
@@ -28,7 +29,7 @@ from celery_quartz.loop import SchedulingLoop
 from celery_quartz.observability.gauges import StoreGauges
 from celery_quartz.observability.http import HealthServer
 from celery_quartz.observability.publishing import PublishTracing
-from celery_quartz.observability.store import InstrumentedStore
+from celery_quartz.observability.store import StoreObservation
 from celery_quartz.publisher import Publisher, RedisPath
 from celery_quartz.store import MemoryStore, SqlStore
 from celery_quartz.worker import runtime_of
@@ -57,18 +58,24 @@ def _schedule(store: Any, name: str = "nightly", job: str = "report") -> None:
     store.store_jobs_and_triggers([(j, [trigger])])
 
 
+def _observe(store: SqlStore, clock: FakeClock, instance: str) -> StoreObservation:
+    observation = StoreObservation(store.scheduler_name, instance_id=instance, clock=clock)
+    store.add_hooks(observation)
+    return observation
+
+
 def _loop(
     store: MemoryStore, app: Celery, clock: FakeClock, instance: str, **changes: Any
-) -> tuple[SchedulingLoop, InstrumentedStore]:
-    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
+) -> tuple[SchedulingLoop, StoreObservation]:
+    observation = _observe(store, clock, instance)
     loop = SchedulingLoop(
-        observed,  # type: ignore[arg-type]
+        store,
         Publisher(app, hooks=PublishTracing(instance)),
         _settings(**changes),
         clock,
         instance,
     )
-    return loop, observed
+    return loop, observation
 
 
 # -- beat: the instruments, from the role interface -------------------------------------------
@@ -106,15 +113,14 @@ def test_every_store_operation_is_a_span_named_for_it(
 def test_a_failing_store_operation_is_timed_with_its_error_and_recorded_on_its_span(
     store: MemoryStore, clock: FakeClock, instance: str
 ) -> None:
-    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
+    _observe(store, clock, instance)
 
     def down() -> None:
         raise OperationalError("SELECT 1", {}, Exception("connection refused"))
 
-    store.ping = down  # type: ignore[method-assign]
-    observed._wrapped.clear()
+    store.cluster.ping = down  # type: ignore[method-assign]
     with pytest.raises(OperationalError):
-        observed.ping()
+        store.ping()
     [point] = points(
         "quartz.jobstore.operation.duration",
         quartz__scheduler__id=instance,
@@ -134,13 +140,22 @@ def test_misfires_are_counted_from_the_misfire_handler(
     assert sum(p.value for p in counted) == 1
 
 
-def test_the_store_wrapper_forwards_attributes_both_ways(
+def test_the_live_schedulers_are_judged_as_failure_detection_judges_them(
     store: MemoryStore, clock: FakeClock, instance: str
 ) -> None:
-    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
-    observed.fence = None
-    assert observed.scheduler_name == store.scheduler_name
-    assert observed.wrapped is store
+    """Our own silence stretches a peer's (both were paused, say): a peer failure detection
+    keeps alive is live for the gauges too."""
+    peer = f"peer-{instance}"
+    observation = _observe(store, clock, instance)
+    manager = ClusterManager(
+        store, clock, instance, checkin_interval=7.5, checkin_misfire_threshold=7.5
+    )
+    manager.check_in()
+    store.check_in(peer, interval=7.5)
+    clock.advance(timedelta(seconds=20))  # past the peer's 7.5 s interval and 7.5 s threshold
+    manager.check_in()
+    assert manager.failed_peers() == []
+    assert observation.live_schedulers == sorted([instance, peer])
 
 
 # -- beat: gauges read from the store, by one node -----------------------------------------------
@@ -155,14 +170,13 @@ def test_the_gauges_are_read_by_the_first_live_scheduler_only(
     loop_b, observed_b = _loop(store, app, clock, second)
     loop_a.start()
     loop_b.start()
-    observed_a.check_ins()
-    observed_b.check_ins()
+    store.check_ins()
     assert observed_a.live_schedulers == observed_b.live_schedulers == [first, second]
     gauges_a = StoreGauges(
-        observed_a, observed_a.attributes, clock, lambda: observed_a.live_schedulers[0] == first
+        store, observed_a.attributes, clock, lambda: observed_a.live_schedulers[0] == first
     )
     gauges_b = StoreGauges(
-        observed_b, observed_b.attributes, clock, lambda: observed_b.live_schedulers[0] == second
+        store, observed_b.attributes, clock, lambda: observed_b.live_schedulers[0] == second
     )
     counts = points("quartz.trigger.count", quartz__scheduler__id=first)
     assert {p.attributes["quartz.trigger.state"]: p.value for p in counts} == {"WAITING": 1}
@@ -178,8 +192,8 @@ def test_overdue_and_the_oldest_blocked_or_error_trigger_are_gauged(
 ) -> None:
     _schedule(store)
     clock.advance(timedelta(minutes=2))
-    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
-    gauges = StoreGauges(observed, observed.attributes, clock, lambda: True)
+    observed = _observe(store, clock, instance)
+    gauges = StoreGauges(store, observed.attributes, clock, lambda: True)
     [overdue] = points("quartz.trigger.overdue", quartz__scheduler__id=instance)
     assert overdue.value == 1
     ages = points("quartz.trigger.oldest_due.age", quartz__scheduler__id=instance)
@@ -205,9 +219,9 @@ def _group_gauges(instance: str, group: str) -> dict[str, float]:
 def test_an_idle_configured_execution_group_is_gauged_at_zero_with_its_limit(
     store: MemoryStore, clock: FakeClock, instance: str
 ) -> None:
-    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
+    observed = _observe(store, clock, instance)
     gauges = StoreGauges(
-        observed,
+        store,
         observed.attributes,
         clock,
         lambda: True,
@@ -230,8 +244,8 @@ def test_an_execution_group_seen_before_stays_gauged_at_zero_once_idle(
         key=TriggerKey("adhoc"), job_key=job.key, start_at=T0, execution_group="adhoc"
     )
     store.store_jobs_and_triggers([(job, [trigger])])
-    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
-    gauges = StoreGauges(observed, observed.attributes, clock, lambda: True)
+    observed = _observe(store, clock, instance)
+    gauges = StoreGauges(store, observed.attributes, clock, lambda: True)
     assert _group_gauges(instance, "adhoc") == {"in_flight": 0, "due_waiting": 1}
     store.remove_trigger(TriggerKey("adhoc"))
     assert _group_gauges(instance, "adhoc") == {"in_flight": 0, "due_waiting": 0}
@@ -449,8 +463,7 @@ def test_a_store_that_does_not_answer_is_503(
     def down() -> None:
         raise OperationalError("SELECT 1", {}, Exception("connection refused"))
 
-    store.ping = down  # type: ignore[method-assign]
-    loop.store._wrapped.clear()  # type: ignore[attr-defined]
+    store.cluster.ping = down  # type: ignore[method-assign]
     code, body = _get(port, "/healthz")
     assert (code, body["status"]) == (503, "unhealthy")
     assert _get(port, "/livez")[0] == 200
@@ -494,16 +507,13 @@ def test_with_the_celery_instrumentation_our_spans_join_its_trace(
     hooked.conf.task_default_queue = queue = f"unit-{uuid.uuid4().hex}"
     now = datetime.now(timezone.utc)
     clock = FakeClock(now)
-    observed = InstrumentedStore(
-        SqlStore(str(worker_store.engine.url), scheduler_name="t", clock=clock),
-        instance_id=instance,
-        clock=clock,
-    )
+    observed = SqlStore(str(worker_store.engine.url), scheduler_name="t", clock=clock)
+    _observe(observed, clock, instance)
     job = Job(key=JobKey("report"), task="tasks.report")
     trigger = SimpleTrigger(key=TriggerKey("nightly"), job_key=job.key, start_at=now)
     worker_store.store_jobs_and_triggers([(job, [trigger])])
     loop = SchedulingLoop(
-        observed,  # type: ignore[arg-type]
+        observed,
         Publisher(hooked, hooks=PublishTracing(instance)),
         _settings(scheduler_name="t"),
         clock,
@@ -519,7 +529,7 @@ def test_with_the_celery_instrumentation_our_spans_join_its_trace(
                 time.sleep(0.1)
     finally:
         instrumentor.uninstrument()
-        observed.wrapped.dispose()
+        observed.dispose()
     assert worker_store.firing_states() == {}
     [publish] = [
         s

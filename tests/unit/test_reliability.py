@@ -587,13 +587,13 @@ def test_firing_a_batch_again_after_a_failed_attempt_fires_the_claimed_occurrenc
 ) -> None:
     add(store, repeating("t1", at(0), 1))
     batch = acquire(store)
-    working = store.transaction
+    working = store.context.transaction
 
     def outage() -> object:
-        monkeypatch.setattr(store, "transaction", working)
+        monkeypatch.setattr(store.context, "transaction", working)
         raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
 
-    monkeypatch.setattr(store, "transaction", outage)
+    monkeypatch.setattr(store.context, "transaction", outage)
     with pytest.raises(OperationalError):
         store.fire(A, batch)
     [firing] = store.fire(A, batch)

@@ -11,11 +11,20 @@ from datetime import timedelta
 import pytest
 
 from celery_quartz.clock import FakeClock, to_millis
+from celery_quartz.errors import JobNotFoundError
 from celery_quartz.firing import AcquiredFiring
+from celery_quartz.hooks import StoreOperation
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store import NONE_STATE, FiringState, MemoryStore, TriggerState
-from celery_quartz.store.sql import in_acquisition_order
+from celery_quartz.store.abc import (
+    ClusterStore,
+    JobStore,
+    SchedulingStore,
+    StoreReader,
+    WorkerStore,
+)
+from celery_quartz.store.sql import SqlStore, _Operation, in_acquisition_order
 from celery_quartz.triggers import (
     REPEAT_INDEFINITELY,
     CronMisfireInstruction,
@@ -838,3 +847,56 @@ def test_a_claim_records_the_previous_batch_as_published(store: MemoryStore) -> 
         published=[firing.fire_instance_id],
     )
     assert store.firing_states() == {firing.fire_instance_id: FiringState.PUBLISHED}
+
+
+# -- the store's hooks ---------------------------------------------------------------------------
+
+
+class _Recorder:
+    """Store hooks that note what they see."""
+
+    def __init__(self, name: str, seen: list[tuple[str, ...]]) -> None:
+        self.name, self.seen = name, seen
+
+    def before_store_operation(self, operation: StoreOperation) -> str:
+        self.seen.append((self.name, "before", operation.name))
+        return self.name
+
+    def after_store_operation(
+        self,
+        operation: StoreOperation,
+        before: str,
+        *,
+        result: object = None,
+        exception: BaseException | None = None,
+    ) -> None:
+        outcome = type(exception).__name__ if exception else repr(result)
+        self.seen.append((before, "after", operation.name, outcome))
+
+
+def test_every_role_operation_of_the_interfaces_is_an_operation_of_the_sql_store() -> None:
+    roles = (JobStore, SchedulingStore, ClusterStore, WorkerStore, StoreReader)
+    declared = set().union(*(role.__abstractmethods__ for role in roles))
+    hooked = {name for name, value in vars(SqlStore).items() if isinstance(value, _Operation)}
+    assert hooked == declared
+
+
+def test_a_role_operation_runs_between_the_hooks_first_added_outermost(
+    store: MemoryStore,
+) -> None:
+    seen: list[tuple[str, ...]] = []
+    store.add_hooks(_Recorder("outer", seen))
+    store.add_hooks(_Recorder("inner", seen))
+    assert store.get_trigger_state(TriggerKey("none")) == NONE_STATE
+    with pytest.raises(JobNotFoundError):
+        store.store_jobs_and_triggers([(None, [one_shot("t1", at(1))])])
+    assert seen == [
+        ("outer", "before", "get_trigger_state"),
+        ("inner", "before", "get_trigger_state"),
+        ("inner", "after", "get_trigger_state", repr(NONE_STATE)),
+        ("outer", "after", "get_trigger_state", repr(NONE_STATE)),
+        ("outer", "before", "store_jobs_and_triggers"),
+        ("inner", "before", "store_jobs_and_triggers"),
+        ("inner", "after", "store_jobs_and_triggers", "JobNotFoundError"),
+        ("outer", "after", "store_jobs_and_triggers", "JobNotFoundError"),
+    ]

@@ -43,7 +43,7 @@ def statements(db: SqlStore) -> list[str]:
     """The statements ``db`` sends from now on, over either of its engines (PostgreSQL's single
     statements go through one whose connections commit each statement)."""
     seen: list[str] = []
-    engines = [db.engine] + ([db._autocommit] if db.dialect == "postgresql" else [])
+    engines = [db.engine] + ([db.context.autocommit] if db.dialect == "postgresql" else [])
     for engine in engines:
         event.listen(engine, "before_cursor_execute", lambda *a: seen.append(a[2]))
     return seen
@@ -114,7 +114,7 @@ def test_on_psycopg2_the_worker_statements_are_prepared_once_per_connection(
             assert db.complete_execution(fire_id)
         worker = [s for s in seen if s.startswith(("PREPARE", "EXECUTE"))]
         assert [s.split()[0] for s in worker] == ["PREPARE", "EXECUTE", "PREPARE"] + ["EXECUTE"] * 5
-        with db._autocommit.connect() as conn:
+        with db.context.autocommit.connect() as conn:
             names = set(conn.exec_driver_sql("SELECT name FROM pg_prepared_statements").scalars())
         assert names == {s.split()[1].partition("(")[0] for s in worker[:3:2]}
     finally:
@@ -136,7 +136,7 @@ def test_a_prepared_statement_gone_from_its_session_is_run_unprepared_from_then_
         first = fired(db, "t1", second=0)["t1"]
         assert db.start_execution(first, W1)
         assert db.complete_execution(first)
-        with db._autocommit.connect() as conn:
+        with db.context.autocommit.connect() as conn:
             prepared = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements")
             assert prepared.scalar() == 2  # the start and the completion
             conn.exec_driver_sql("DEALLOCATE ALL")
@@ -152,7 +152,7 @@ def test_a_prepared_statement_gone_from_its_session_is_run_unprepared_from_then_
         if watched:
             executed = [s.split()[0] for s in seen if s.startswith(("PREPARE", "EXECUTE"))]
             assert executed == ["EXECUTE"]
-        with db._autocommit.connect() as conn:
+        with db.context.autocommit.connect() as conn:
             prepared = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements")
             assert prepared.scalar() == 0
     finally:
@@ -170,7 +170,7 @@ def test_the_one_statement_start_and_completions_open_no_sqlalchemy_connection(
     add(db, repeating("t1", at(0), 60), repeating("t2", at(0), 60))
     ids = fired(db, "t1", "t2")
     connections: list[object] = []
-    engines = [db.engine] + ([db._autocommit] if db.dialect == "postgresql" else [])
+    engines = [db.engine] + ([db.context.autocommit] if db.dialect == "postgresql" else [])
     for engine in engines:
         event.listen(engine, "engine_connect", connections.append)
     started = db.start_execution(ids["t1"], W1)
@@ -246,7 +246,7 @@ def test_after_a_database_restart_one_start_fails_however_many_connections_the_p
         names = [f"t{i}" for i in range(pooled + 2)]
         add(db, *(repeating(name, at(0), 60) for name in names))
         ids = fired(db, *names)
-        held = [db._autocommit.raw_connection() for _ in range(pooled)]
+        held = [db.context.autocommit.raw_connection() for _ in range(pooled)]
         for connection in held:
             connection.close()  # back to the pool, open: the pool keeps all of them
         restartable_postgres.restart()

@@ -1,5 +1,5 @@
-"""Writes of jobs and triggers that several roles share: storing by batch, removing, and
-applying a late trigger's misfire instruction."""
+"""Writes of jobs and triggers that several roles share (:class:`Definitions`): storing by
+batch, removing, and applying a late trigger's misfire instruction."""
 
 from __future__ import annotations
 
@@ -27,10 +27,8 @@ from celery_quartz.errors import (
 from celery_quartz.job import Job, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store.schema import TriggerState
-from celery_quartz.store.sql._base import SqlBase
-from celery_quartz.store.sql._rows import (
-    initial_state,
-)
+from celery_quartz.store.sql._context import SqlContext
+from celery_quartz.store.sql._rows import Rows, initial_state, trigger_from_row
 from celery_quartz.triggers.base import (
     Trigger,
 )
@@ -38,20 +36,24 @@ from celery_quartz.triggers.base import (
 logger = logging.getLogger(__name__)
 
 
-class DefinitionsSql(SqlBase):
+class Definitions:
     """Storing and removing job and trigger rows; a late trigger's misfire outcome."""
 
-    def _delete_job(self, conn: Connection, key: JobKey) -> bool:
-        t, j = self.tables.triggers, self.tables.jobs
-        conn.execute(delete(t).where(self._triggers_of_job_clause(key)))
-        return conn.execute(delete(j).where(self._job_key_clause(key))).rowcount > 0
+    def __init__(self, sql: SqlContext, rows: Rows) -> None:
+        self.sql = sql
+        self.rows = rows
 
-    def _store_trigger(
+    def delete_job(self, conn: Connection, key: JobKey) -> bool:
+        t, j = self.sql.tables.triggers, self.sql.tables.jobs
+        conn.execute(delete(t).where(self.sql.triggers_of_job(key)))
+        return conn.execute(delete(j).where(self.sql.job_key(key))).rowcount > 0
+
+    def store_trigger(
         self, conn: Connection, trigger: Trigger, replace: bool, now: datetime
     ) -> None:
-        self._store_many(conn, [], [trigger], replace, now)
+        self.store_many(conn, [], [trigger], replace, now)
 
-    def _store_many(
+    def store_many(
         self,
         conn: Connection,
         jobs: Sequence[tuple[Job, str | None]],
@@ -70,13 +72,13 @@ class DefinitionsSql(SqlBase):
         """
         if not jobs and not triggers:
             return
-        j, t = self.tables.jobs, self.tables.triggers
+        j, t = self.sql.tables.jobs, self.sql.tables.triggers
         job_values: dict[JobKey, dict[str, Any]] = {}
         for job, definition_hash in jobs:
             if job.key in job_values and not replace:
                 raise ObjectAlreadyExistsError(f"job {job.key} already exists")
-            job_values[job.key] = {**self._job_values(job), "definition_hash": definition_hash}
-        stored_jobs = self._stored_keys(conn, j.c.job_name, j.c.job_group, list(job_values))
+            job_values[job.key] = {**self.rows.job_values(job), "definition_hash": definition_hash}
+        stored_jobs = self.rows.stored_keys(conn, j.c.job_name, j.c.job_group, list(job_values))
         if stored_jobs and not replace:
             key = next(k for k in job_values if (k.name, k.group) in stored_jobs)
             raise ObjectAlreadyExistsError(f"job {key} already exists")
@@ -85,7 +87,7 @@ class DefinitionsSql(SqlBase):
         # whether a disallow_concurrent job has a firing in flight.
         nonconcurrent = {key: v["is_nonconcurrent"] for key, v in job_values.items()}
         wanted = {trigger.job_key for trigger in triggers if trigger.job_key is not None}
-        for row in self._rows_by_key(
+        for row in self.rows.by_key(
             conn,
             select(j.c.job_name, j.c.job_group, j.c.is_nonconcurrent),
             j.c.job_name,
@@ -93,8 +95,10 @@ class DefinitionsSql(SqlBase):
             [key for key in wanted if key not in nonconcurrent],
         ):
             nonconcurrent[JobKey.stored(row.job_name, row.job_group)] = bool(row.is_nonconcurrent)
-        paused_groups = self._paused_groups(conn)
-        in_flight = self._jobs_in_flight(conn, [key for key in wanted if nonconcurrent.get(key)])
+        paused_groups = self.rows.paused_groups(conn)
+        in_flight = self.rows.jobs_in_flight(
+            conn, [key for key in wanted if nonconcurrent.get(key)]
+        )
         calendars: dict[str, Any] = {}
         trigger_values: dict[TriggerKey, dict[str, Any]] = {}
         for trigger in triggers:
@@ -111,22 +115,22 @@ class DefinitionsSql(SqlBase):
             trigger.validate()
             name = trigger.calendar_name
             if name is not None and name not in calendars:
-                calendars[name] = self._calendar(conn, name, trigger.key)
+                calendars[name] = self.rows.calendar(conn, name, trigger.key)
             if trigger.compute_first_fire_time(calendars.get(name or "")) is None:
                 raise InvalidTriggerError(
                     f"trigger {trigger.key}: based on its schedule it will never fire"
                 )
             state = initial_state(trigger.key, paused_groups, blocked=trigger.job_key in in_flight)
-            trigger_values[trigger.key] = self._trigger_values(trigger, state)
-        stored_triggers = self._stored_keys(
+            trigger_values[trigger.key] = self.rows.trigger_values(trigger, state)
+        stored_triggers = self.rows.stored_keys(
             conn, t.c.trigger_name, t.c.trigger_group, list(trigger_values)
         )
         if stored_triggers and not replace:
             stored = next(k for k in trigger_values if (k.name, k.group) in stored_triggers)
             raise ObjectAlreadyExistsError(f"trigger {stored} already exists")
 
-        self._write_many(conn, j, job_values, stored_jobs, self._job_key_clause)
-        self._write_many(conn, t, trigger_values, stored_triggers, self._trigger_key_clause)
+        self._write_many(conn, j, job_values, stored_jobs, self.sql.job_key)
+        self._write_many(conn, t, trigger_values, stored_triggers, self.sql.trigger_key)
 
     def _write_many(
         self,
@@ -146,51 +150,51 @@ class DefinitionsSql(SqlBase):
         if new:
             conn.execute(insert(table), new)
 
-    def _remove_trigger(self, conn: Connection, key: TriggerKey) -> bool:
-        t = self.tables.triggers
+    def remove_trigger(self, conn: Connection, key: TriggerKey) -> bool:
+        t = self.sql.tables.triggers
         row = conn.execute(
-            delete(t).where(self._trigger_key_clause(key)).returning(t.c.job_name, t.c.job_group)
+            delete(t).where(self.sql.trigger_key(key)).returning(t.c.job_name, t.c.job_group)
         ).first()
         if row is None:
             return False
-        self._delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
+        self.delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
         return True
 
-    def _delete_job_if_orphaned(self, conn: Connection, key: JobKey) -> None:
-        t, j = self.tables.triggers, self.tables.jobs
+    def delete_job_if_orphaned(self, conn: Connection, key: JobKey) -> None:
+        t, j = self.sql.tables.triggers, self.sql.tables.jobs
         remaining = conn.execute(
             select(func.count())
             .select_from(t)
             .where(
-                self._scoped(t),
+                self.sql.scoped(t),
                 t.c.job_name == key.name,
                 t.c.job_group == key.group,
             )
         ).scalar_one()
         if remaining == 0:
-            conn.execute(delete(j).where(self._job_key_clause(key), j.c.is_durable.is_(False)))
+            conn.execute(delete(j).where(self.sql.job_key(key), j.c.is_durable.is_(False)))
 
-    def _apply_misfire(
+    def apply_misfire(
         self, conn: Connection, row: Row[Any], now: int, why: str, *conditions: Any
     ) -> bool:
         """Apply a late trigger's misfire instruction (one decision, logged): write its new fire
-        times, or finish it when it will not fire again (:meth:`_finish_trigger`). ``conditions``
+        times, or finish it when it will not fire again (:meth:`finish_trigger`). ``conditions``
         guard the update (the trigger is still as it was read). True when the trigger fires
         again."""
-        t = self.tables.triggers
-        trigger = self._trigger_from_row(row)
+        t = self.sql.tables.triggers
+        trigger = trigger_from_row(row)
         trigger.update_after_misfire(
-            from_millis(now), self._calendar(conn, trigger.calendar_name, trigger.key)
+            from_millis(now), self.rows.calendar(conn, trigger.calendar_name, trigger.key)
         )
         if trigger.next_fire_time is None:
-            if self._finish_trigger(conn, trigger.key, *conditions):
+            if self.finish_trigger(conn, trigger.key, *conditions):
                 outcome = "will not fire again; removed"
             else:
                 outcome = "will not fire again; kept COMPLETE until its firings in flight end"
         else:
             conn.execute(
                 update(t)
-                .where(self._trigger_key_clause(trigger.key), *conditions)
+                .where(self.sql.trigger_key(trigger.key), *conditions)
                 .values(
                     next_fire_time=to_millis(trigger.next_fire_time),
                     times_triggered=trigger.times_triggered,
@@ -209,7 +213,7 @@ class DefinitionsSql(SqlBase):
         )
         return trigger.next_fire_time is not None
 
-    def _finish_trigger(self, conn: Connection, key: TriggerKey, *conditions: Any) -> bool:
+    def finish_trigger(self, conn: Connection, key: TriggerKey, *conditions: Any) -> bool:
         """A trigger that will not fire again is removed (and a non-durable job left with no
         trigger with it), unless a firing of it is still in flight: then it stays, COMPLETE,
         until its last firing ends, so that firing is still resolved by the trigger's misfire
@@ -219,21 +223,21 @@ class DefinitionsSql(SqlBase):
         other's row still there, would both keep the trigger for ever. The trigger row is locked
         first, so the second to finish reads the first one's end (committed) and removes it.
         """
-        t, f = self.tables.triggers, self.tables.fired_triggers
-        if self.dialect != "sqlite":  # SQLite's transactions are serial already
+        t, f = self.sql.tables.triggers, self.sql.tables.fired_triggers
+        if self.sql.dialect != "sqlite":  # SQLite's transactions are serial already
             conn.execute(
-                select(t.c.trigger_name).where(self._trigger_key_clause(key)).with_for_update()
+                select(t.c.trigger_name).where(self.sql.trigger_key(key)).with_for_update()
             )
         in_flight = conn.execute(
             select(f.c.fire_instance_id)
-            .where(self._scoped(f), f.c.trigger_name == key.name, f.c.trigger_group == key.group)
+            .where(self.sql.scoped(f), f.c.trigger_name == key.name, f.c.trigger_group == key.group)
             .limit(1)
         ).first()
         if in_flight is None:
-            return self._remove_trigger(conn, key)
+            return self.remove_trigger(conn, key)
         conn.execute(
             update(t)
-            .where(self._trigger_key_clause(key), *conditions)
+            .where(self.sql.trigger_key(key), *conditions)
             .values(trigger_state=TriggerState.COMPLETE, next_fire_time=None)
         )
         return False
@@ -250,6 +254,6 @@ class DefinitionsSql(SqlBase):
         return {
             "start_time": to_millis(trigger.start_at),
             "detail": encode_json_object(
-                f"trigger {trigger.key}", "detail", trigger.detail(), self.max_data_bytes
+                f"trigger {trigger.key}", "detail", trigger.detail(), self.sql.max_data_bytes
             ),
         }

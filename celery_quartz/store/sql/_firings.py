@@ -1,5 +1,6 @@
-"""The end of a firing, shared by the worker's completion, the recovery of dead workers and the
-misfire handler: what it releases, and the recovery and retry firings it may leave behind."""
+"""The end of a firing (:class:`FiringEnds`), shared by the worker's completion, the recovery of
+dead workers and the misfire handler: what it releases, and the recovery and retry firings it may
+leave behind."""
 
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ from celery_quartz.store.schema import (
     FiringState,
     TriggerState,
 )
-from celery_quartz.store.sql._definitions import DefinitionsSql
+from celery_quartz.store.sql._context import SqlContext
+from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._rows import (
+    Rows,
     datetime_or_none,
     origin_key,
     outcome_columns,
@@ -54,10 +57,15 @@ class _Origin:
     sched_time: int
 
 
-class FiringsSql(DefinitionsSql):
+class FiringEnds:
     """What a firing's end releases, and the one-shot firings that run an occurrence again."""
 
-    def _release(
+    def __init__(self, sql: SqlContext, rows: Rows, definitions: Definitions) -> None:
+        self.sql = sql
+        self.rows = rows
+        self.definitions = definitions
+
+    def release(
         self,
         conn: Connection,
         instance_name: str,
@@ -65,9 +73,9 @@ class FiringsSql(DefinitionsSql):
         *,
         keep: Sequence[str] = (),
     ) -> int:
-        t, f = self.tables.triggers, self.tables.fired_triggers
+        t, f = self.sql.tables.triggers, self.sql.tables.fired_triggers
         where = [
-            self._scoped(f),
+            self.sql.scoped(f),
             f.c.instance_name == instance_name,
             f.c.state == FiringState.ACQUIRED,
         ]
@@ -82,7 +90,7 @@ class FiringsSql(DefinitionsSql):
             conn.execute(
                 update(t)
                 .where(
-                    self._scoped(t),
+                    self.sql.scoped(t),
                     tuple_(t.c.trigger_name, t.c.trigger_group).in_(
                         [(r.trigger_name, r.trigger_group) for r in rows]
                     ),
@@ -92,14 +100,14 @@ class FiringsSql(DefinitionsSql):
             )
         return len(rows)
 
-    def _drop_firing(self, conn: Connection, row: Row[Any], why: str) -> bool:
+    def drop_firing(self, conn: Connection, row: Row[Any], why: str) -> bool:
         """Remove a fired row (if still there) and release what waited on it."""
-        f = self.tables.fired_triggers
+        f = self.sql.tables.fired_triggers
         gone = conn.execute(
-            delete(f).where(self._scoped(f), f.c.fire_instance_id == row.fire_instance_id)
+            delete(f).where(self.sql.scoped(f), f.c.fire_instance_id == row.fire_instance_id)
         ).rowcount
         if gone:
-            self._release_after_firing(conn, row)
+            self.release_after_firing(conn, row)
             logger.info(
                 "firing %s of trigger %s.%s (scheduled %s) dropped: %s",
                 row.fire_instance_id,
@@ -110,16 +118,16 @@ class FiringsSql(DefinitionsSql):
             )
         return bool(gone)
 
-    def _remove_executing(
+    def remove_executing(
         self, conn: Connection, fire_instance_id: str, *, worker_name: str | None = None
     ) -> Row[Any] | None:
         """Remove the fired row of ``fire_instance_id`` if it is still EXECUTING (on
         ``worker_name``, when given): the row, or None. Every end of an execution goes through
         this conditional delete, so of a completion and a recovery of the same firing exactly
         one acts."""
-        f = self.tables.fired_triggers
+        f = self.sql.tables.fired_triggers
         where = [
-            self._scoped(f),
+            self.sql.scoped(f),
             f.c.fire_instance_id == fire_instance_id,
             f.c.state == FiringState.EXECUTING,
         ]
@@ -127,63 +135,65 @@ class FiringsSql(DefinitionsSql):
             where.append(f.c.worker_name == worker_name)
         return conn.execute(delete(f).where(*where).returning(f)).first()
 
-    def _resolve_dead_execution(
+    def resolve_dead_execution(
         self, conn: Connection, row: Row[Any], now: int, outcome: FiringOutcome | None = None
     ) -> bool:
         """An execution whose process died, its row removed: a recovery firing when its job
         requests recovery (True), otherwise closed as interrupted (False); then what it held is
         released, keeping ``outcome`` as its trigger's last when given."""
         recovered = bool(row.requests_recovery) and self._schedule_recovery_firing(conn, row, now)
-        self._release_after_firing(conn, row, outcome)
+        self.release_after_firing(conn, row, outcome)
         return recovered
 
-    def _release_after_firing(
+    def release_after_firing(
         self, conn: Connection, row: Row[Any], outcome: FiringOutcome | None = None
     ) -> None:
         """What a firing's end releases: its job's blocked triggers, and a finished (COMPLETE)
         trigger once its last firing in flight has ended. With an ``outcome``, the read of the
         trigger's state is an update that keeps the outcome on the trigger (one statement
         either way)."""
-        t = self.tables.triggers
+        t = self.sql.tables.triggers
         if row.is_nonconcurrent and row.job_name is not None:
             self._unblock_triggers(conn, JobKey(row.job_name, row.job_group))
         trigger_key = TriggerKey(row.trigger_name, row.trigger_group)
         if outcome is None:
-            read: Any = select(t.c.trigger_state).where(self._trigger_key_clause(trigger_key))
+            read: Any = select(t.c.trigger_state).where(self.sql.trigger_key(trigger_key))
         else:
             read = (
                 update(t)
-                .where(self._trigger_key_clause(trigger_key))
+                .where(self.sql.trigger_key(trigger_key))
                 .values(
                     outcome_columns(
                         t,
                         outcome,
                         row.started_time,
-                        self._now() if outcome.finished_millis is None else outcome.finished_millis,
+                        self.sql.now()
+                        if outcome.finished_millis is None
+                        else outcome.finished_millis,
                     )
                 )
                 .returning(t.c.trigger_state)
             )
         state = conn.execute(read).scalar_one_or_none()
         if state == TriggerState.COMPLETE:
-            self._finish_trigger(conn, trigger_key)
+            self.definitions.finish_trigger(conn, trigger_key)
 
     def _unblock_triggers(self, conn: Connection, job: JobKey) -> None:
         """A disallow_concurrent job's firing ended: its other triggers may fire again. One made
         late by the block gets its misfire instruction on the spot (Quartz 4.x)."""
-        t = self.tables.triggers
-        of_job = self._triggers_of_job_clause(job)
-        now = self._now()
+        t = self.sql.tables.triggers
+        of_job = self.sql.triggers_of_job(job)
+        now = self.sql.now()
         late = conn.execute(
             select(t).where(
                 of_job,
                 t.c.trigger_state == TriggerState.BLOCKED,
                 t.c.misfire_instr != MisfireInstruction.IGNORE_MISFIRE_POLICY,
-                t.c.next_fire_time < now - self.misfire_threshold_ms,
+                t.c.next_fire_time < now - self.sql.misfire_threshold_ms,
             )
         ).all()
         for row in late:
-            self._apply_misfire(conn, row, now, ", blocked by its job's running firing,")
+            self.definitions.apply_misfire(conn, row, now, ", blocked by its job's running firing,")
         conn.execute(
             update(t)
             .where(of_job, t.c.trigger_state == TriggerState.BLOCKED)
@@ -195,8 +205,8 @@ class FiringsSql(DefinitionsSql):
             .values(trigger_state=TriggerState.PAUSED)
         )
 
-    def _firings_to_publish(self, conn: Connection, where: Any, instance_name: str) -> list[Firing]:
-        f, j, t = self.tables.fired_triggers, self.tables.jobs, self.tables.triggers
+    def firings_to_publish(self, conn: Connection, where: Any, instance_name: str) -> list[Firing]:
+        f, j, t = self.sql.tables.fired_triggers, self.sql.tables.jobs, self.sql.tables.triggers
         rows = conn.execute(
             select(
                 f,
@@ -220,17 +230,17 @@ class FiringsSql(DefinitionsSql):
                     t.c.trigger_group == f.c.trigger_group,
                 ),
             )
-            .where(self._scoped(f), where)
+            .where(self.sql.scoped(f), where)
         ).all()
         firings = []
         for r in rows:
             if r.task_name is None:
-                self._drop_firing(conn, r, "its job no longer exists")
+                self.drop_firing(conn, r, "its job no longer exists")
                 continue
             firings.append(
                 Firing(
                     fire_instance_id=r.fire_instance_id,
-                    scheduler_name=self.scheduler_name,
+                    scheduler_name=self.sql.scheduler_name,
                     task=r.task_name,
                     args=json.loads(r.args),
                     kwargs=json.loads(r.kwargs),
@@ -278,7 +288,7 @@ class FiringsSql(DefinitionsSql):
         )
         return True
 
-    def _schedule_retry_firing(self, conn: Connection, row: Row[Any], now: int) -> None:
+    def schedule_retry_firing(self, conn: Connection, row: Row[Any], now: int) -> None:
         """Apply the retry policy to the failed firing ``row``: a one-shot trigger that runs the
         same occurrence again after the policy's delay, or nothing (one decision, logged).
 
@@ -292,7 +302,7 @@ class FiringsSql(DefinitionsSql):
             return  # the trigger was removed while its firing ran: nothing to retry for
         original = source
         if (origin.name, origin.group) != (source.trigger_name, source.trigger_group):
-            original = self._trigger_row(conn, TriggerKey(origin.name, origin.group)) or source
+            original = self.rows.trigger_row(conn, TriggerKey(origin.name, origin.group)) or source
         policy = RetryPolicy.parse(original.retry_policy)
         if not policy:
             return
@@ -351,7 +361,7 @@ class FiringsSql(DefinitionsSql):
         """The trigger row of the fired ``row`` (None if removed), and the occurrence the firing
         stands for: for a recovery or retry firing, the first occurrence, however many recoveries
         and retries ago."""
-        source = self._trigger_row(conn, TriggerKey(row.trigger_name, row.trigger_group))
+        source = self.rows.trigger_row(conn, TriggerKey(row.trigger_name, row.trigger_group))
         if source is not None and source.origin_trigger_name is not None:
             return source, _Origin(
                 source.origin_trigger_name,
@@ -385,7 +395,7 @@ class FiringsSql(DefinitionsSql):
         job_key = JobKey(row.job_name, row.job_group)
         if (
             conn.execute(
-                select(self.tables.jobs.c.job_name).where(self._job_key_clause(job_key))
+                select(self.sql.tables.jobs.c.job_name).where(self.sql.job_key(job_key))
             ).first()
             is None
         ):
@@ -408,10 +418,10 @@ class FiringsSql(DefinitionsSql):
             data=json.loads(source.job_data) if source is not None else {},
             retry_policy=RetryPolicy.parse(retry_policy),
         )
-        self._store_trigger(conn, trigger, True, from_millis(start))
+        self.definitions.store_trigger(conn, trigger, True, from_millis(start))
         conn.execute(
-            update(self.tables.triggers)
-            .where(self._trigger_key_clause(key))
+            update(self.sql.tables.triggers)
+            .where(self.sql.trigger_key(key))
             .values(
                 origin_trigger_name=origin.name,
                 origin_trigger_group=origin.group,

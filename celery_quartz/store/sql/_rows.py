@@ -1,17 +1,19 @@
-"""Row helpers of the SQL store: pure functions over rows and columns, shared by every role."""
+"""Rows of the SQL store: pure helpers over rows and columns, the conversions between rows and
+the domain's objects, and :class:`Rows`, the reads and row values every role shares."""
 
 from __future__ import annotations
 
 import functools
 import json
 from collections import namedtuple
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     Column,
     ColumnClause,
+    Connection,
     Result,
     Row,
     Text,
@@ -20,22 +22,29 @@ from sqlalchemy import (
     cast,
     column,
     func,
+    select,
+    tuple_,
 )
 from sqlalchemy.dialects.postgresql import JSON
 
 from celery_quartz.affinity import PreferredNode
 from celery_quartz.clock import from_millis, to_millis
-from celery_quartz.keys import TriggerKey
-from celery_quartz.routing import (
-    direct_queue,
-)
+from celery_quartz.errors import InvalidTriggerError
+from celery_quartz.firing import JobRecord
+from celery_quartz.job import Job, encode_json, encode_json_object
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.retry import RetryPolicy
+from celery_quartz.routing import LiveWorker, Router, direct_queue
 from celery_quartz.store.schema import (
     ERROR_TEXT,
     KEY_PART,
     STATE,
+    FiringState,
     TriggerState,
 )
+from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.views import FiringOutcome, LastOutcome
+from celery_quartz.triggers.base import TRIGGER_KINDS, Trigger
 
 #: ``triggers.last_outcome`` values.
 SUCCEEDED = "SUCCEEDED"
@@ -180,3 +189,216 @@ def last_outcome(row: Any) -> LastOutcome | None:
 
 def _cut(text: str | None, width: int) -> str | None:
     return None if text is None else text[:width]
+
+
+def job_from_row(row: Row[Any]) -> Job:
+    return Job(
+        key=JobKey(row.job_name, row.job_group),
+        task=row.task_name,
+        args=tuple(json.loads(row.args)),
+        kwargs=json.loads(row.kwargs),
+        data=json.loads(row.job_data),
+        options=json.loads(row.options),
+        description=row.description,
+        durable=row.is_durable,
+        requests_recovery=row.requests_recovery,
+        disallow_concurrent=row.is_nonconcurrent,
+        persist_job_data=row.is_update_data,
+    )
+
+
+def job_record_from_row(row: Row[Any]) -> JobRecord:
+    return JobRecord(
+        key=JobKey.stored(row.job_name, row.job_group),
+        task=row.task_name,
+        args=json_value(row.args),
+        kwargs=json_value(row.kwargs),
+        data=json_value(row.jobs_job_data),
+        options=json_value(row.options),
+        durable=row.is_durable,
+        requests_recovery=row.requests_recovery,
+        disallow_concurrent=row.is_nonconcurrent,
+        persist_job_data=row.is_update_data,
+    )
+
+
+def trigger_from_row(row: Row[Any], data_column: str = "job_data") -> Trigger:
+    cls = TRIGGER_KINDS.get(row.trigger_type)
+    if cls is None:
+        raise InvalidTriggerError(
+            f"trigger {row.trigger_group}.{row.trigger_name}: unknown kind {row.trigger_type!r}"
+        )
+    return cls.from_detail(
+        json.loads(row.detail),
+        key=TriggerKey.stored(row.trigger_name, row.trigger_group),
+        job_key=JobKey.stored(row.job_name, row.job_group),
+        description=row.description,
+        priority=row.priority,
+        start_at=from_millis(row.start_time),
+        end_at=datetime_or_none(row.end_time),
+        misfire_instruction=row.misfire_instr,
+        data=json_value(getattr(row, data_column)),
+        calendar_name=row.calendar_name,
+        next_fire_time=datetime_or_none(row.next_fire_time),
+        previous_fire_time=datetime_or_none(row.prev_fire_time),
+        times_triggered=row.times_triggered,
+        execution_group=row.execution_group,
+        preferred_node=PreferredNode.from_columns(row.preferred_node, row.preferred_node_auto),
+        retry_policy=RetryPolicy.parse(row.retry_policy),
+    )
+
+
+class Rows:
+    """Rows of one scheduler name's tables, shared by every role: the columns of a job or a
+    trigger to write, and the reads several roles make inside their own transactions."""
+
+    def __init__(self, sql: SqlContext) -> None:
+        self.sql = sql
+
+    def job_values(self, job: Job) -> dict[str, Any]:
+        owner = f"job {job.key}"
+        limit = self.sql.max_data_bytes
+        return {
+            "sched_name": self.sql.scheduler_name,
+            "job_name": job.key.name,
+            "job_group": job.key.group,
+            "description": job.description,
+            "task_name": job.task,
+            "job_data": encode_json_object(owner, "data", job.data, limit),
+            "args": encode_json(owner, "args", list(job.args), limit),
+            "kwargs": encode_json_object(owner, "kwargs", job.kwargs, limit),
+            "options": encode_json_object(owner, "options", job.options, limit),
+            "is_durable": bool(job.durable),
+            "is_nonconcurrent": bool(job.disallow_concurrent),
+            "is_update_data": bool(job.persist_job_data),
+            "requests_recovery": bool(job.requests_recovery),
+        }
+
+    def trigger_values(self, trigger: Trigger, state: str) -> dict[str, Any]:
+        assert trigger.job_key is not None and trigger.start_at is not None
+        owner, limit = f"trigger {trigger.key}", self.sql.max_data_bytes
+        return {
+            "sched_name": self.sql.scheduler_name,
+            "trigger_name": trigger.key.name,
+            "trigger_group": trigger.key.group,
+            "job_name": trigger.job_key.name,
+            "job_group": trigger.job_key.group,
+            "description": trigger.description,
+            "next_fire_time": millis_or_none(trigger.next_fire_time),
+            "prev_fire_time": millis_or_none(trigger.previous_fire_time),
+            "priority": trigger.priority,
+            "trigger_state": state,
+            "trigger_type": trigger.kind,
+            "start_time": to_millis(trigger.start_at),
+            "end_time": millis_or_none(trigger.end_at),
+            "calendar_name": trigger.calendar_name,
+            "misfire_instr": int(trigger.misfire_instruction),
+            "job_data": encode_json_object(owner, "data", trigger.data, limit),
+            "detail": encode_json_object(owner, "detail", trigger.detail(), limit),
+            "times_triggered": trigger.times_triggered,
+            "execution_group": trigger.execution_group,
+            **pin_columns(trigger.preferred_node),
+            "retry_policy": trigger.retry_policy.to_string() if trigger.retry_policy else None,
+        }
+
+    #: Keys per statement when reading rows by key (SQLite allows 32,766 parameters).
+    _KEYS_PER_SELECT = 500
+
+    def by_key(
+        self,
+        conn: Connection,
+        query: Any,
+        name: Any,
+        group: Any,
+        keys: Sequence[JobKey | TriggerKey],
+        *where: Any,
+    ) -> Iterator[Any]:
+        """The rows of ``query`` whose (``name``, ``group``) is one of ``keys``, a few hundred
+        keys per statement."""
+        table = name.table
+        for i in range(0, len(keys), self._KEYS_PER_SELECT):
+            chunk = keys[i : i + self._KEYS_PER_SELECT]
+            yield from conn.execute(
+                query.where(
+                    self.sql.scoped(table),
+                    tuple_(name, group).in_([(k.name, k.group) for k in chunk]),
+                    *where,
+                )
+            )
+
+    def stored_keys(
+        self,
+        conn: Connection,
+        name: Any,
+        group: Any,
+        keys: Sequence[JobKey | TriggerKey],
+        *where: Any,
+    ) -> set[tuple[str, str]]:
+        """Which of ``keys`` have a row (matching ``where``), as (name, group) pairs."""
+        query = select(name, group).distinct()
+        return {(r[0], r[1]) for r in self.by_key(conn, query, name, group, keys, *where)}
+
+    def paused_groups(self, conn: Connection) -> set[str]:
+        p = self.sql.tables.paused_trigger_groups
+        return set(conn.execute(select(p.c.trigger_group).where(self.sql.scoped(p))).scalars())
+
+    def jobs_in_flight(self, conn: Connection, keys: Sequence[JobKey]) -> set[JobKey]:
+        """Which of the jobs ``keys`` have a firing fired and not finished (a disallow_concurrent
+        job's new triggers start BLOCKED while it does)."""
+        f = self.sql.tables.fired_triggers
+        in_flight = self.stored_keys(
+            conn, f.c.job_name, f.c.job_group, keys, f.c.state != FiringState.ACQUIRED
+        )
+        return {key for key in keys if (key.name, key.group) in in_flight}
+
+    def calendar(self, conn: Connection, name: str | None, owner: TriggerKey) -> Any:
+        if name is None:
+            return None
+        from celery_quartz.calendars import calendar_from_dict
+
+        c = self.sql.tables.calendars
+        row = conn.execute(
+            select(c.c.calendar).where(self.sql.scoped(c), c.c.calendar_name == name)
+        ).first()
+        if row is None:
+            raise InvalidTriggerError(f"trigger {owner}: calendar {name!r} is not stored")
+        return calendar_from_dict(json.loads(row.calendar))
+
+    def calendars(self, names: set[str | None]) -> dict[str, Any]:
+        """The named calendars, read in one short transaction (none when no trigger has one)."""
+        if not any(names):
+            return {}
+        with self.sql.transaction() as conn:
+            return self.calendars_in(conn, names)
+
+    def calendars_in(self, conn: Connection, names: set[str | None]) -> dict[str, Any]:
+        wanted = {n for n in names if n}
+        if not wanted:
+            return {}
+        from celery_quartz.calendars import calendar_from_dict
+
+        c = self.sql.tables.calendars
+        rows = conn.execute(
+            select(c.c.calendar_name, c.c.calendar).where(
+                self.sql.scoped(c), c.c.calendar_name.in_(wanted)
+            )
+        ).all()
+        return {r.calendar_name: calendar_from_dict(json.loads(r.calendar)) for r in rows}
+
+    def trigger_row(self, conn: Connection, key: TriggerKey) -> Row[Any] | None:
+        return conn.execute(
+            select(self.sql.tables.triggers).where(self.sql.trigger_key(key))
+        ).first()
+
+    def live_workers(self, conn: Connection, router: Router, now: int) -> dict[str, LiveWorker]:
+        s = self.sql.tables.scheduler_state
+        rows = conn.execute(
+            select(
+                s.c.instance_name,
+                s.c.last_checkin_time.label("last_checkin_millis"),
+                s.c.checkin_interval.label("checkin_interval_millis"),
+                s.c.queues,
+                s.c.concurrency,
+            ).where(self.sql.scoped(s), s.c.kind == "worker")
+        ).all()
+        return router.live_workers(list(rows), now)

@@ -34,13 +34,29 @@ from celery_quartz.store.schema import (
     FiringState,
     TriggerState,
 )
-from celery_quartz.store.sql._base import LEADER_LOCK
-from celery_quartz.store.sql._firings import FiringsSql
+from celery_quartz.store.sql._context import LEADER_LOCK, SqlContext
+from celery_quartz.store.sql._definitions import Definitions
+from celery_quartz.store.sql._firings import FiringEnds
 
 logger = logging.getLogger(__name__)
 
 
-class ClusterSql(FiringsSql, ClusterStore):
+class ClusterSql(ClusterStore):
+    """The cluster manager's role on the SQL tables; the fence is the shared context's."""
+
+    def __init__(self, sql: SqlContext, definitions: Definitions, ends: FiringEnds) -> None:
+        self.sql = sql
+        self.definitions = definitions
+        self.ends = ends
+
+    @property
+    def fence(self) -> Fence | None:
+        return self.sql.fence
+
+    @fence.setter
+    def fence(self, fence: Fence | None) -> None:
+        self.sql.fence = fence
+
     def check_in(
         self,
         instance_name: str,
@@ -53,13 +69,10 @@ class ClusterSql(FiringsSql, ClusterStore):
         queues: Sequence[str] | None = None,
         concurrency: int | None = None,
     ) -> bool:
-        """Write this process's check-in. Returns False when the row had gone: another instance
-        recovered this one (it thought us dead); the row is written anew.
-
-        The time written is read once the connection is held and the fence checked, as Quartz
+        """The time written is read once the connection is held and the fence checked, as Quartz
         reads it after getting its connection: a process kept waiting for one (a hung primary,
         a failover) must not write a check-in that is already as old as the wait."""
-        s = self.tables.scheduler_state
+        s = self.sql.tables.scheduler_state
         values: dict[str, Any] = {
             "checkin_interval": int(interval * 1000),
             "kind": kind,
@@ -69,16 +82,16 @@ class ClusterSql(FiringsSql, ClusterStore):
             "queues": None if queues is None else json.dumps(list(queues)),
             "concurrency": concurrency,
         }
-        clause = and_(self._scoped(s), s.c.instance_name == instance_name)
-        with self.transaction() as conn:
+        clause = and_(self.sql.scoped(s), s.c.instance_name == instance_name)
+        with self.sql.transaction() as conn:
             # A deposed leader (its fence stale) must not overwrite the new leader's row.
-            self._check_fence(conn)
-            now = values["last_checkin_time"] = self._now()
+            self.sql.check_fence(conn)
+            now = values["last_checkin_time"] = self.sql.now()
             if conn.execute(update(s).where(clause).values(values)).rowcount:
                 return True
             conn.execute(
                 insert(s).values(
-                    sched_name=self.scheduler_name,
+                    sched_name=self.sql.scheduler_name,
                     instance_name=instance_name,
                     started_time=now,
                     **values,
@@ -87,35 +100,22 @@ class ClusterSql(FiringsSql, ClusterStore):
             return False
 
     def remove_check_in(self, instance_name: str) -> None:
-        s = self.tables.scheduler_state
-        with self.transaction() as conn:
-            conn.execute(delete(s).where(self._scoped(s), s.c.instance_name == instance_name))
+        s = self.sql.tables.scheduler_state
+        with self.sql.transaction() as conn:
+            conn.execute(delete(s).where(self.sql.scoped(s), s.c.instance_name == instance_name))
 
     def check_ins(self, kind: str | None = None) -> list[CheckIn]:
-        s = self.tables.scheduler_state
-        q = select(s).where(self._scoped(s))
+        s = self.sql.tables.scheduler_state
+        q = select(s).where(self.sql.scoped(s))
         if kind is not None:
             q = q.where(s.c.kind == kind)
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             rows = conn.execute(q.order_by(s.c.instance_name)).all()
-        return [
-            CheckIn(
-                instance_name=r.instance_name,
-                kind=r.kind,
-                last_checkin_millis=r.last_checkin_time,
-                checkin_interval_millis=r.checkin_interval,
-                clustered=r.clustered,
-                hostname=r.hostname,
-                pid=r.pid,
-            )
-            for r in rows
-        ]
+        return [_check_in(r) for r in rows]
 
     def firing_owners(self) -> FiringOwners:
-        """Who holds fired rows in flight: the scheduler instances owning claims or unpublished
-        firings, and the workers executing firings. One read for a check-in's recovery pass."""
-        f = self.tables.fired_triggers
-        with self.transaction() as conn:
+        f = self.sql.tables.fired_triggers
+        with self.sql.transaction() as conn:
             rows = conn.execute(
                 select(
                     f.c.state,
@@ -124,54 +124,35 @@ class ClusterSql(FiringsSql, ClusterStore):
                     func.min(f.c.started_time).label("since"),
                 )
                 .where(
-                    self._scoped(f),
+                    self.sql.scoped(f),
                     f.c.state.in_([FiringState.ACQUIRED, FiringState.FIRED, FiringState.EXECUTING]),
                 )
                 .group_by(f.c.state, f.c.instance_name, f.c.worker_name)
             ).all()
-        owners = FiringOwners()
-        for r in rows:
-            if r.state == FiringState.EXECUTING:
-                if r.worker_name is not None:
-                    known = owners.executing_since.get(r.worker_name, r.since)
-                    owners.executing_since[r.worker_name] = min(known, r.since)
-                continue
-            owners.schedulers.add(r.instance_name)
-            if r.state == FiringState.FIRED:
-                owners.unpublished.add(r.instance_name)
-        return owners
+        return _owners(rows)
 
     def recover_scheduler(
         self, dead: str, *, seen_checkin_millis: int | None, recovered_by: str
     ) -> tuple[int, int] | None:
-        """Take over a dead scheduler's work; (released, to republish) or None if another did it.
-
-        Race settled: several survivors see the same dead peer. Each deletes its check-in row on
-        the condition that it still carries the check-in time it judged stale; only one delete
-        matches, and that survivor does the whole recovery in the same transaction. A peer that
-        came back to life and checked in meanwhile no longer matches, and is left alone.
-
-        Claims the dead scheduler never fired go back to WAITING. Firings it fired but may not have
-        published (FIRED) move to ``recovered_by``, which publishes them again with the same fire
-        instance id: if the first message did go out, the worker's start guard lets only one run.
-        """
-        s, f = self.tables.scheduler_state, self.tables.fired_triggers
-        with self.transaction() as conn:
+        """The survivor whose conditional delete of the check-in row matches does the whole
+        recovery in the same transaction."""
+        s, f = self.sql.tables.scheduler_state, self.sql.tables.fired_triggers
+        with self.sql.transaction() as conn:
             if seen_checkin_millis is not None:
                 gone = conn.execute(
                     delete(s).where(
-                        self._scoped(s),
+                        self.sql.scoped(s),
                         s.c.instance_name == dead,
                         s.c.last_checkin_time == seen_checkin_millis,
                     )
                 ).rowcount
                 if not gone:
                     return None
-            released = self._release(conn, dead, None)
+            released = self.ends.release(conn, dead, None)
             moved = conn.execute(
                 update(f)
                 .where(
-                    self._scoped(f),
+                    self.sql.scoped(f),
                     f.c.instance_name == dead,
                     f.c.state == FiringState.FIRED,
                 )
@@ -194,27 +175,16 @@ class ClusterSql(FiringsSql, ClusterStore):
         seen_checkin_millis: int | None,
         defer_nonconcurrent_millis: int = 0,
     ) -> WorkerRecovery | None:
-        """Resolve the executions of a dead worker; None if another scheduler got there first or
-        the worker checked in again.
-
-        * a job with ``requests_recovery`` gets a recovery firing: a one-shot trigger in the
-          RECOVERING_JOBS group, due now, carrying the original trigger, occurrence and data;
-          the task sees ``context.recovering``;
-        * any other job's occurrence is closed as interrupted (its row removed; it is not run
-          again);
-        * a ``disallow_concurrent`` execution is first deferred by ``defer_nonconcurrent_millis``
-          (4.x: it may still be running on a worker that is only slow), then resolved as above.
-
-        Race settled: several schedulers see the same dead worker. Its check-in row is locked and
-        must still carry the check-in time judged stale; each fired row is removed by a delete
-        conditional on EXECUTING, and only the remover acts on it.
-        """
-        s, f = self.tables.scheduler_state, self.tables.fired_triggers
-        now = self._now()
+        """A recovery firing is a one-shot trigger in the RECOVERING_JOBS group, due now,
+        carrying the original trigger, occurrence and data (the task sees
+        ``context.recovering``). The check-in row is locked while it is compared; each fired
+        row is removed by a delete conditional on EXECUTING, and only the remover acts on it."""
+        s, f = self.sql.tables.scheduler_state, self.sql.tables.fired_triggers
+        now = self.sql.now()
         result = WorkerRecovery(worker_name)
-        state_clause = and_(self._scoped(s), s.c.instance_name == worker_name)
-        with self.transaction() as conn:
-            self._check_fence(conn)
+        state_clause = and_(self.sql.scoped(s), s.c.instance_name == worker_name)
+        with self.sql.transaction() as conn:
+            self.sql.check_fence(conn)
             if seen_checkin_millis is not None:
                 seen = conn.execute(
                     select(s.c.last_checkin_time).where(state_clause).with_for_update()
@@ -224,7 +194,7 @@ class ClusterSql(FiringsSql, ClusterStore):
             rows = conn.execute(
                 select(f)
                 .where(
-                    self._scoped(f),
+                    self.sql.scoped(f),
                     f.c.worker_name == worker_name,
                     f.c.state == FiringState.EXECUTING,
                 )
@@ -235,7 +205,7 @@ class ClusterSql(FiringsSql, ClusterStore):
                     if row.recovery_after is None:
                         conn.execute(
                             update(f)
-                            .where(self._scoped(f))
+                            .where(self.sql.scoped(f))
                             .where(f.c.fire_instance_id == row.fire_instance_id)
                             .values(recovery_after=now + defer_nonconcurrent_millis)
                         )
@@ -253,9 +223,9 @@ class ClusterSql(FiringsSql, ClusterStore):
                     if now < row.recovery_after:
                         result.deferred += 1
                         continue
-                if self._remove_executing(conn, row.fire_instance_id) is None:
+                if self.ends.remove_executing(conn, row.fire_instance_id) is None:
                     continue
-                if self._resolve_dead_execution(conn, row, now):
+                if self.ends.resolve_dead_execution(conn, row, now):
                     result.recovered += 1
                 else:
                     result.interrupted += 1
@@ -276,11 +246,11 @@ class ClusterSql(FiringsSql, ClusterStore):
     def _reset_auto_pins(self, conn: Connection, worker_name: str) -> int:
         """A dead worker's auto-claimed pins become unclaimed automatic pins, for any eligible
         worker to claim at its next start (named pins are never moved). The number reset."""
-        t = self.tables.triggers
+        t = self.sql.tables.triggers
         reset = conn.execute(
             update(t)
             .where(
-                self._scoped(t),
+                self.sql.scoped(t),
                 t.c.preferred_node_auto.is_(True),
                 t.c.preferred_node == worker_name,
             )
@@ -297,16 +267,13 @@ class ClusterSql(FiringsSql, ClusterStore):
     # -- fencing of a non-clustered leader ------------------------------------------------------
 
     def advance_epoch(self, instance_name: str) -> tuple[int, int]:
-        """Take the next epoch for a new leadership of ``instance_name``: (previous, new).
-
-        Race settled: two processes elected at once (the election's own window); each increment is
-        a row update, so they get different epochs and the earlier one's writes are refused.
-        """
-        locks, s = self.tables.locks, self.tables.scheduler_state
-        with self.transaction() as conn:
+        """The epoch is the LEADER lock row's, incremented in place (the first election
+        creates the row)."""
+        locks, s = self.sql.tables.locks, self.sql.tables.scheduler_state
+        with self.sql.transaction() as conn:
             row = conn.execute(
                 update(locks)
-                .where(self._leader_key())
+                .where(self.sql.leader_key())
                 .values(epoch=locks.c.epoch + 1)
                 .returning(locks.c.epoch)
             ).first()
@@ -315,14 +282,14 @@ class ClusterSql(FiringsSql, ClusterStore):
                     with conn.begin_nested():
                         conn.execute(
                             insert(locks).values(
-                                sched_name=self.scheduler_name, lock_name=LEADER_LOCK, epoch=1
+                                sched_name=self.sql.scheduler_name, lock_name=LEADER_LOCK, epoch=1
                             )
                         )
                     epoch = 1
                 except IntegrityError:  # another process created it first
                     epoch = conn.execute(
                         update(locks)
-                        .where(self._leader_key())
+                        .where(self.sql.leader_key())
                         .values(epoch=locks.c.epoch + 1)
                         .returning(locks.c.epoch)
                     ).scalar_one()
@@ -330,51 +297,31 @@ class ClusterSql(FiringsSql, ClusterStore):
                 epoch = row.epoch
             conn.execute(
                 update(s)
-                .where(self._scoped(s), s.c.instance_name == instance_name)
+                .where(self.sql.scoped(s), s.c.instance_name == instance_name)
                 .values(epoch=epoch)
             )
         return epoch - 1, epoch
 
-    def current_epoch(self) -> int:
-        locks = self.tables.locks
-        with self.transaction() as conn:
-            return conn.execute(select(locks.c.epoch).where(self._leader_key())).scalar() or 0
-
     def recover_leader_move(self, instance_name: str, fence: Fence | None) -> LeaderMoveRecovery:
-        """The recovery pass a new non-clustered leader runs (seed 000, steps 1, 3 and 4; step 2,
-        every misfire with no limit, is the caller's), in one fenced transaction.
-
-        Scoped by scheduler name, so it frees what the previous leader left whatever its
-        instance id.
-        Adapted to Celery, where the firings a scheduler published run on workers that outlive it:
-
-        1. Claims (ACQUIRED fired rows, any instance) are deleted and their triggers go back to
-           WAITING; BLOCKED goes to WAITING and PAUSED_BLOCKED to PAUSED for every job that has no
-           firing left in flight.
-        3. Firings fired but not recorded as published (FIRED) under *this* instance id survive: the
-           loop publishes them again with the same fire instance id (the worker's start guard runs
-           it once). Under another id they are deleted, ``requests_recovery`` or not: the instance
-           id decides whether they survive a leader move.
-        4. Lingering COMPLETE triggers with nothing in flight are deleted. Published and executing
-           firings are left to the workers (and to the misfire handler once their message expires).
-        """
-        t, f = self.tables.triggers, self.tables.fired_triggers
-        with self.transaction() as conn:
-            self._check_fence(conn, fence)
+        """Scoped by scheduler name, so it frees what the previous leader left whatever its
+        instance id."""
+        t, f = self.sql.tables.triggers, self.sql.tables.fired_triggers
+        with self.sql.transaction() as conn:
+            self.sql.check_fence(conn, fence)
             claims = conn.execute(
                 delete(f)
-                .where(self._scoped(f), f.c.state == FiringState.ACQUIRED)
+                .where(self.sql.scoped(f), f.c.state == FiringState.ACQUIRED)
                 .returning(f.c.trigger_name)
             ).all()
             released = conn.execute(
                 update(t)
-                .where(self._scoped(t), t.c.trigger_state == TriggerState.ACQUIRED)
+                .where(self.sql.scoped(t), t.c.trigger_state == TriggerState.ACQUIRED)
                 .values(trigger_state=TriggerState.WAITING)
             ).rowcount
             others = conn.execute(
                 delete(f)
                 .where(
-                    self._scoped(f),
+                    self.sql.scoped(f),
                     f.c.state == FiringState.FIRED,
                     f.c.instance_name != instance_name,
                 )
@@ -382,7 +329,7 @@ class ClusterSql(FiringsSql, ClusterStore):
             ).all()
             republish = conn.execute(
                 select(f.c.fire_instance_id).where(
-                    self._scoped(f),
+                    self.sql.scoped(f),
                     f.c.state == FiringState.FIRED,
                     f.c.instance_name == instance_name,
                 )
@@ -395,7 +342,7 @@ class ClusterSql(FiringsSql, ClusterStore):
             unblocked = conn.execute(
                 update(t)
                 .where(
-                    self._scoped(t),
+                    self.sql.scoped(t),
                     t.c.trigger_state == TriggerState.BLOCKED,
                     ~in_flight,
                 )
@@ -404,7 +351,7 @@ class ClusterSql(FiringsSql, ClusterStore):
             unblocked += conn.execute(
                 update(t)
                 .where(
-                    self._scoped(t),
+                    self.sql.scoped(t),
                     t.c.trigger_state == TriggerState.PAUSED_BLOCKED,
                     ~in_flight,
                 )
@@ -419,14 +366,14 @@ class ClusterSql(FiringsSql, ClusterStore):
                 (r.trigger_name, r.trigger_group)
                 for r in conn.execute(
                     select(t.c.trigger_name, t.c.trigger_group).where(
-                        self._scoped(t),
+                        self.sql.scoped(t),
                         t.c.trigger_state == TriggerState.COMPLETE,
                         ~trigger_in_flight,
                     )
                 )
             ]
             for name, group in complete:
-                self._remove_trigger(conn, TriggerKey(name, group))
+                self.definitions.remove_trigger(conn, TriggerKey(name, group))
         result = LeaderMoveRecovery(
             released=max(released, len(claims)),
             unblocked=unblocked,
@@ -441,7 +388,7 @@ class ClusterSql(FiringsSql, ClusterStore):
             "of other instance ids (%d of jobs requesting recovery), "
             "removed %d complete trigger(s)",
             instance_name,
-            self.scheduler_name,
+            self.sql.scheduler_name,
             result.released,
             result.unblocked,
             result.republish,
@@ -454,15 +401,13 @@ class ClusterSql(FiringsSql, ClusterStore):
     def record_status(
         self, instance_name: str, status: str, *, hostname: str | None, pid: int | None
     ) -> None:
-        """Write a scheduler's lifecycle status to its check-in row (operators, health, tests), if
-        this process (host, pid) wrote the row last: replicas may share the leader's instance id."""
-        s = self.tables.scheduler_state
-        with self.transaction() as conn:
-            self._check_fence(conn)
+        s = self.sql.tables.scheduler_state
+        with self.sql.transaction() as conn:
+            self.sql.check_fence(conn)
             conn.execute(
                 update(s)
                 .where(
-                    self._scoped(s),
+                    self.sql.scoped(s),
                     s.c.instance_name == instance_name,
                     s.c.hostname == hostname,
                     s.c.pid == pid,
@@ -473,13 +418,11 @@ class ClusterSql(FiringsSql, ClusterStore):
     def remove_check_in_of_process(
         self, instance_name: str, *, hostname: str | None, pid: int | None
     ) -> None:
-        """Remove the check-in row of ``instance_name`` only if this process (host, pid) wrote
-        it."""
-        s = self.tables.scheduler_state
-        with self.transaction() as conn:
+        s = self.sql.tables.scheduler_state
+        with self.sql.transaction() as conn:
             conn.execute(
                 delete(s).where(
-                    self._scoped(s),
+                    self.sql.scoped(s),
                     s.c.instance_name == instance_name,
                     s.c.hostname == hostname,
                     s.c.pid == pid,
@@ -487,6 +430,32 @@ class ClusterSql(FiringsSql, ClusterStore):
             )
 
     def ping(self) -> None:
-        """Raise unless the store's database answers a query."""
-        with self.engine.connect() as conn:
+        with self.sql.engine.connect() as conn:
             conn.execute(select(1)).scalar()
+
+
+def _check_in(r: Any) -> CheckIn:
+    return CheckIn(
+        instance_name=r.instance_name,
+        kind=r.kind,
+        last_checkin_millis=r.last_checkin_time,
+        checkin_interval_millis=r.checkin_interval,
+        clustered=r.clustered,
+        hostname=r.hostname,
+        pid=r.pid,
+    )
+
+
+def _owners(rows: Any) -> FiringOwners:
+    """The owners of fired rows, from their count per (state, instance, worker)."""
+    owners = FiringOwners()
+    for r in rows:
+        if r.state == FiringState.EXECUTING:
+            if r.worker_name is not None:
+                known = owners.executing_since.get(r.worker_name, r.since)
+                owners.executing_since[r.worker_name] = min(known, r.since)
+            continue
+        owners.schedulers.add(r.instance_name)
+        if r.state == FiringState.FIRED:
+            owners.unpublished.add(r.instance_name)
+    return owners

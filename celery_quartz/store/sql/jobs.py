@@ -38,11 +38,15 @@ from celery_quartz.store.records import (
 from celery_quartz.store.schema import (
     TriggerState,
 )
-from celery_quartz.store.sql._firings import FiringsSql
+from celery_quartz.store.sql._context import SqlContext
+from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._rows import (
+    Rows,
     initial_state,
+    job_from_row,
     pin_columns,
     same_job,
+    trigger_from_row,
 )
 from celery_quartz.triggers.base import (
     UNCHANGED,
@@ -56,7 +60,16 @@ logger = logging.getLogger(__name__)
 _ANALYZE_AFTER_ROWS = 1000
 
 
-class JobsSql(FiringsSql, JobStore):
+class JobsSql(JobStore):
+    """The client's role on the SQL tables."""
+
+    def __init__(self, sql: SqlContext, rows: Rows, definitions: Definitions) -> None:
+        self.sql = sql
+        self.rows = rows
+        self.definitions = definitions
+        self.clock = sql.clock
+        self.max_data_bytes = sql.max_data_bytes
+
     def store_jobs_and_triggers(
         self,
         items: Sequence[tuple[Job | None, Sequence[Trigger]]],
@@ -64,41 +77,27 @@ class JobsSql(FiringsSql, JobStore):
         replace: bool = False,
         definition_hashes: dict[JobKey, str] | None = None,
     ) -> None:
-        """Store jobs and their triggers in one transaction: all of them, or none.
-
-        A job of ``None`` means the triggers refer to jobs already stored. Raises
-        :class:`ObjectAlreadyExistsError` when a key exists and ``replace`` is false,
-        :class:`JobNotFoundError` when a trigger names a job that is not stored.
-        """
         hashes = definition_hashes or {}
         jobs = [(job, hashes.get(job.key)) for job, _ in items if job is not None]
         triggers = [trigger for _, item_triggers in items for trigger in item_triggers]
-        with self.transaction() as conn:
-            self._store_many(conn, jobs, triggers, replace, self.clock.now())
+        with self.sql.transaction() as conn:
+            self.definitions.store_many(conn, jobs, triggers, replace, self.sql.clock.now())
 
     def sync_job_group(
         self, group: str, desired: Mapping[JobKey, tuple[Job, Sequence[Trigger], str]]
     ) -> SyncResult:
-        """Make the jobs of ``group`` exactly ``desired`` (job, its triggers, a definition hash).
-
-        Used to import configuration (``beat_schedule``) idempotently. A job whose stored hash
-        equals the desired one is left alone, so its triggers keep their fire times across
-        restarts; a changed one is replaced with its triggers; one no longer desired is removed.
-
-        Race settled: several schedulers importing the same configuration at start. The whole
-        comparison and write is one transaction under the TRIGGER_ACCESS lock row, so the second
-        importer sees the first one's rows and finds nothing to do.
-        """
-        now = self.clock.now()
+        """The whole comparison and write is one transaction under the TRIGGER_ACCESS lock row
+        (SQLite: its write lock)."""
+        now = self.sql.clock.now()
         result = SyncResult()
-        j = self.tables.jobs
-        with self.transaction() as conn:
-            self._lock(conn, "TRIGGER_ACCESS")
+        j = self.sql.tables.jobs
+        with self.sql.transaction() as conn:
+            self.sql.lock(conn, "TRIGGER_ACCESS")
             stored = {
                 JobKey(r.job_name, r.job_group): r.definition_hash
                 for r in conn.execute(
                     select(j.c.job_name, j.c.job_group, j.c.definition_hash).where(
-                        self._scoped(j), j.c.job_group == group
+                        self.sql.scoped(j), j.c.job_group == group
                     )
                 )
             }
@@ -109,32 +108,32 @@ class JobsSql(FiringsSql, JobStore):
                     result.unchanged.append(key)
                     continue
                 if key in stored:
-                    self._delete_job(conn, key)
+                    self.definitions.delete_job(conn, key)
                     result.updated.append(key)
                 else:
                     result.added.append(key)
                 jobs.append((job, definition_hash))
                 new_triggers.extend(triggers)
-            self._store_many(conn, jobs, new_triggers, False, now)
+            self.definitions.store_many(conn, jobs, new_triggers, False, now)
             for key in stored.keys() - desired.keys():
-                self._delete_job(conn, key)
+                self.definitions.delete_job(conn, key)
                 result.removed.append(key)
-        if self.dialect == "postgresql" and len(result.added) >= _ANALYZE_AFTER_ROWS:
+        if self.sql.dialect == "postgresql" and len(result.added) >= _ANALYZE_AFTER_ROWS:
             # Fresh statistics: a planner that has never seen the new rows scans a whole trigger
             # group where one key lookup would do, until autovacuum gets round to it.
-            with self.engine.connect() as conn:
-                conn.execute(text(f"ANALYZE {self.tables.jobs.name}"))
-                conn.execute(text(f"ANALYZE {self.tables.triggers.name}"))
+            with self.sql.engine.connect() as conn:
+                conn.execute(text(f"ANALYZE {self.sql.tables.jobs.name}"))
+                conn.execute(text(f"ANALYZE {self.sql.tables.triggers.name}"))
                 conn.commit()
         return result
 
     def store_calendar(self, name: str, calendar: Any, *, replace: bool = False) -> None:
-        c = self.tables.calendars
+        c = self.sql.tables.calendars
         encoded = encode_json_object(
-            f"calendar {name!r}", "definition", calendar.to_dict(), self.max_data_bytes
+            f"calendar {name!r}", "definition", calendar.to_dict(), self.sql.max_data_bytes
         )
-        clause = and_(self._scoped(c), c.c.calendar_name == name)
-        with self.transaction() as conn:
+        clause = and_(self.sql.scoped(c), c.c.calendar_name == name)
+        with self.sql.transaction() as conn:
             if conn.execute(select(c.c.calendar_name).where(clause)).first() is not None:
                 if not replace:
                     raise ObjectAlreadyExistsError(f"calendar {name!r} already exists")
@@ -142,26 +141,26 @@ class JobsSql(FiringsSql, JobStore):
             else:
                 conn.execute(
                     insert(c).values(
-                        sched_name=self.scheduler_name, calendar_name=name, calendar=encoded
+                        sched_name=self.sql.scheduler_name, calendar_name=name, calendar=encoded
                     )
                 )
 
     def retrieve_calendar(self, name: str) -> Any | None:
         from celery_quartz.calendars import calendar_from_dict
 
-        c = self.tables.calendars
-        with self.transaction() as conn:
+        c = self.sql.tables.calendars
+        with self.sql.transaction() as conn:
             row = conn.execute(
-                select(c.c.calendar).where(self._scoped(c), c.c.calendar_name == name)
+                select(c.c.calendar).where(self.sql.scoped(c), c.c.calendar_name == name)
             ).first()
         return None if row is None else calendar_from_dict(json.loads(row.calendar))
 
     def remove_calendar(self, name: str) -> bool:
-        c, t = self.tables.calendars, self.tables.triggers
-        with self.transaction() as conn:
+        c, t = self.sql.tables.calendars, self.sql.tables.triggers
+        with self.sql.transaction() as conn:
             user = conn.execute(
                 select(t.c.trigger_name, t.c.trigger_group)
-                .where(self._scoped(t), t.c.calendar_name == name)
+                .where(self.sql.scoped(t), t.c.calendar_name == name)
                 .limit(1)
             ).first()
             if user is not None:
@@ -169,147 +168,139 @@ class JobsSql(FiringsSql, JobStore):
                     f"calendar {name!r} is used by trigger {user.trigger_group}.{user.trigger_name}"
                 )
             return bool(
-                conn.execute(delete(c).where(self._scoped(c), c.c.calendar_name == name)).rowcount
+                conn.execute(
+                    delete(c).where(self.sql.scoped(c), c.c.calendar_name == name)
+                ).rowcount
             )
 
     def retrieve_job(self, key: JobKey) -> Job | None:
-        j = self.tables.jobs
-        with self.transaction() as conn:
-            row = conn.execute(select(j).where(self._job_key_clause(key))).first()
-        return None if row is None else self._job_from_row(row)
+        j = self.sql.tables.jobs
+        with self.sql.transaction() as conn:
+            row = conn.execute(select(j).where(self.sql.job_key(key))).first()
+        return None if row is None else job_from_row(row)
 
     def retrieve_trigger(self, key: TriggerKey) -> Trigger | None:
-        t = self.tables.triggers
-        with self.transaction() as conn:
-            row = conn.execute(select(t).where(self._trigger_key_clause(key))).first()
-        return None if row is None else self._trigger_from_row(row)
+        t = self.sql.tables.triggers
+        with self.sql.transaction() as conn:
+            row = conn.execute(select(t).where(self.sql.trigger_key(key))).first()
+        return None if row is None else trigger_from_row(row)
 
     def get_trigger_state(self, key: TriggerKey) -> str:
-        t = self.tables.triggers
-        with self.transaction() as conn:
-            row = conn.execute(
-                select(t.c.trigger_state).where(self._trigger_key_clause(key))
-            ).first()
+        t = self.sql.tables.triggers
+        with self.sql.transaction() as conn:
+            row = conn.execute(select(t.c.trigger_state).where(self.sql.trigger_key(key))).first()
         if row is None:
             return NONE_STATE
         # Quartz reports ACQUIRED as NORMAL to users; we keep the store's own word.
         return str(row.trigger_state)
 
     def get_triggers_of_job(self, key: JobKey) -> list[Trigger]:
-        t = self.tables.triggers
-        with self.transaction() as conn:
+        t = self.sql.tables.triggers
+        with self.sql.transaction() as conn:
             rows = conn.execute(
                 select(t)
                 .where(
-                    self._scoped(t),
+                    self.sql.scoped(t),
                     t.c.job_name == key.name,
                     t.c.job_group == key.group,
                 )
                 .order_by(t.c.trigger_group, t.c.trigger_name)
             ).all()
-        return [self._trigger_from_row(r) for r in rows]
+        return [trigger_from_row(r) for r in rows]
 
     def job_keys(self, group: str | None = None) -> list[JobKey]:
-        j = self.tables.jobs
-        q = select(j.c.job_name, j.c.job_group).where(self._scoped(j))
+        j = self.sql.tables.jobs
+        q = select(j.c.job_name, j.c.job_group).where(self.sql.scoped(j))
         if group is not None:
             q = q.where(j.c.job_group == group)
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             rows = conn.execute(q.order_by(j.c.job_group, j.c.job_name)).all()
         return [JobKey(r.job_name, r.job_group) for r in rows]
 
     def remove_trigger(self, key: TriggerKey) -> bool:
-        """Remove a trigger; a non-durable job left with no trigger goes with it."""
-        with self.transaction() as conn:
-            return self._remove_trigger(conn, key)
+        with self.sql.transaction() as conn:
+            return self.definitions.remove_trigger(conn, key)
 
     def remove_job(self, key: JobKey) -> bool:
-        """Remove a job and every trigger of it."""
-        with self.transaction() as conn:
-            return self._delete_job(conn, key)
+        with self.sql.transaction() as conn:
+            return self.definitions.delete_job(conn, key)
 
     def update_trigger_details(self, key: TriggerKey, details: TriggerDetailsUpdate) -> None:
-        """Write the changed details of the stored trigger ``key`` in place; its fire times,
-        state and counts are left alone. Raises :class:`TriggerNotFoundError` naming ``key``.
-
-        A firing already acquired keeps the pin it recorded; when the pin changed, that firing's
-        auto-claim finds nothing to swap (:meth:`_claim_auto_pin`), so the change wins.
-        """
-        t = self.tables.triggers
+        """A firing already acquired keeps the pin it recorded; when the pin changed, that
+        firing's start finds nothing to swap (:mod:`~celery_quartz.store.sql.worker`)."""
+        t = self.sql.tables.triggers
         values: dict[str, Any] = {}
         if details.description is not UNCHANGED:
             values["description"] = details.description
         if details.preferred_node is not UNCHANGED:
             values.update(pin_columns(details.preferred_node))
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             if values:
                 found = conn.execute(
-                    update(t).where(self._trigger_key_clause(key)).values(values)
+                    update(t).where(self.sql.trigger_key(key)).values(values)
                 ).rowcount
             else:
                 found = conn.execute(
-                    select(func.count()).select_from(t).where(self._trigger_key_clause(key))
+                    select(func.count()).select_from(t).where(self.sql.trigger_key(key))
                 ).scalar_one()
             if not found:
                 raise TriggerNotFoundError(f"trigger {key} is not stored")
 
     def replace_trigger(self, key: TriggerKey, new_trigger: Trigger) -> bool:
-        """Replace a stored trigger by ``new_trigger`` (same job unless it names another)."""
-        t = self.tables.triggers
-        now = self.clock.now()
-        with self.transaction() as conn:
+        t = self.sql.tables.triggers
+        now = self.sql.clock.now()
+        with self.sql.transaction() as conn:
             row = conn.execute(
-                select(t.c.job_name, t.c.job_group).where(self._trigger_key_clause(key))
+                select(t.c.job_name, t.c.job_group).where(self.sql.trigger_key(key))
             ).first()
             if row is None:
                 return False
             if new_trigger.job_key is None:
                 new_trigger.job_key = JobKey(row.job_name, row.job_group)
-            conn.execute(delete(t).where(self._trigger_key_clause(key)))
-            self._store_trigger(conn, new_trigger, replace=False, now=now)
+            conn.execute(delete(t).where(self.sql.trigger_key(key)))
+            self.definitions.store_trigger(conn, new_trigger, replace=False, now=now)
             if new_trigger.job_key != JobKey(row.job_name, row.job_group):
-                self._delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
+                self.definitions.delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
         return True
 
     def pause_trigger(self, key: TriggerKey) -> None:
-        with self.transaction() as conn:
-            self._pause_triggers(conn, self._trigger_key_clause(key))
+        with self.sql.transaction() as conn:
+            self._pause_triggers(conn, self.sql.trigger_key(key))
 
     def resume_trigger(self, key: TriggerKey) -> None:
-        with self.transaction() as conn:
-            self._resume_triggers(conn, self._trigger_key_clause(key))
+        with self.sql.transaction() as conn:
+            self._resume_triggers(conn, self.sql.trigger_key(key))
 
     def pause_job(self, key: JobKey) -> None:
-        with self.transaction() as conn:
-            self._pause_triggers(conn, self._triggers_of_job_clause(key))
+        with self.sql.transaction() as conn:
+            self._pause_triggers(conn, self.sql.triggers_of_job(key))
 
     def resume_job(self, key: JobKey) -> None:
-        with self.transaction() as conn:
-            self._resume_triggers(conn, self._triggers_of_job_clause(key))
+        with self.sql.transaction() as conn:
+            self._resume_triggers(conn, self.sql.triggers_of_job(key))
 
     def pause_trigger_group(self, group: str) -> None:
-        """Pause every trigger of ``group``, and the triggers stored in it later."""
-        p, t = self.tables.paused_trigger_groups, self.tables.triggers
-        with self.transaction() as conn:
-            clause = and_(self._scoped(p), p.c.trigger_group == group)
+        p, t = self.sql.tables.paused_trigger_groups, self.sql.tables.triggers
+        with self.sql.transaction() as conn:
+            clause = and_(self.sql.scoped(p), p.c.trigger_group == group)
             if conn.execute(select(p.c.trigger_group).where(clause)).first() is None:
-                conn.execute(insert(p).values(sched_name=self.scheduler_name, trigger_group=group))
-            self._pause_triggers(conn, and_(self._scoped(t), t.c.trigger_group == group))
+                conn.execute(
+                    insert(p).values(sched_name=self.sql.scheduler_name, trigger_group=group)
+                )
+            self._pause_triggers(conn, and_(self.sql.scoped(t), t.c.trigger_group == group))
 
     def resume_trigger_group(self, group: str) -> None:
-        """Resume every trigger of ``group``; a trigger the pause made late follows its misfire
-        instruction."""
-        p, t = self.tables.paused_trigger_groups, self.tables.triggers
-        with self.transaction() as conn:
-            conn.execute(delete(p).where(self._scoped(p), p.c.trigger_group == group))
-            self._resume_triggers(conn, and_(self._scoped(t), t.c.trigger_group == group))
+        p, t = self.sql.tables.paused_trigger_groups, self.sql.tables.triggers
+        with self.sql.transaction() as conn:
+            conn.execute(delete(p).where(self.sql.scoped(p), p.c.trigger_group == group))
+            self._resume_triggers(conn, and_(self.sql.scoped(t), t.c.trigger_group == group))
 
     def paused_trigger_groups(self) -> list[str]:
-        with self.transaction() as conn:
-            return sorted(self._paused_groups(conn))
+        with self.sql.transaction() as conn:
+            return sorted(self.rows.paused_groups(conn))
 
     def _pause_triggers(self, conn: Connection, where: Any) -> None:
-        t = self.tables.triggers
+        t = self.sql.tables.triggers
         # An ACQUIRED trigger becomes PAUSED too: the scheduler holding it sees the change when it
         # fires and drops the firing (the state is no longer ACQUIRED).
         conn.execute(
@@ -324,8 +315,8 @@ class JobsSql(FiringsSql, JobStore):
         )
 
     def _resume_triggers(self, conn: Connection, where: Any) -> None:
-        t = self.tables.triggers
-        now = self._now()
+        t = self.sql.tables.triggers
+        now = self.sql.now()
         rows = conn.execute(
             select(t).where(
                 where, t.c.trigger_state.in_([TriggerState.PAUSED, TriggerState.PAUSED_BLOCKED])
@@ -335,40 +326,40 @@ class JobsSql(FiringsSql, JobStore):
             # Quartz applies the misfire instruction on resume when the pause made it late.
             if (
                 row.next_fire_time is not None
-                and row.next_fire_time < now - self.misfire_threshold_ms
-                and not self._apply_misfire(conn, row, now, ", paused,")
+                and row.next_fire_time < now - self.sql.misfire_threshold_ms
+                and not self.definitions.apply_misfire(conn, row, now, ", paused,")
             ):
                 continue
             blocked = row.trigger_state == TriggerState.PAUSED_BLOCKED
             conn.execute(
                 update(t)
-                .where(self._trigger_key_clause(TriggerKey(row.trigger_name, row.trigger_group)))
+                .where(self.sql.trigger_key(TriggerKey(row.trigger_name, row.trigger_group)))
                 .values(trigger_state=TriggerState.BLOCKED if blocked else TriggerState.WAITING)
             )
 
     def reset_trigger_from_error_state(self, keys: Sequence[TriggerKey]) -> int:
-        """Return triggers in ERROR to their schedule (WAITING, or PAUSED when their group is
-        paused, or BLOCKED while their disallow_concurrent job runs). The number reset."""
-        t, j = self.tables.triggers, self.tables.jobs
+        t, j = self.sql.tables.triggers, self.sql.tables.jobs
         reset = 0
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             for key in keys:
                 row = conn.execute(
                     select(t.c.trigger_state, j.c.is_nonconcurrent, t.c.job_name, t.c.job_group)
                     .join(j, same_job(j, t))
-                    .where(self._trigger_key_clause(key))
+                    .where(self.sql.trigger_key(key))
                 ).first()
                 if row is None or row.trigger_state != TriggerState.ERROR:
                     continue
                 job_key = JobKey.stored(row.job_name, row.job_group)
                 state = initial_state(
                     key,
-                    self._paused_groups(conn),
-                    blocked=bool(row.is_nonconcurrent and self._jobs_in_flight(conn, [job_key])),
+                    self.rows.paused_groups(conn),
+                    blocked=bool(
+                        row.is_nonconcurrent and self.rows.jobs_in_flight(conn, [job_key])
+                    ),
                 )
                 reset += conn.execute(
                     update(t)
-                    .where(self._trigger_key_clause(key), t.c.trigger_state == TriggerState.ERROR)
+                    .where(self.sql.trigger_key(key), t.c.trigger_state == TriggerState.ERROR)
                     .values(trigger_state=state, error_reason=None)
                 ).rowcount
         return reset
@@ -380,21 +371,21 @@ class JobsSql(FiringsSql, JobStore):
     ) -> Plan:
         # The read, the plan and the write are one transaction under the TRIGGER_ACCESS lock row
         # (SQLite: its write lock).
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             if not dry_run:  # a dry run decides nothing others could race on
-                self._lock(conn, "TRIGGER_ACCESS")
-            snapshot = self._read_snapshot(conn, needs(files))
+                self.sql.lock(conn, "TRIGGER_ACCESS")
+            snapshot = _read_snapshot(conn, self.sql, self.rows, needs(files))
             result = plan(
-                snapshot, files, now, calendar=lambda name, key: self._calendar(conn, name, key)
+                snapshot, files, now, calendar=lambda name, key: self.rows.calendar(conn, name, key)
             )
             if dry_run or not result.changed:
                 return result
-            t = self.tables.triggers
+            t = self.sql.tables.triggers
             for tkey in result.triggers_deleted:
-                conn.execute(delete(t).where(self._trigger_key_clause(tkey)))
+                conn.execute(delete(t).where(self.sql.trigger_key(tkey)))
             for key in result.jobs_deleted:
-                self._delete_job(conn, key)
-            self._store_many(
+                self.definitions.delete_job(conn, key)
+            self.definitions.store_many(
                 conn,
                 [(job, None) for job in result.jobs_to_write],
                 result.triggers_to_write,
@@ -406,77 +397,72 @@ class JobsSql(FiringsSql, JobStore):
             for tkey, when in result.next_fire_times.items():
                 conn.execute(
                     update(t)
-                    .where(self._trigger_key_clause(tkey))
+                    .where(self.sql.trigger_key(tkey))
                     .values(next_fire_time=to_millis(when))
                 )
         return result
 
-    def _read_snapshot(self, conn: Connection, wanted: Needs) -> Snapshot:
-        """The stored jobs and triggers ``wanted`` names, closed both ways: every trigger of a job
-        read, and the job of every trigger read."""
-        j, t = self.tables.jobs, self.tables.triggers
-        jobs: dict[JobKey, Job] = {}
-        triggers: dict[TriggerKey, Trigger] = {}
-
-        def add_triggers(rows: Any) -> None:
-            for row in rows:
-                trigger = self._trigger_from_row(row)
-                triggers[trigger.key] = trigger
-
-        def add_jobs(rows: Any) -> None:
-            for row in rows:
-                job = self._job_from_row(row)
-                jobs[job.key] = job
-
-        everyone = self._scoped(t)
-        if ALL_GROUPS in wanted.trigger_groups:
-            add_triggers(conn.execute(select(t).where(everyone)))
-        elif wanted.trigger_groups:
-            add_triggers(
-                conn.execute(
-                    select(t).where(everyone, t.c.trigger_group.in_(wanted.trigger_groups))
-                )
-            )
-        add_triggers(
-            self._rows_by_key(
-                conn, select(t), t.c.trigger_name, t.c.trigger_group, sorted(wanted.trigger_keys)
-            )
-        )
-        job_keys = set(wanted.job_keys) | {tr.job_key for tr in triggers.values() if tr.job_key}
-        if ALL_GROUPS in wanted.job_groups:
-            add_jobs(conn.execute(select(j).where(self._scoped(j))))
-        elif wanted.job_groups:
-            add_jobs(
-                conn.execute(select(j).where(self._scoped(j), j.c.job_group.in_(wanted.job_groups)))
-            )
-        add_jobs(
-            self._rows_by_key(
-                conn, select(j), j.c.job_name, j.c.job_group, sorted(job_keys - jobs.keys())
-            )
-        )
-        # Every trigger of every job read: whether a job keeps a trigger is judged on all of them.
-        add_triggers(self._rows_by_key(conn, select(t), t.c.job_name, t.c.job_group, sorted(jobs)))
-        return Snapshot(
-            jobs=jobs,
-            triggers=triggers,
-            job_groups=wanted.job_groups,
-            trigger_groups=wanted.trigger_groups,
-        )
-
     def scheduled_definitions(self) -> tuple[list[Job], list[Trigger]]:
-        j, t = self.tables.jobs, self.tables.triggers
-        with self.transaction() as conn:
+        j, t = self.sql.tables.jobs, self.sql.tables.triggers
+        with self.sql.transaction() as conn:
             job_rows = conn.execute(
-                select(j).where(self._scoped(j), j.c.job_group.not_in(PROTECTED_GROUPS))
+                select(j).where(self.sql.scoped(j), j.c.job_group.not_in(PROTECTED_GROUPS))
             ).all()
             trigger_rows = conn.execute(
                 select(t).where(
-                    self._scoped(t),
+                    self.sql.scoped(t),
                     t.c.trigger_group.not_in(PROTECTED_GROUPS),
                     t.c.job_group.not_in(PROTECTED_GROUPS),
                 )
             ).all()
         return (
-            [self._job_from_row(row) for row in job_rows],
-            [self._trigger_from_row(row) for row in trigger_rows],
+            [job_from_row(row) for row in job_rows],
+            [trigger_from_row(row) for row in trigger_rows],
         )
+
+
+def _read_snapshot(conn: Connection, sql: SqlContext, rows: Rows, wanted: Needs) -> Snapshot:
+    """The stored jobs and triggers ``wanted`` names, closed both ways: every trigger of a job
+    read, and the job of every trigger read."""
+    j, t = sql.tables.jobs, sql.tables.triggers
+    jobs: dict[JobKey, Job] = {}
+    triggers: dict[TriggerKey, Trigger] = {}
+
+    def add_triggers(found: Any) -> None:
+        for row in found:
+            trigger = trigger_from_row(row)
+            triggers[trigger.key] = trigger
+
+    def add_jobs(found: Any) -> None:
+        for row in found:
+            job = job_from_row(row)
+            jobs[job.key] = job
+
+    everyone = sql.scoped(t)
+    if ALL_GROUPS in wanted.trigger_groups:
+        add_triggers(conn.execute(select(t).where(everyone)))
+    elif wanted.trigger_groups:
+        add_triggers(
+            conn.execute(select(t).where(everyone, t.c.trigger_group.in_(wanted.trigger_groups)))
+        )
+    add_triggers(
+        rows.by_key(
+            conn, select(t), t.c.trigger_name, t.c.trigger_group, sorted(wanted.trigger_keys)
+        )
+    )
+    job_keys = set(wanted.job_keys) | {tr.job_key for tr in triggers.values() if tr.job_key}
+    if ALL_GROUPS in wanted.job_groups:
+        add_jobs(conn.execute(select(j).where(sql.scoped(j))))
+    elif wanted.job_groups:
+        add_jobs(conn.execute(select(j).where(sql.scoped(j), j.c.job_group.in_(wanted.job_groups))))
+    add_jobs(
+        rows.by_key(conn, select(j), j.c.job_name, j.c.job_group, sorted(job_keys - jobs.keys()))
+    )
+    # Every trigger of every job read: whether a job keeps a trigger is judged on all of them.
+    add_triggers(rows.by_key(conn, select(t), t.c.job_name, t.c.job_group, sorted(jobs)))
+    return Snapshot(
+        jobs=jobs,
+        triggers=triggers,
+        job_groups=wanted.job_groups,
+        trigger_groups=wanted.trigger_groups,
+    )

@@ -32,11 +32,14 @@ from celery_quartz.store.schema import (
     Tables,
     TriggerState,
 )
-from celery_quartz.store.sql._base import SqlBase
+from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._rows import (
+    Rows,
     datetime_or_none,
+    job_from_row,
     last_outcome,
     same_job,
+    trigger_from_row,
 )
 from celery_quartz.store.views import (
     MAX_PAGE,
@@ -55,15 +58,19 @@ from celery_quartz.store.views import (
 logger = logging.getLogger(__name__)
 
 
-class ReadsSql(SqlBase, StoreReader):
+class ReadsSql(StoreReader):
     """The read side over the SQL tables."""
+
+    def __init__(self, sql: SqlContext, rows: Rows) -> None:
+        self.sql = sql
+        self.rows = rows
 
     def list_jobs(
         self, filters: JobFilter | None = None, *, after: JobKey | None = None, limit: int = 100
     ) -> Page[Job, JobKey]:
-        j = self.tables.jobs
+        j = self.sql.tables.jobs
         filters = filters or JobFilter()
-        query = select(j).where(self._scoped(j))
+        query = select(j).where(self.sql.scoped(j))
         if filters.group is not None:
             query = query.where(j.c.job_group == filters.group)
         if filters.task is not None:
@@ -71,9 +78,9 @@ class ReadsSql(SqlBase, StoreReader):
         if after is not None:
             query = query.where(tuple_(j.c.job_group, j.c.job_name) > (after.group, after.name))
         limit = _page_size(limit)
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             rows = conn.execute(query.order_by(j.c.job_group, j.c.job_name).limit(limit + 1)).all()
-        jobs = [self._job_from_row(r) for r in rows[:limit]]
+        jobs = [job_from_row(r) for r in rows[:limit]]
         return Page(jobs, jobs[-1].key if len(rows) > limit else None)
 
     def list_triggers(
@@ -83,9 +90,9 @@ class ReadsSql(SqlBase, StoreReader):
         after: TriggerKey | None = None,
         limit: int = 100,
     ) -> Page[TriggerView, TriggerKey]:
-        t, j = self.tables.triggers, self.tables.jobs
+        t, j = self.sql.tables.triggers, self.sql.tables.jobs
         filters = filters or TriggerFilter()
-        query = select(t, j.c.task_name).join(j, same_job(j, t)).where(self._scoped(t))
+        query = select(t, j.c.task_name).join(j, same_job(j, t)).where(self.sql.scoped(t))
         if filters.group is not None:
             query = query.where(t.c.trigger_group == filters.group)
         if filters.state is not None:
@@ -108,7 +115,7 @@ class ReadsSql(SqlBase, StoreReader):
                 tuple_(t.c.trigger_group, t.c.trigger_name) > (after.group, after.name)
             )
         limit = _page_size(limit)
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             rows = conn.execute(
                 query.order_by(t.c.trigger_group, t.c.trigger_name).limit(limit + 1)
             ).all()
@@ -116,26 +123,24 @@ class ReadsSql(SqlBase, StoreReader):
         return Page(views, views[-1].key if len(rows) > limit else None)
 
     def trigger_view(self, key: TriggerKey) -> TriggerView | None:
-        t, j = self.tables.triggers, self.tables.jobs
-        with self.transaction() as conn:
+        t, j = self.sql.tables.triggers, self.sql.tables.jobs
+        with self.sql.transaction() as conn:
             row = conn.execute(
-                select(t, j.c.task_name)
-                .join(j, same_job(j, t))
-                .where(self._trigger_key_clause(key))
+                select(t, j.c.task_name).join(j, same_job(j, t)).where(self.sql.trigger_key(key))
             ).first()
         return None if row is None else self._trigger_view(row)
 
     def owed_triggers(
         self, *, blocked_for: float, limit: int = 20, count_cap: int = 1000
     ) -> OwedTriggers:
-        t, j = self.tables.triggers, self.tables.jobs
-        now = self._now()
+        t, j = self.sql.tables.triggers, self.sql.tables.jobs
+        now = self.sql.now()
         # Each condition is a range of the acquisition index (state, next fire time): the lists
         # and the capped counts read only the rows they show or count.
         conditions = {
             "overdue": and_(
                 t.c.trigger_state == TriggerState.WAITING,
-                t.c.next_fire_time < now - self.misfire_threshold_ms,
+                t.c.next_fire_time < now - self.sql.misfire_threshold_ms,
             ),
             "blocked": and_(
                 t.c.trigger_state == TriggerState.BLOCKED,
@@ -145,12 +150,12 @@ class ReadsSql(SqlBase, StoreReader):
         }
         lists: dict[str, list[TriggerView]] = {}
         counts: dict[str, int] = {}
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             for name, condition in conditions.items():
                 rows = conn.execute(
                     select(t, j.c.task_name)
                     .join(j, same_job(j, t))
-                    .where(self._scoped(t), condition)
+                    .where(self.sql.scoped(t), condition)
                     # The acquisition index's own order: no sort, even when thousands of
                     # triggers share a fire time.
                     .order_by(t.c.next_fire_time, t.c.priority.desc())
@@ -159,7 +164,7 @@ class ReadsSql(SqlBase, StoreReader):
                 lists[name] = [self._trigger_view(r) for r in rows]
                 capped = (
                     select(t.c.trigger_name)
-                    .where(self._scoped(t), condition)
+                    .where(self.sql.scoped(t), condition)
                     .limit(count_cap)
                     .subquery()
                 )
@@ -176,7 +181,7 @@ class ReadsSql(SqlBase, StoreReader):
 
     def _trigger_view(self, row: Any) -> TriggerView:
         return TriggerView(
-            self._trigger_from_row(row),
+            trigger_from_row(row),
             row.trigger_state,
             row.task_name,
             last_outcome=last_outcome(row),
@@ -186,9 +191,9 @@ class ReadsSql(SqlBase, StoreReader):
     def list_firings(
         self, filters: FiringFilter | None = None, *, after: str | None = None, limit: int = 100
     ) -> Page[FiringView, str]:
-        f = self.tables.fired_triggers
+        f = self.sql.tables.fired_triggers
         filters = filters or FiringFilter()
-        query = select(f).where(self._scoped(f))
+        query = select(f).where(self.sql.scoped(f))
         for value, column_ in (
             (filters.state, f.c.state),
             (filters.instance_name, f.c.instance_name),
@@ -209,17 +214,17 @@ class ReadsSql(SqlBase, StoreReader):
         if after is not None:
             query = query.where(f.c.fire_instance_id > after)
         limit = _page_size(limit)
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             rows = conn.execute(query.order_by(f.c.fire_instance_id).limit(limit + 1)).all()
         views = [_firing_view(r) for r in rows[:limit]]
         return Page(views, views[-1].fire_instance_id if len(rows) > limit else None)
 
     def list_nodes(self) -> list[NodeView]:
-        s = self.tables.scheduler_state
-        now = self._now()
-        with self.transaction() as conn:
+        s = self.sql.tables.scheduler_state
+        now = self.sql.now()
+        with self.sql.transaction() as conn:
             rows = conn.execute(
-                select(s).where(self._scoped(s)).order_by(s.c.kind, s.c.instance_name)
+                select(s).where(self.sql.scoped(s)).order_by(s.c.kind, s.c.instance_name)
             ).all()
         return [
             NodeView(
@@ -230,7 +235,7 @@ class ReadsSql(SqlBase, StoreReader):
                     _CheckInTimes(r.last_checkin_time, r.checkin_interval),
                     now_millis=now,
                     my_last_checkin_millis=None,
-                    threshold_millis=self.checkin_misfire_threshold_ms,
+                    threshold_millis=self.sql.checkin_misfire_threshold_ms,
                 ),
                 last_checkin_time=from_millis(r.last_checkin_time),
                 checkin_interval=r.checkin_interval / 1000,
@@ -247,13 +252,13 @@ class ReadsSql(SqlBase, StoreReader):
         ]
 
     def group_occupancy(self) -> list[GroupOccupancy]:
-        t, f = self.tables.triggers, self.tables.fired_triggers
-        now = self._now()
-        with self.transaction() as conn:
+        t, f = self.sql.tables.triggers, self.sql.tables.fired_triggers
+        now = self.sql.now()
+        with self.sql.transaction() as conn:
             in_flight: dict[str | None, int] = dict(
                 conn.execute(
                     select(f.c.execution_group, func.count())
-                    .where(self._scoped(f), f.c.state != FiringState.ACQUIRED)
+                    .where(self.sql.scoped(f), f.c.state != FiringState.ACQUIRED)
                     .group_by(f.c.execution_group)
                 ).all()
             )
@@ -261,7 +266,7 @@ class ReadsSql(SqlBase, StoreReader):
                 conn.execute(
                     select(t.c.execution_group, func.count())
                     .where(
-                        self._scoped(t),
+                        self.sql.scoped(t),
                         t.c.trigger_state == TriggerState.WAITING,
                         t.c.next_fire_time <= now,
                     )
@@ -274,20 +279,20 @@ class ReadsSql(SqlBase, StoreReader):
     def calendars(self) -> dict[str, Any]:
         from celery_quartz.calendars import calendar_from_dict
 
-        c = self.tables.calendars
-        with self.transaction() as conn:
+        c = self.sql.tables.calendars
+        with self.sql.transaction() as conn:
             rows = conn.execute(
                 select(c.c.calendar_name, c.c.calendar)
-                .where(self._scoped(c))
+                .where(self.sql.scoped(c))
                 .order_by(c.c.calendar_name)
             ).all()
         return {r.calendar_name: calendar_from_dict(json.loads(r.calendar)) for r in rows}
 
     def trigger_summary(self) -> dict[str, StateSummary]:
-        t = self.tables.triggers
-        overdue_before = self._now() - self.misfire_threshold_ms
+        t = self.sql.tables.triggers
+        overdue_before = self.sql.now() - self.sql.misfire_threshold_ms
         overdue = func.sum(case((t.c.next_fire_time < overdue_before, 1), else_=0))
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             rows = conn.execute(
                 select(
                     t.c.trigger_state,
@@ -295,7 +300,7 @@ class ReadsSql(SqlBase, StoreReader):
                     func.min(t.c.next_fire_time).label("earliest"),
                     overdue.label("overdue"),
                 )
-                .where(self._scoped(t))
+                .where(self.sql.scoped(t))
                 .group_by(t.c.trigger_state)
             ).all()
         return {
@@ -303,10 +308,14 @@ class ReadsSql(SqlBase, StoreReader):
             for r in rows
         }
 
+    def current_epoch(self) -> int:
+        locks = self.sql.tables.locks
+        with self.sql.transaction() as conn:
+            return conn.execute(select(locks.c.epoch).where(self.sql.leader_key())).scalar() or 0
+
     def count_rows(self) -> dict[str, int]:
-        """Rows per table for this scheduler name (diagnostics, and tests of "store unchanged")."""
         counts = {}
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             for name in (
                 "jobs",
                 "triggers",
@@ -314,33 +323,30 @@ class ReadsSql(SqlBase, StoreReader):
                 "calendars",
                 "paused_trigger_groups",
             ):
-                table = getattr(self.tables, name)
+                table = getattr(self.sql.tables, name)
                 counts[name] = conn.execute(
-                    select(func.count()).select_from(table).where(self._scoped(table))
+                    select(func.count()).select_from(table).where(self.sql.scoped(table))
                 ).scalar_one()
         return counts
 
     def firing_states(self) -> dict[str, str]:
-        """Every fired row of this scheduler: fire instance id → state (diagnostics and tests)."""
-        f = self.tables.fired_triggers
-        with self.transaction() as conn:
+        f = self.sql.tables.fired_triggers
+        with self.sql.transaction() as conn:
             rows = conn.execute(
-                select(f.c.fire_instance_id, f.c.state).where(self._scoped(f))
+                select(f.c.fire_instance_id, f.c.state).where(self.sql.scoped(f))
             ).all()
         return {r.fire_instance_id: r.state for r in rows}
 
     def unserved(self, router: Router) -> list[Unserved]:
-        """The execution groups of the schedulable triggers that no live worker serves, and the
-        live pinned workers that do not consume their triggers' queues (or their own)."""
-        t = self.tables.triggers
+        t = self.sql.tables.triggers
         schedulable = and_(
-            self._scoped(t),
+            self.sql.scoped(t),
             t.c.trigger_state.in_(
                 [TriggerState.WAITING, TriggerState.ACQUIRED, TriggerState.BLOCKED]
             ),
         )
-        with self.transaction() as conn:
-            workers = self._live_workers(conn, router, self._now())
+        with self.sql.transaction() as conn:
+            workers = self.rows.live_workers(conn, router, self.sql.now())
             groups: set[str | None] = set(conn.execute(self._schedulable_groups()).scalars())
             # The ungrouped triggers are judged only under a limit of their own (the router
             # skips them otherwise): no need to look for one.
@@ -368,22 +374,22 @@ class ReadsSql(SqlBase, StoreReader):
         execution-group index (one probe per group, whatever the number of triggers): the
         distinct groups by a recursive "next group after this one", each kept if it has a
         WAITING, ACQUIRED or BLOCKED trigger."""
-        t = self.tables.triggers
+        t = self.sql.tables.triggers
         step, probe = t.alias("step"), t.alias("probe")
         first = select(func.min(t.c.execution_group).label("name")).where(
-            self._scoped(t), t.c.execution_group.is_not(None)
+            self.sql.scoped(t), t.c.execution_group.is_not(None)
         )
         found = first.cte("execution_groups", recursive=True)
         following = (
             select(func.min(step.c.execution_group))
-            .where(self._scoped(step), step.c.execution_group > found.c.name)
+            .where(self.sql.scoped(step), step.c.execution_group > found.c.name)
             .scalar_subquery()
         )
         found = found.union_all(select(following).where(found.c.name.is_not(None)))
         return select(found.c.name).where(
             found.c.name.is_not(None),
             exists().where(
-                self._scoped(probe),
+                self.sql.scoped(probe),
                 probe.c.execution_group == found.c.name,
                 probe.c.trigger_state.in_(
                     [TriggerState.WAITING, TriggerState.ACQUIRED, TriggerState.BLOCKED]
@@ -392,12 +398,11 @@ class ReadsSql(SqlBase, StoreReader):
         )
 
     def definition_hashes(self, group: str) -> dict[JobKey, str | None]:
-        """The jobs of ``group`` with the definition hash stored beside each (None: none)."""
-        j = self.tables.jobs
-        with self.transaction() as conn:
+        j = self.sql.tables.jobs
+        with self.sql.transaction() as conn:
             rows = conn.execute(
                 select(j.c.job_name, j.c.job_group, j.c.definition_hash).where(
-                    self._scoped(j), j.c.job_group == group
+                    self.sql.scoped(j), j.c.job_group == group
                 )
             ).all()
         return {JobKey.stored(r.job_name, r.job_group): r.definition_hash for r in rows}

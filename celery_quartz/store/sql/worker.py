@@ -1,16 +1,18 @@
-"""The worker's role: start, complete, retry, persist job data
-(:class:`~celery_quartz.store.abc.WorkerStore`)."""
+"""The worker's role (:class:`~celery_quartz.store.abc.WorkerStore`): start, complete, retry,
+persist job data."""
 
 from __future__ import annotations
 
 import functools
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
     ARRAY,
     BigInteger,
+    Boolean,
     ColumnElement,
     Connection,
     Row,
@@ -31,7 +33,8 @@ from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store.abc import WorkerStore
 from celery_quartz.store.records import FinishedExecution, ProcessLoss, StartedExecution
 from celery_quartz.store.schema import FiringState, TriggerState
-from celery_quartz.store.sql._firings import FiringsSql
+from celery_quartz.store.sql._context import SqlContext
+from celery_quartz.store.sql._firings import FiringEnds
 from celery_quartz.store.sql._prepared import CompiledStatement
 from celery_quartz.store.sql._rows import outcome_columns
 from celery_quartz.store.views import FiringOutcome
@@ -39,52 +42,67 @@ from celery_quartz.store.views import FiringOutcome
 logger = logging.getLogger(__name__)
 
 
-class WorkerSql(FiringsSql, WorkerStore):
+@dataclass(frozen=True)
+class _End:
+    """An execution's end to record: what :meth:`WorkerSql.complete_execution` takes."""
+
+    fire_instance_id: str
+    job_data: dict[str, Any] | None = None
+    failed: bool = False
+    outcome: FiringOutcome | None = None
+
+    @property
+    def may_end_alone(self) -> bool:
+        """Whether the end may be the one statement's: no job data to write, no retry to
+        decide (whether its job or trigger wants a release, the statement checks)."""
+        return self.job_data is None and not self.failed
+
+
+class WorkerSql(WorkerStore):
+    """The worker hooks' role on the SQL tables.
+
+    On PostgreSQL each race is settled by one statement committed on its own (one round trip,
+    where a transaction of two statements takes three), run on the pooled driver connection
+    (:meth:`~celery_quartz.store.sql._context.SqlContext.run_alone`): the start with its
+    automatic pin's claim, and every end whose release is nothing. Elsewhere, and for an end
+    that does release something, the same conditions are written in one transaction.
+    """
+
+    def __init__(self, sql: SqlContext, ends: FiringEnds) -> None:
+        self.sql = sql
+        self.ends = ends
+
     def start_execution(
         self, fire_instance_id: str, worker_name: str, *, restart_from: str | None = None
     ) -> StartedExecution | None:
-        """Mark a firing EXECUTING on ``worker_name``; None when it must not run here.
-
-        Race settled: the same firing delivered twice (a broker redelivery, a republish after a
-        scheduler died between publishing and recording, a republish of an expired message).
-        Only the first conditional update from FIRED/PUBLISHED matches; every later delivery
-        finds EXECUTING, or no row once complete.
-
-        ``restart_from`` names a worker whose own start of this firing may or may not have been
-        recorded (its store connection broke); it did not run the task, so a row EXECUTING on
-        that worker may be taken over.
-
-        A start of an auto-pinned trigger's firing claims the pin for ``worker_name`` in the same
-        transaction (:meth:`_claim_auto_pin`).
-        """
-        if restart_from is None and self.dialect == "postgresql":
-            return self._start_in_one_statement(fire_instance_id, worker_name)
-        f = self.tables.fired_triggers
-        startable: ColumnElement[bool] = f.c.state.in_([FiringState.FIRED, FiringState.PUBLISHED])
-        if restart_from is not None:
-            startable = or_(
-                startable,
-                and_(f.c.state == FiringState.EXECUTING, f.c.worker_name == restart_from),
+        """Only the first conditional update from FIRED/PUBLISHED (or from EXECUTING on
+        ``restart_from``) matches; the automatic pin's claim is a compare-and-swap against the
+        pin the fired row recorded (:meth:`_claim_auto_pin`)."""
+        now = self.sql.now()
+        if self.sql.dialect == "postgresql":
+            started = self.sql.run_alone(
+                self._start_statement,
+                fire_id=fire_instance_id,
+                worker=worker_name,
+                restart_from=restart_from,
+                now=now,
             )
-        with self.transaction() as conn:
+            if started is None:
+                return None
+            if started.preferred_node_auto and started.preferred_node != worker_name:
+                self._log_auto_pin(started, worker_name, claimed=bool(started.claimed))
+            return self._started(started)
+        f = self.sql.tables.fired_triggers
+        with self.sql.transaction() as conn:
             started = conn.execute(
                 update(f)
                 .where(
-                    self._scoped(f),
+                    self.sql.scoped(f),
                     f.c.fire_instance_id == fire_instance_id,
-                    startable,
+                    self._startable(restart_from),
                 )
-                .values(
-                    state=FiringState.EXECUTING, worker_name=worker_name, started_time=self._now()
-                )
-                .returning(
-                    f.c.trigger_name,
-                    f.c.trigger_group,
-                    f.c.preferred_node,
-                    f.c.preferred_node_auto,
-                    f.c.is_nonconcurrent,
-                    f.c.requests_recovery,
-                )
+                .values(state=FiringState.EXECUTING, worker_name=worker_name, started_time=now)
+                .returning(*self._started_columns)
             ).first()
             if started is None:
                 return None
@@ -92,62 +110,63 @@ class WorkerSql(FiringsSql, WorkerStore):
                 self._claim_auto_pin(conn, started, worker_name)
         return self._started(started)
 
+    def _startable(self, restart_from: Any) -> ColumnElement[bool]:
+        """The fired rows a start may take: in flight and not started, or (``restart_from``
+        given) EXECUTING on the worker named, whose own start may or may not have been
+        recorded."""
+        f = self.sql.tables.fired_triggers
+        # Equalities, not IN: a statement compiled once takes no expanding parameter.
+        fresh = [f.c.state == FiringState.FIRED, f.c.state == FiringState.PUBLISHED]
+        if restart_from is None:
+            return or_(*fresh)
+        executing = and_(f.c.state == FiringState.EXECUTING, f.c.worker_name == restart_from)
+        return or_(*fresh, executing)
+
+    @property
+    def _started_columns(self) -> tuple[Any, ...]:
+        f = self.sql.tables.fired_triggers
+        return (
+            f.c.trigger_name,
+            f.c.trigger_group,
+            f.c.preferred_node,
+            f.c.preferred_node_auto,
+            f.c.is_nonconcurrent,
+            f.c.requests_recovery,
+        )
+
     def _started(self, row: Any) -> StartedExecution:
         return StartedExecution(
-            batchable=self.dialect == "postgresql"
+            batchable=self.sql.dialect == "postgresql"
             and not row.is_nonconcurrent
             and not row.requests_recovery
         )
 
-    def _start_in_one_statement(
-        self, fire_instance_id: str, worker_name: str
-    ) -> StartedExecution | None:
-        """PostgreSQL: the start and its automatic pin's claim as one statement committed on its
-        own (one round trip, where a transaction of two statements takes three). The same
-        conditions as the general path: the start only from FIRED/PUBLISHED, the claim a
-        compare-and-swap against the pin the fired row recorded."""
-        row = self._run_alone(
-            self._start_statement, fire_id=fire_instance_id, worker=worker_name, now=self._now()
-        )
-        if row is None:
-            return None
-        if row.preferred_node_auto and row.preferred_node != worker_name:
-            self._log_auto_pin(row, worker_name, claimed=bool(row.claimed))
-        return self._started(row)
-
     @functools.cached_property
     def _start_statement(self) -> CompiledStatement:
         """``WITH started AS (UPDATE fired … RETURNING …), claimed AS (UPDATE triggers … FROM
-        started …) SELECT started.*, count(claimed)`` with parameters ``fire_id``, ``worker``
-        and ``now`` (built once)."""
-        f, t = self.tables.fired_triggers, self.tables.triggers
+        started …) SELECT started.*, count(claimed)`` with parameters ``fire_id``, ``worker``,
+        ``restart_from`` (NULL: none) and ``now`` (built once)."""
+        f, t = self.sql.tables.fired_triggers, self.sql.tables.triggers
         worker = bindparam("worker", type_=String)
         started = (
             update(f)
             .where(
-                self._scoped(f),
+                self.sql.scoped(f),
                 f.c.fire_instance_id == bindparam("fire_id", type_=String),
-                or_(f.c.state == FiringState.FIRED, f.c.state == FiringState.PUBLISHED),
+                self._startable(bindparam("restart_from", type_=String)),
             )
             .values(
                 state=FiringState.EXECUTING,
                 worker_name=worker,
                 started_time=bindparam("now", type_=BigInteger),
             )
-            .returning(
-                f.c.trigger_name,
-                f.c.trigger_group,
-                f.c.preferred_node,
-                f.c.preferred_node_auto,
-                f.c.is_nonconcurrent,
-                f.c.requests_recovery,
-            )
+            .returning(*self._started_columns)
             .cte("started")
         )
         claimed = (
             update(t)
             .where(
-                self._scoped(t),
+                self.sql.scoped(t),
                 t.c.trigger_name == started.c.trigger_name,
                 t.c.trigger_group == started.c.trigger_group,
                 started.c.preferred_node_auto.is_(True),
@@ -159,14 +178,9 @@ class WorkerSql(FiringsSql, WorkerStore):
             .returning(t.c.trigger_name)
             .cte("claimed")
         )
-        return self._compiled(
+        return self.sql.compiled(
             select(
-                started.c.trigger_name,
-                started.c.trigger_group,
-                started.c.preferred_node,
-                started.c.preferred_node_auto,
-                started.c.is_nonconcurrent,
-                started.c.requests_recovery,
+                *started.c,
                 select(func.count()).select_from(claimed).scalar_subquery().label("claimed"),
             )
         )
@@ -189,26 +203,14 @@ class WorkerSql(FiringsSql, WorkerStore):
             )
 
     def _claim_auto_pin(self, conn: Connection, fired: Row[Any], worker_name: str) -> None:
-        """Write ``worker_name`` into the auto pin of the trigger of ``fired``: the first worker to
-        start a firing claims it, and a worker starting one still claimed by another takes it
-        over (steal on fire). The firing reached this worker only because its routing judged the
-        seen claimant not live (a live one gets its firings on its own queue).
-
-        Race settled: the claim against a re-pin or clear made since the firing was acquired, and
-        against a claim from another firing of the same trigger. The update is a compare-and-swap
-        against the pin the fired row recorded at acquisition, so whichever change came first
-        wins and this one matches nothing.
-
-        Recovery and retry firings are one-shot triggers with no pin of their own, so their start
-        claims nothing, not even the original trigger's pin: the next firing of that trigger
-        claims it.
-        """
-        t = self.tables.triggers
+        """Write ``worker_name`` into the auto pin of the trigger of ``fired``, as a
+        compare-and-swap against the pin the fired row recorded at acquisition."""
+        t = self.sql.tables.triggers
         key = TriggerKey(fired.trigger_name, fired.trigger_group)
         claimed = conn.execute(
             update(t)
             .where(
-                self._trigger_key_clause(key),
+                self.sql.trigger_key(key),
                 t.c.preferred_node_auto.is_(True),
                 t.c.preferred_node.is_not_distinct_from(fired.preferred_node),
             )
@@ -217,21 +219,16 @@ class WorkerSql(FiringsSql, WorkerStore):
         self._log_auto_pin(fired, worker_name, claimed=bool(claimed))
 
     def return_to_published(self, fire_instance_id: str, *, refire: bool = False) -> bool:
-        """Put an executing firing back in flight, for the same firing's next delivery.
-
-        For a Celery retry (``self.retry()``), or with ``refire`` for a refire-immediately request
-        (:class:`celery_quartz.errors.RefireJob`), which also counts ``refire_count`` up.
-        """
-        f = self.tables.fired_triggers
+        f = self.sql.tables.fired_triggers
         values: dict[str, Any] = {"state": FiringState.PUBLISHED, "worker_name": None}
         if refire:
             values["refire_count"] = f.c.refire_count + 1
-        with self.transaction() as conn:
+        with self.sql.transaction() as conn:
             return bool(
                 conn.execute(
                     update(f)
                     .where(
-                        self._scoped(f),
+                        self.sql.scoped(f),
                         f.c.fire_instance_id == fire_instance_id,
                         f.c.state == FiringState.EXECUTING,
                     )
@@ -247,141 +244,75 @@ class WorkerSql(FiringsSql, WorkerStore):
         failed: bool = False,
         outcome: FiringOutcome | None = None,
     ) -> bool:
-        """Finish a firing: remove its row and release what waited on it (Quartz's
-        ``triggeredJobComplete``). ``job_data`` is written back to a job that persists its data.
-        A ``failed`` firing also gets its retry, when its trigger's retry policy grants one
-        (:meth:`_schedule_retry_firing`). Returns False if the firing was not executing (already
-        done, or recovered). An ``outcome`` is kept on the trigger as its last one, by the
-        release's own read of the trigger (:meth:`_release_after_firing`).
-
-        Race settled: completion against recovery of the same firing; the delete is conditional on
-        EXECUTING, so exactly one of them acts. The retry is written in the same transaction, so a
-        crash leaves either the firing in flight or the retry scheduled, never both or neither.
-        """
         failed = failed or (outcome is not None and outcome.failed)
-        if (
-            job_data is None
-            and not failed
-            and self.dialect == "postgresql"
-            and self._complete_alone(fire_instance_id, outcome)
-        ):
-            return True
-        j = self.tables.jobs
-        with self.transaction() as conn:
-            row = self._remove_executing(conn, fire_instance_id)
-            if row is None:
-                return False
-            if job_data is not None:
-                job_key = JobKey(row.job_name, row.job_group)
-                encoded = encode_json_object(
-                    f"job {job_key}", "data", job_data, self.max_data_bytes
-                )
-                conn.execute(
-                    update(j)
-                    .where(self._job_key_clause(job_key), j.c.is_update_data.is_(True))
-                    .values(job_data=encoded)
-                )
-            if failed:
-                # Before the release: a finished one-shot trigger is removed there, and the retry
-                # reads its policy and data (and keeps a non-durable job alive).
-                self._schedule_retry_firing(conn, row, self._now())
-            self._release_after_firing(conn, row, outcome)
-        return True
-
-    def _complete_alone(self, fire_instance_id: str, outcome: FiringOutcome | None) -> bool:
-        """PostgreSQL: the common completion as one statement committed on its own: the fired
-        row removed when its end releases nothing (its job allows concurrent firings, and its
-        trigger is not COMPLETE). False when that does not hold, or when the firing is not
-        executing: the caller's transaction then does the whole completion. One round trip
-        instead of three. With a (successful) ``outcome`` the same statement keeps the success
-        on the trigger as its last outcome."""
-        if outcome is not None:
-            finished = outcome.finished_millis
-            done = self._run_alone(
-                self._complete_recorded_statement,
-                fire_id=fire_instance_id,
-                now=self._now() if finished is None else finished,
-            )
-        else:
-            done = self._run_alone(self._complete_alone_statement, fire_id=fire_instance_id)
-        return done is not None
-
-    @functools.cached_property
-    def _complete_alone_statement(self) -> CompiledStatement:
-        return self._compiled(self._complete_alone_delete)
-
-    @functools.cached_property
-    def _complete_recorded_statement(self) -> CompiledStatement:
-        """``WITH gone AS (DELETE … RETURNING …), recorded AS (UPDATE triggers … last outcome
-        FROM gone) SELECT …``: the completion and its success kept on the trigger, one
-        statement (parameters ``fire_id`` and ``now``)."""
-        gone = self._complete_alone_delete.cte("gone")
-        recorded = self._success_recorded(
-            gone, gone.c.started_time, bindparam("now", type_=BigInteger)
-        )
-        return self._compiled(
-            select(
-                gone.c.fire_instance_id,
-                select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
-            )
-        )
-
-    def _success_recorded(
-        self, ended: Any, started: Any, finished: Any, *conditions: ColumnElement[bool]
-    ) -> Any:
-        """``recorded AS (UPDATE triggers SET last outcome = success … FROM ended …
-        RETURNING trigger_name)``: a success kept on the trigger of each row of ``ended`` (a
-        CTE with the fired row's key) that meets ``conditions``."""
-        t = self.tables.triggers
-        return (
-            update(t)
-            .where(
-                t.c.sched_name == ended.c.sched_name,
-                t.c.trigger_name == ended.c.trigger_name,
-                t.c.trigger_group == ended.c.trigger_group,
-                *conditions,
-            )
-            .values(
-                {
-                    **outcome_columns(t, FiringOutcome(), None, 0),
-                    "last_started_time": started,
-                    "last_finished_time": finished,
-                }
-            )
-            .returning(t.c.trigger_name)
-            .cte("recorded")
-        )
+        return self._complete([_End(fire_instance_id, job_data, failed, outcome)], False) == 1
 
     def complete_executions(self, finished: Sequence[FinishedExecution]) -> int:
-        """Record the successful ends of several executions (see the abstract method). On
-        PostgreSQL those whose end releases nothing go in one statement committed on its own:
-        their rows removed, and each trigger's latest success kept as its last outcome; the
-        rest, and every end on another database, one by one as :meth:`complete_execution`."""
+        ends = [
+            _End(item.fire_instance_id, outcome=FiringOutcome(finished_millis=item.finished_millis))
+            for item in finished
+        ]
+        return self._complete(ends, True)
+
+    def _complete(self, ends: Sequence[_End], latest_wins: bool) -> int:
+        """Record ``ends``; how many were executing. The one path of every completion.
+
+        On PostgreSQL the ends whose release is nothing (their job allows concurrent firings,
+        their trigger is not COMPLETE, no job data or retry to write) go first, in one statement
+        committed on its own: their rows removed, each trigger's latest success kept as its last
+        outcome (with ``latest_wins``, unless a later finish is kept already: the ends of a
+        batch come out of order). The rest, and every end on another database, get one
+        transaction each, in the order they finished: each trigger keeps its latest.
+        """
         done: set[str] = set()
-        if finished and self.dialect == "postgresql":
-            row = self._run_alone(
-                self._complete_batch_statement,
-                ids=[item.fire_instance_id for item in finished],
-                finished=[item.finished_millis for item in finished],
+        alone = [end for end in ends if end.may_end_alone]
+        if alone and self.sql.dialect == "postgresql":
+            now = self.sql.now()
+            row = self.sql.run_alone(
+                self._complete_statement,
+                ids=[end.fire_instance_id for end in alone],
+                finished=[_finished_millis(end, now) for end in alone],
+                latest_wins=latest_wins,
             )
             assert row is not None  # an aggregate: one row, whatever it removed
             done = set(row.done or ())
-        return len(done) + sum(
-            self.complete_execution(
-                item.fire_instance_id, outcome=FiringOutcome(finished_millis=item.finished_millis)
-            )
-            # In the order they finished: each trigger keeps its latest.
-            for item in sorted(finished, key=lambda item: item.finished_millis)
-            if item.fire_instance_id not in done
-        )
+        rest = [end for end in ends if end.fire_instance_id not in done]
+        rest.sort(key=lambda end: _finished_millis(end, 0) or 0)
+        return len(done) + sum(self._complete_in_transaction(end) for end in rest)
+
+    def _complete_in_transaction(self, end: _End) -> bool:
+        """The completion as one transaction: the conditional delete, the job data written
+        back, the retry decided and written, and the release, which keeps the outcome."""
+        j = self.sql.tables.jobs
+        with self.sql.transaction() as conn:
+            row = self.ends.remove_executing(conn, end.fire_instance_id)
+            if row is None:
+                return False
+            if end.job_data is not None:
+                job_key = JobKey(row.job_name, row.job_group)
+                encoded = encode_json_object(
+                    f"job {job_key}", "data", end.job_data, self.sql.max_data_bytes
+                )
+                conn.execute(
+                    update(j)
+                    .where(self.sql.job_key(job_key), j.c.is_update_data.is_(True))
+                    .values(job_data=encoded)
+                )
+            if end.failed:
+                # Before the release: a finished one-shot trigger is removed there, and the retry
+                # reads its policy and data (and keeps a non-durable job alive).
+                self.ends.schedule_retry_firing(conn, row, self.sql.now())
+            self.ends.release_after_firing(conn, row, end.outcome)
+        return True
 
     @functools.cached_property
-    def _complete_batch_statement(self) -> CompiledStatement:
+    def _complete_statement(self) -> CompiledStatement:
         """``WITH gone AS (DELETE fired USING unnest(ids, finished) … RETURNING …), latest AS
         (them ranked by finish per trigger), recorded AS (UPDATE triggers … last outcome,
-        unless a later finish is already kept) SELECT array_agg(gone's ids), count(recorded)``
-        (parameters ``ids`` and ``finished``, arrays of the same length)."""
-        f, t = self.tables.fired_triggers, self.tables.triggers
+        unless ``latest_wins`` and a later finish is already kept) SELECT array_agg(gone's
+        ids), count(recorded)`` (parameters ``ids`` and ``finished``, arrays of the same length,
+        a NULL finish keeping no outcome; and ``latest_wins``)."""
+        f, t = self.sql.tables.fired_triggers, self.sql.tables.triggers
         ended = (
             func.unnest(
                 bindparam("ids", type_=ARRAY(String)),
@@ -393,7 +324,7 @@ class WorkerSql(FiringsSql, WorkerStore):
         gone = (
             delete(f)
             .where(
-                self._scoped(f),
+                self.sql.scoped(f),
                 f.c.fire_instance_id == ended.c.fire_instance_id,
                 *self._ends_alone(f),
             )
@@ -408,22 +339,41 @@ class WorkerSql(FiringsSql, WorkerStore):
             .cte("gone")
         )
         key = (gone.c.sched_name, gone.c.trigger_name, gone.c.trigger_group)
-        latest = select(
-            *key,
-            gone.c.started_time,
-            gone.c.finished_time,
-            func.row_number()
-            .over(partition_by=key, order_by=gone.c.finished_time.desc())
-            .label("rank"),
-        ).cte("latest")
-        recorded = self._success_recorded(
-            latest,
-            latest.c.started_time,
-            latest.c.finished_time,
-            latest.c.rank == 1,
-            func.coalesce(t.c.last_finished_time, 0) <= latest.c.finished_time,
+        latest = (
+            select(
+                *key,
+                gone.c.started_time,
+                gone.c.finished_time,
+                func.row_number()
+                .over(partition_by=key, order_by=gone.c.finished_time.desc())
+                .label("rank"),
+            )
+            .where(gone.c.finished_time.is_not(None))
+            .cte("latest")
         )
-        return self._compiled(
+        recorded = (
+            update(t)
+            .where(
+                t.c.sched_name == latest.c.sched_name,
+                t.c.trigger_name == latest.c.trigger_name,
+                t.c.trigger_group == latest.c.trigger_group,
+                latest.c.rank == 1,
+                or_(
+                    ~bindparam("latest_wins", type_=Boolean),
+                    func.coalesce(t.c.last_finished_time, 0) <= latest.c.finished_time,
+                ),
+            )
+            .values(
+                {
+                    **outcome_columns(t, FiringOutcome(), None, 0),
+                    "last_started_time": latest.c.started_time,
+                    "last_finished_time": latest.c.finished_time,
+                }
+            )
+            .returning(t.c.trigger_name)
+            .cte("recorded")
+        )
+        return self.sql.compiled(
             select(
                 select(func.array_agg(gone.c.fire_instance_id)).scalar_subquery().label("done"),
                 select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
@@ -431,11 +381,11 @@ class WorkerSql(FiringsSql, WorkerStore):
         )
 
     def executing_task_ids(self, worker_name: str) -> dict[str, str]:
-        f = self.tables.fired_triggers
-        with self.transaction() as conn:
+        f = self.sql.tables.fired_triggers
+        with self.sql.transaction() as conn:
             rows = conn.execute(
                 select(f.c.fire_instance_id, f.c.expired_count).where(
-                    self._scoped(f),
+                    self.sql.scoped(f),
                     f.c.worker_name == worker_name,
                     f.c.state == FiringState.EXECUTING,
                 )
@@ -450,24 +400,21 @@ class WorkerSql(FiringsSql, WorkerStore):
         *,
         loss: ProcessLoss,
     ) -> str | None:
-        """End a firing whose pool process stopped on ``worker_name`` (see the abstract
-        method): ``"recovered"``, ``"interrupted"``, ``"failed"``, or None when it is not
-        executing there."""
-        with self.transaction() as conn:
-            row = self._remove_executing(conn, fire_instance_id, worker_name=worker_name)
+        with self.sql.transaction() as conn:
+            row = self.ends.remove_executing(conn, fire_instance_id, worker_name=worker_name)
             if row is None:
                 return None
-            now = self._now()
+            now = self.sql.now()
             if loss is ProcessLoss.CRASHED:
-                recovered = self._resolve_dead_execution(conn, row, now, outcome)
+                recovered = self.ends.resolve_dead_execution(conn, row, now, outcome)
                 ended = "recovered" if recovered else "interrupted"
             elif loss is ProcessLoss.TIMED_OUT:
                 # Before the release, as for any failure (see complete_execution).
-                self._schedule_retry_firing(conn, row, now)
-                self._release_after_firing(conn, row, outcome)
+                self.ends.schedule_retry_firing(conn, row, now)
+                self.ends.release_after_firing(conn, row, outcome)
                 ended = "failed"
             else:
-                self._release_after_firing(conn, row, outcome)
+                self.ends.release_after_firing(conn, row, outcome)
                 ended = "interrupted"
         logger.info(
             "worker %s: its pool process stopped (%s: %s) running firing %s of trigger %s.%s "
@@ -490,7 +437,7 @@ class WorkerSql(FiringsSql, WorkerStore):
     def _ends_alone(self, f: Any) -> list[ColumnElement[bool]]:
         """The fired rows whose end releases nothing: executing, of a job that allows
         concurrent executions, and of a trigger that is not COMPLETE."""
-        t = self.tables.triggers
+        t = self.sql.tables.triggers
         trigger_complete = (
             select(t.c.trigger_name)
             .where(
@@ -507,22 +454,9 @@ class WorkerSql(FiringsSql, WorkerStore):
             ~trigger_complete,
         ]
 
-    @functools.cached_property
-    def _complete_alone_delete(self) -> Any:
-        """The fired row removed when its end releases nothing; its key and start returned."""
-        f = self.tables.fired_triggers
-        return (
-            delete(f)
-            .where(
-                self._scoped(f),
-                f.c.fire_instance_id == bindparam("fire_id", type_=String),
-                *self._ends_alone(f),
-            )
-            .returning(
-                f.c.fire_instance_id,
-                f.c.sched_name,
-                f.c.trigger_name,
-                f.c.trigger_group,
-                f.c.started_time,
-            )
-        )
+
+def _finished_millis(end: _End, now: int) -> int | None:
+    """When ``end`` finished, as its trigger keeps it: None without an outcome to keep."""
+    if end.outcome is None:
+        return None
+    return now if end.outcome.finished_millis is None else end.outcome.finished_millis

@@ -33,7 +33,9 @@ HOUR = timedelta(hours=1)
 TASKS = ("tasks.report", "tasks.cleanup", "tasks.once")
 
 
-@pytest.fixture(scope="module")
+# Session-scoped: Django is configured once per process, and worksteal may run this module's tests
+# in one process between other modules' (a module-scoped fixture would then be set up twice).
+@pytest.fixture(scope="session")
 def django_databases(
     postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, str]:

@@ -626,7 +626,9 @@ class WorkerCheckIn(bootsteps.StartStopStep):
     def start(self, parent: Any) -> None:
         settings = Settings.from_app(parent.app)
         parent.app._celery_quartz_checkin = self
-        self._store = open_store(settings)
+        # Tables older than this version stop the worker here, with auto-upgrade off, rather than
+        # fail each firing it starts.
+        self._store = open_store(settings, check_schema=True)
         queues = sorted(parent.app.amqp.queues.consume_from)
         name = parent.hostname
         # Before consuming: whatever this node name was executing belongs to a previous life of

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
+
+from sqlalchemy.exc import DBAPIError
 
 from celery_quartz.clock import Clock
 from celery_quartz.store import migrate
@@ -10,6 +13,8 @@ from celery_quartz.store.sql import SqlStore
 
 if TYPE_CHECKING:
     from celery_quartz.config import Settings
+
+logger = logging.getLogger(__name__)
 
 
 def open_store(
@@ -20,6 +25,7 @@ def open_store(
     pre_ping: bool = True,
     pool_size: int | None = None,
     upgrade_schema: bool = False,
+    check_schema: bool = False,
 ) -> SqlStore:
     """The store of ``settings`` (URL, table prefix, scheduler name, misfire thresholds, bound
     on JSON data), as beat, the worker, the client, the CLI and the dashboard open it.
@@ -28,8 +34,12 @@ def open_store(
     scheduler name a message carries). ``pre_ping`` tests a pooled connection before each
     transaction; the scheduling loop turns it off and retries a failed step itself. ``pool_size``
     is how many connections the pool keeps open (for a PostgreSQL store; SQLite keeps none).
-    ``upgrade_schema`` creates or upgrades the tables first when ``quartz_schema_auto_upgrade``
-    is on (schedulers and clients do; workers and operators' tools do not). With an election
+    ``upgrade_schema`` (schedulers, clients, the CLI's writing commands) creates or upgrades the
+    tables first when ``quartz_schema_auto_upgrade`` is on, and when it is off refuses tables
+    older than this version (:class:`~celery_quartz.errors.SchemaVersionError`).
+    ``check_schema`` (workers) never upgrades: it refuses older tables when auto-upgrade is off
+    and warns when it is on (a scheduler upgrades them). Both run on tables a newer version
+    upgraded, with a warning (:func:`celery_quartz.store.migrate.ensure_schema`). With an election
     (``quartz_election``), PostgreSQL ends a session left idle inside a transaction for
     ``quartz_election_lock_timeout``.
     """
@@ -48,8 +58,25 @@ def open_store(
         # that transaction within the lock timeout, the bound on a failover.
         idle_transaction_timeout=settings.election_lock_timeout if settings.election else None,
     )
-    if upgrade_schema and settings.schema_auto_upgrade:
-        migrate.upgrade(store.engine, settings.table_prefix)
+    if upgrade_schema or check_schema:
+        auto = settings.schema_auto_upgrade
+        try:
+            migrate.ensure_schema(
+                store.engine,
+                settings.table_prefix,
+                may_upgrade=upgrade_schema and auto,
+                refuse_older=not auto,
+                who=f"scheduler name {store.scheduler_name!r}" if upgrade_schema else "worker",
+            )
+        except DBAPIError as exc:
+            if upgrade_schema:
+                store.dispose()
+                raise
+            # A worker rides out a store that does not answer, as it does for every firing.
+            logger.warning("worker: the schema could not be checked at start: %s", exc)
+        except BaseException:
+            store.dispose()
+            raise
     return store
 
 

@@ -51,7 +51,7 @@ from celery_quartz.config import Settings
 from celery_quartz.context import JobExecutionContext, firing_header
 from celery_quartz.errors import RefireJob
 from celery_quartz.firing import HEADER
-from celery_quartz.store import Store, open_store
+from celery_quartz.store import Store, check_worker_schema, open_store
 from celery_quartz.store.records import FinishedExecution, ProcessLoss
 from celery_quartz.store.views import FiringOutcome
 
@@ -628,7 +628,8 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         parent.app._celery_quartz_checkin = self
         # Tables older than this version stop the worker here, with auto-upgrade off, rather than
         # fail each firing it starts.
-        self._store = open_store(settings, check_schema=True)
+        check_worker_schema(settings)
+        self._store = open_store(settings)
         queues = sorted(parent.app.amqp.queues.consume_from)
         name = parent.hostname
         # Before consuming: whatever this node name was executing belongs to a previous life of

@@ -9,7 +9,7 @@ from celery_quartz.store.abc import (
     StoreReader,
     WorkerStore,
 )
-from celery_quartz.store.factory import discover_scheduler_names, open_store
+from celery_quartz.store.factory import check_worker_schema, discover_scheduler_names, open_store
 from celery_quartz.store.memory import MemoryStore
 from celery_quartz.store.records import NONE_STATE, CheckIn
 from celery_quartz.store.schema import FiringState, TriggerState, build_tables
@@ -29,6 +29,7 @@ __all__ = [
     "TriggerState",
     "WorkerStore",
     "build_tables",
+    "check_worker_schema",
     "discover_scheduler_names",
     "open_store",
 ]

@@ -25,7 +25,6 @@ def open_store(
     pre_ping: bool = True,
     pool_size: int | None = None,
     upgrade_schema: bool = False,
-    check_schema: bool = False,
 ) -> SqlStore:
     """The store of ``settings`` (URL, table prefix, scheduler name, misfire thresholds, bound
     on JSON data), as beat, the worker, the client, the CLI and the dashboard open it.
@@ -36,10 +35,10 @@ def open_store(
     is how many connections the pool keeps open (for a PostgreSQL store; SQLite keeps none).
     ``upgrade_schema`` (schedulers, clients, the CLI's writing commands) creates or upgrades the
     tables first when ``quartz_schema_auto_upgrade`` is on, and when it is off refuses tables
-    older than this version (:class:`~celery_quartz.errors.SchemaVersionError`).
-    ``check_schema`` (workers) never upgrades: it refuses older tables when auto-upgrade is off
-    and warns when it is on (a scheduler upgrades them). Both run on tables a newer version
-    upgraded, with a warning (:func:`celery_quartz.store.migrate.ensure_schema`). With an election
+    older than this version (:class:`~celery_quartz.errors.SchemaVersionError`); it runs on
+    tables a newer version upgraded, with a warning
+    (:func:`celery_quartz.store.migrate.ensure_schema`; a worker's check is
+    :func:`check_worker_schema`). With an election
     (``quartz_election``), PostgreSQL ends a session left idle inside a transaction for
     ``quartz_election_lock_timeout``.
     """
@@ -58,26 +57,43 @@ def open_store(
         # that transaction within the lock timeout, the bound on a failover.
         idle_transaction_timeout=settings.election_lock_timeout if settings.election else None,
     )
-    if upgrade_schema or check_schema:
-        auto = settings.schema_auto_upgrade
+    if upgrade_schema:
         try:
             migrate.ensure_schema(
                 store.engine,
                 settings.table_prefix,
-                may_upgrade=upgrade_schema and auto,
-                refuse_older=not auto,
-                who=f"scheduler name {store.scheduler_name!r}" if upgrade_schema else "worker",
+                may_upgrade=settings.schema_auto_upgrade,
+                refuse_older=True,
+                who=f"scheduler name {store.scheduler_name!r}",
             )
-        except DBAPIError as exc:
-            if upgrade_schema:
-                store.dispose()
-                raise
-            # A worker rides out a store that does not answer, as it does for every firing.
-            logger.warning("worker: the schema could not be checked at start: %s", exc)
         except BaseException:
             store.dispose()
             raise
     return store
+
+
+def check_worker_schema(settings: Settings) -> None:
+    """A worker's look at the schema when it starts: it never upgrades. Tables older than this
+    version (or missing) stop it with :class:`~celery_quartz.errors.SchemaVersionError` when
+    ``quartz_schema_auto_upgrade`` is off, and are only warned about when it is on (a scheduler
+    upgrades them at its start); tables a newer version upgraded are run on, with a warning. A
+    store that does not answer is warned about: the worker rides out an outage as it does for
+    every firing."""
+    from celery_quartz.store.engine import create_store_engine
+
+    engine = create_store_engine(settings.store_url)
+    try:
+        migrate.ensure_schema(
+            engine,
+            settings.table_prefix,
+            may_upgrade=False,
+            refuse_older=not settings.schema_auto_upgrade,
+            who="worker",
+        )
+    except DBAPIError as exc:
+        logger.warning("worker: the schema could not be checked at start: %s", exc)
+    finally:
+        engine.dispose()
 
 
 def discover_scheduler_names(settings: Settings) -> list[str]:

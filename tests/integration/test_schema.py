@@ -151,15 +151,17 @@ def test_with_auto_upgrade_off_a_node_refuses_tables_older_than_this_version(
 ) -> None:
     from celery_quartz.config import Settings
     from celery_quartz.errors import SchemaVersionError
-    from celery_quartz.store import open_store
+    from celery_quartz.store import check_worker_schema, open_store
 
     older = _older_revision()
     engine = create_store_engine(pg_url)
     migrate.upgrade(engine, revision=older)
     settings = Settings(store_url=pg_url, schema_auto_upgrade=False)
-    for node in ({"upgrade_schema": True}, {"check_schema": True}):  # a scheduler, a worker
-        with pytest.raises(SchemaVersionError) as refused:
-            open_store(settings, **node)
+    with pytest.raises(SchemaVersionError) as scheduler:
+        open_store(settings, upgrade_schema=True)
+    with pytest.raises(SchemaVersionError) as worker:
+        check_worker_schema(settings)
+    for refused in (scheduler, worker):
         message = str(refused.value)
         assert older in message and migrate.head_revision() in message, message
         assert "quartz schema upgrade" in message
@@ -171,13 +173,13 @@ def test_with_auto_upgrade_on_a_worker_leaves_older_tables_to_the_schedulers(
     pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     from celery_quartz.config import Settings
-    from celery_quartz.store import open_store
+    from celery_quartz.store import check_worker_schema, open_store
 
     older = _older_revision()
     engine = create_store_engine(pg_url)
     migrate.upgrade(engine, revision=older)
     settings = Settings(store_url=pg_url)
-    open_store(settings, check_schema=True).dispose()
+    check_worker_schema(settings)
     assert migrate.current_revision(engine) == older
     assert "a scheduler upgrades them" in caplog.text
     open_store(settings, upgrade_schema=True).dispose()
@@ -191,7 +193,7 @@ def test_a_node_runs_on_tables_a_newer_version_upgraded(
     from sqlalchemy import text
 
     from celery_quartz.config import Settings
-    from celery_quartz.store import open_store
+    from celery_quartz.store import check_worker_schema, open_store
 
     engine = create_store_engine(pg_url)
     migrate.upgrade(engine)
@@ -200,7 +202,7 @@ def test_a_node_runs_on_tables_a_newer_version_upgraded(
     for auto in (True, False):
         settings = Settings(store_url=pg_url, schema_auto_upgrade=auto)
         open_store(settings, upgrade_schema=True).dispose()
-        open_store(settings, check_schema=True).dispose()
+        check_worker_schema(settings)
     assert migrate.current_revision(engine) == "9999"
     assert "schema revision 9999, newer than this version's" in caplog.text
     engine.dispose()

@@ -41,7 +41,10 @@ class PreferredNode:
     so a trigger rebuilt or copied carries the same pin with its auto-claim flag.
     """
 
+    #: No pin: the firing goes to its execution group's queue (or its job's own routing).
     NONE: ClassVar[PreferredNode]
+    #: An automatic pin no worker has claimed yet: the first worker that starts a firing of the
+    #: trigger claims it.
     AUTO: ClassVar[PreferredNode]
 
     #: The pinned worker's node name; ``None`` when unpinned or an unclaimed automatic pin.

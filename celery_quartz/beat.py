@@ -111,6 +111,7 @@ class Scheduler(beat.Scheduler):
                 self._clock,
                 is_collector=lambda: self._collects_gauges(observed, instance_id),
                 limit_for=lambda group: _max_concurrent(router, group),
+                groups=lambda: router.limits.named_groups,
             )
         if settings.health_port is not None and self.health_server is None:
             # Kept until the process exits: after close() it answers 503 (shut down).
@@ -141,6 +142,8 @@ class Scheduler(beat.Scheduler):
 
     @property
     def status(self) -> SchedulerStatus:
+        """Where the scheduler is in its life (CREATED, RUNNING, STANDBY, SHUTTING_DOWN,
+        SHUTDOWN)."""
         return self._status_after_close if self.loop is None else self.loop.status
 
     def start(self) -> None:
@@ -201,6 +204,6 @@ def _max_concurrent(router: Any, group: str | None) -> int | None:
 
 
 def _safe_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
+    from celery_quartz.store.engine import redact_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    return redact_url(url)

@@ -49,6 +49,8 @@ def _aware(t: datetime) -> datetime:
 class Calendar(ABC):
     """What every calendar answers; subclasses say which local times they exclude."""
 
+    #: The calendar's kind as stored (``holiday``, ``weekly``, …); names the class that reads it
+    #: back.
     type_name: ClassVar[str]
 
     def __init__(
@@ -58,8 +60,12 @@ class Calendar(ABC):
         description: str | None = None,
         time_zone: str = "UTC",
     ) -> None:
+        #: A calendar whose exclusions this one adds to its own (Quartz's base calendar); ``None``:
+        #: none.
         self.base_calendar = base_calendar
+        #: Free text for operators.
         self.description = description
+        #: The IANA zone whose local days and times the calendar excludes.
         self.time_zone = time_zone
         try:
             self._zone: tzinfo = resolve_time_zone(time_zone)
@@ -171,18 +177,22 @@ class _DayCalendar(Calendar):
 class HolidayCalendar(_DayCalendar):
     """Excludes the listed dates (local days in the calendar's zone)."""
 
+    #: Stored as ``holiday``.
     type_name: ClassVar[str] = "holiday"
 
     def __init__(self, excluded_dates: Iterable[date] = (), **common: Any) -> None:
         super().__init__(**common)
+        #: The local dates excluded, whole.
         self.excluded_dates: set[date] = set()
         for d in excluded_dates:
             self.add_excluded_date(d)
 
     def add_excluded_date(self, d: date) -> None:
+        """Exclude the date ``d`` (a datetime's date) too."""
         self.excluded_dates.add(d.date() if isinstance(d, datetime) else d)
 
     def remove_excluded_date(self, d: date) -> None:
+        """Include the date ``d`` (a datetime's date) again; nothing when it was not excluded."""
         self.excluded_dates.discard(d.date() if isinstance(d, datetime) else d)
 
     def _day_included(self, day: date) -> bool:
@@ -210,6 +220,7 @@ class WeeklyCalendar(_DayCalendar):
     As in Quartz, a new weekly calendar excludes Saturday and Sunday unless told otherwise.
     """
 
+    #: Stored as ``weekly``.
     type_name: ClassVar[str] = "weekly"
 
     def __init__(self, excluded_days: Iterable[int] = (SATURDAY, SUNDAY), **common: Any) -> None:
@@ -219,6 +230,7 @@ class WeeklyCalendar(_DayCalendar):
             raise ValidationError(f"WeeklyCalendar: days of week are 1 (Sunday) to 7, got {days}")
         if len(days) == 7:
             raise ValidationError("WeeklyCalendar: a weekly calendar may not exclude every day")
+        #: The days of the week excluded, 1 = Sunday ... 7 = Saturday.
         self.excluded_days = days
 
     def _day_included(self, day: date) -> bool:
@@ -235,6 +247,7 @@ class WeeklyCalendar(_DayCalendar):
 class MonthlyCalendar(_DayCalendar):
     """Excludes days of the month (1-31)."""
 
+    #: Stored as ``monthly``.
     type_name: ClassVar[str] = "monthly"
 
     def __init__(self, excluded_days: Iterable[int] = (), **common: Any) -> None:
@@ -244,6 +257,7 @@ class MonthlyCalendar(_DayCalendar):
             raise ValidationError(f"MonthlyCalendar: days of month are 1 to 31, got {days}")
         if len(days) == 31:
             raise ValidationError("MonthlyCalendar: a monthly calendar may not exclude every day")
+        #: The days of the month excluded (1 to 31).
         self.excluded_days = days
 
     def _day_included(self, day: date) -> bool:
@@ -260,10 +274,12 @@ class MonthlyCalendar(_DayCalendar):
 class AnnualCalendar(_DayCalendar):
     """Excludes days of the year, given as ``(month, day)``, every year."""
 
+    #: Stored as ``annual``.
     type_name: ClassVar[str] = "annual"
 
     def __init__(self, excluded_days: Iterable[tuple[int, int]] = (), **common: Any) -> None:
         super().__init__(**common)
+        #: The (month, day) pairs excluded every year.
         self.excluded_days: set[tuple[int, int]] = set()
         for month, day in excluded_days:
             if not (1 <= month <= 12 and 1 <= day <= 31):
@@ -287,6 +303,7 @@ class DailyCalendar(Calendar):
     With ``invert=True`` it excludes everything *outside* the stretch instead.
     """
 
+    #: Stored as ``daily``.
     type_name: ClassVar[str] = "daily"
 
     def __init__(
@@ -297,8 +314,11 @@ class DailyCalendar(Calendar):
             raise ValidationError(
                 f"DailyCalendar: range_start {range_start} must be before range_end {range_end}"
             )
+        #: The local time of day the excluded stretch starts at (inclusive).
         self.range_start = range_start
+        #: The local time of day the excluded stretch ends at (inclusive).
         self.range_end = range_end
+        #: Exclude everything outside the stretch instead of the stretch.
         self.invert = invert
 
     def _includes(self, t: datetime) -> bool:
@@ -340,11 +360,14 @@ class DailyCalendar(Calendar):
 class CronCalendar(Calendar):
     """Excludes every second a cron expression matches (read in the calendar's zone)."""
 
+    #: Stored as ``cron``.
     type_name: ClassVar[str] = "cron"
 
     def __init__(self, expression: str, **common: Any) -> None:
         super().__init__(**common)
+        #: The parsed expression, in the calendar's zone.
         self.cron = CronExpression(expression, time_zone=self._zone)
+        #: The expression in its canonical spelling.
         self.expression = self.cron.expression
 
     def _includes(self, t: datetime) -> bool:

@@ -13,12 +13,11 @@ from typing import Any
 
 import click
 
-from celery_quartz.cli_ops import OPERATOR_COMMANDS
-from celery_quartz.clock import from_millis
+from celery_quartz.cli_ops import OPERATOR_COMMANDS, json_option, node_dict
 from celery_quartz.config import Settings
 from celery_quartz.errors import ConfigurationError
 from celery_quartz.store import migrate, open_store
-from celery_quartz.store.engine import create_store_engine
+from celery_quartz.store.engine import create_store_engine, redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -84,12 +83,7 @@ def _shown_url(ctx: click.Context | None) -> str:
         return "the configured store"
     if not url:
         return "the configured store"
-    try:
-        from sqlalchemy.engine import make_url
-
-        return repr(make_url(url).render_as_string(hide_password=True))
-    except Exception:
-        return repr(url)
+    return repr(redact_url(url))
 
 
 @click.group(name="quartz", cls=_QuartzGroup)
@@ -104,8 +98,9 @@ def schema() -> None:
 
 @schema.command()
 @click.option("--revision", default="head", show_default=True, help="Alembic revision to reach.")
+@json_option
 @click.pass_context
-def upgrade(ctx: click.Context, revision: str) -> None:
+def upgrade(ctx: click.Context, revision: str, as_json: bool) -> None:
     """Create the tables, or bring them to the package's schema."""
     settings = _settings(ctx)
     engine = create_store_engine(settings.store_url)
@@ -115,54 +110,89 @@ def upgrade(ctx: click.Context, revision: str) -> None:
         after = migrate.current_revision(engine, settings.table_prefix)
     finally:
         engine.dispose()
+    if as_json:
+        click.echo(
+            json.dumps({"table_prefix": settings.table_prefix, "before": before, "after": after})
+        )
+        return
     click.echo(f"schema {settings.table_prefix}*: {before or 'empty'} -> {after}")
 
 
 @schema.command()
+@json_option
 @click.pass_context
-def check(ctx: click.Context) -> None:
-    """Exit 0 when the tables match this version of celery-quartz, 1 otherwise."""
+def check(ctx: click.Context, as_json: bool) -> None:
+    """Exit 0 when the tables match this version of celery-quartz, 1 otherwise (each difference
+    on a line of its own)."""
     settings = _settings(ctx)
     engine = create_store_engine(settings.store_url)
     try:
         report = migrate.check(engine, settings.table_prefix)
     finally:
         engine.dispose()
-    if report.ok:
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "table_prefix": settings.table_prefix,
+                    "ok": report.ok,
+                    "current": report.current,
+                    "head": report.head,
+                    "differences": report.differences,
+                },
+                indent=2,
+            )
+        )
+    elif report.ok:
         click.echo(f"schema {settings.table_prefix}*: at {report.head}, matches")
-        return
-    click.echo(
-        f"schema {settings.table_prefix}*: at {report.current or 'nothing'}, expected {report.head}"
-    )
-    for difference in report.differences:
-        click.echo(f"  difference: {difference}")
-    ctx.exit(1)
+    else:
+        click.echo(
+            f"schema {settings.table_prefix}*: at {report.current or 'nothing'}, "
+            f"expected {report.head}"
+        )
+        for difference in report.differences:
+            click.echo(f"  {difference}")
+        if report.current is None:
+            click.echo("create the tables with `celery -A <app> quartz schema upgrade`")
+    if not report.ok:
+        ctx.exit(1)
 
 
 @quartz.command()
+@json_option
 @click.pass_context
-def status(ctx: click.Context) -> None:
+def status(ctx: click.Context, as_json: bool) -> None:
     """The instances checked in, and the firings in flight."""
     settings = _settings(ctx)
     store = open_store(settings)
     try:
-        rows: list[Any] = store.check_ins()
-        click.echo(f"scheduler {settings.scheduler_name}:")
-        for row in rows:
-            click.echo(
-                f"  {row.kind:9} {row.instance_name}  last check-in "
-                f"{from_millis(row.last_checkin_millis).isoformat()}"
-            )
+        nodes = store.list_nodes()
         counts = store.count_rows()
         states: dict[str, int] = {}
         for state in store.firing_states().values():
             states[state] = states.get(state, 0) + 1
-        click.echo(
-            f"  jobs {counts['jobs']}, triggers {counts['triggers']}, firings in flight "
-            + (", ".join(f"{k} {v}" for k, v in sorted(states.items())) or "0")
-        )
     finally:
         store.dispose()
+    if as_json:
+        found = {
+            "scheduler": settings.scheduler_name,
+            "nodes": [node_dict(view) for view in nodes],
+            "jobs": counts["jobs"],
+            "triggers": counts["triggers"],
+            "firings_in_flight": dict(sorted(states.items())),
+        }
+        click.echo(json.dumps(found, indent=2))
+        return
+    click.echo(f"scheduler {settings.scheduler_name}:")
+    for view in nodes:
+        click.echo(
+            f"  {view.kind:9} {view.instance_name}  last check-in "
+            f"{view.last_checkin_time.isoformat()}" + ("" if view.alive else "  (not alive)")
+        )
+    click.echo(
+        f"  jobs {counts['jobs']}, triggers {counts['triggers']}, firings in flight "
+        + (", ".join(f"{k} {v}" for k, v in sorted(states.items())) or "0")
+    )
 
 
 # -- scheduling files -------------------------------------------------------------------------
@@ -388,7 +418,7 @@ def import_redbeat(
         try:
             return source.read_entries(client, key_prefix, str(app.conf.timezone or "UTC"))
         except redis.RedisError as error:
-            shown = _without_password(str(url))
+            shown = redact_url(url)
             raise ConfigurationError(
                 f"cannot read redbeat's entries at {shown!r}: {error}"
             ) from None
@@ -396,14 +426,3 @@ def import_redbeat(
             client.close()
 
     _run_import(ctx, "redbeat", source.GROUP, read, dry_run, as_json)
-
-
-def _without_password(url: str) -> str:
-    """A URL as it may be printed: its password replaced by ``***``."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))

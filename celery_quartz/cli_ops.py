@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import dataclasses
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,7 +24,8 @@ import click
 from celery_quartz.config import Settings
 from celery_quartz.job import Job
 from celery_quartz.keys import DEFAULT_GROUP, JobKey, TriggerKey
-from celery_quartz.store import Store, open_store
+from celery_quartz.store import Store, TriggerState, open_store
+from celery_quartz.store.schema import FIRING_STATES, STORED_TRIGGER_STATES
 from celery_quartz.store.views import (
     MAX_PAGE,
     FiringFilter,
@@ -202,7 +204,7 @@ def node_dict(view: NodeView) -> dict[str, Any]:
     }
 
 
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 _limit_option = click.option(
     "--limit",
     type=click.IntRange(1, MAX_PAGE),
@@ -217,6 +219,19 @@ def _group_option(help_text: str = "The key's group.") -> Callable[[Any], Any]:
     return click.option("-g", "--group", default=DEFAULT_GROUP, show_default=True, help=help_text)
 
 
+def _state_option(what: str, states: Sequence[str]) -> Callable[[Any], Any]:
+    """``--state``, in any case; another word is a usage error naming the states there are."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None or value.upper() in states:
+            return None if value is None else value.upper()
+        raise click.BadParameter(f"{value!r} is not a {what} state; use one of {', '.join(states)}")
+
+    return click.option(
+        "--state", callback=check, help=f"Only {what}s in this state: {', '.join(states)}."
+    )
+
+
 # -- listings ----------------------------------------------------------------------------------
 
 
@@ -226,7 +241,7 @@ def _group_option(help_text: str = "The key's group.") -> Callable[[Any], Any]:
 @click.option("--task", help="Only jobs of this Celery task.")
 @_limit_option
 @_after_option
-@_json_option
+@json_option
 @click.pass_context
 def jobs(
     ctx: click.Context,
@@ -258,7 +273,7 @@ def jobs(
 @_command
 @click.command()
 @click.option("--group", help="Only triggers of this group.")
-@click.option("--state", help="Only triggers in this state (WAITING, PAUSED, ERROR, ...).")
+@_state_option("trigger", STORED_TRIGGER_STATES)
 @click.option("--execution-group", help="Only triggers of this execution group.")
 @click.option("--node", help="Only triggers pinned to this worker (its node name).")
 @click.option("--task", help="Only triggers of jobs of this Celery task.")
@@ -266,7 +281,7 @@ def jobs(
 @click.option("--job-group", default=DEFAULT_GROUP, show_default=True, help="The --job's group.")
 @_limit_option
 @_after_option
-@_json_option
+@json_option
 @click.pass_context
 def triggers(
     ctx: click.Context,
@@ -284,7 +299,7 @@ def triggers(
     """List stored triggers with their state and next fire time."""
     filters = TriggerFilter(
         group=group,
-        state=state.upper() if state else None,
+        state=state,
         execution_group=execution_group,
         preferred_node=node,
         task=task,
@@ -318,7 +333,7 @@ def triggers(
 
 @_command
 @click.command()
-@click.option("--state", help="Only firings in this state (ACQUIRED, PUBLISHED, EXECUTING...).")
+@_state_option("firing", FIRING_STATES)
 @click.option("--trigger", help="Only firings of this trigger (its name; --trigger-group).")
 @click.option("--trigger-group", default=DEFAULT_GROUP, show_default=True)
 @click.option("--job", help="Only firings of this job (its name; --job-group).")
@@ -328,7 +343,7 @@ def triggers(
 @click.option("--execution-group", help="Only firings of this execution group.")
 @click.option("--limit", type=click.IntRange(1, MAX_PAGE), default=100, show_default=True)
 @_after_option
-@_json_option
+@json_option
 @click.pass_context
 def firings(
     ctx: click.Context,
@@ -346,7 +361,7 @@ def firings(
 ) -> None:
     """List the firings in flight, cluster-wide."""
     filters = FiringFilter(
-        state=state.upper() if state else None,
+        state=state,
         trigger=TriggerKey(trigger, trigger_group) if trigger else None,
         job=JobKey(job, job_group) if job else None,
         instance_name=scheduler,
@@ -355,8 +370,9 @@ def firings(
     )
     with _store(ctx) as store:
         page = store.list_firings(filters, after=after or None, limit=limit)
+        views = _with_queues(ctx, store, page.items)
     if as_json:
-        items = [firing_dict(view) for view in page.items]
+        items = [firing_dict(view) for view in views]
         click.echo(json.dumps({"items": items, "next_after": page.next_after}, indent=2))
         return
     _table(
@@ -371,17 +387,52 @@ def firings(
                 f.worker_name,
                 f.queue,
             )
-            for f in page.items
+            for f in views
         ],
     )
     _page_end(page.next_after, as_json)
+
+
+def _with_queues(ctx: click.Context, store: Store, views: Sequence[FiringView]) -> list[FiringView]:
+    """``views`` with the queue each firing was sent to. A firing with a route of its own (its
+    execution group's queue, its pinned worker's) has it stored; any other went where its job's
+    ``queue`` option or Celery's routing of its task sends it, decided here as the publisher
+    decides it (:meth:`celery_quartz.publisher.Publisher.queue_of`)."""
+    from celery_quartz.clock import to_millis
+    from celery_quartz.firing import Firing
+    from celery_quartz.publisher import Publisher
+
+    publisher = Publisher(ctx.find_root().obj.app)
+    jobs: dict[JobKey, Job | None] = {}
+    found = []
+    for view in views:
+        if view.queue is None and view.job_key is not None:
+            if view.job_key not in jobs:
+                jobs[view.job_key] = store.retrieve_job(view.job_key)
+            job = jobs[view.job_key]
+            if job is not None:
+                firing = Firing(
+                    fire_instance_id=view.fire_instance_id,
+                    scheduler_name=store.scheduler_name,
+                    task=job.task,
+                    args=list(job.args),
+                    kwargs=dict(job.kwargs),
+                    options=dict(job.options),
+                    job_key=view.job_key,
+                    trigger_key=view.trigger_key,
+                    scheduled_millis=to_millis(view.scheduled_time),
+                    fired_millis=to_millis(view.fired_time),
+                )
+                view = dataclasses.replace(view, queue=publisher.queue_of(firing))
+        found.append(view)
+    return found
 
 
 @_command
 @click.command()
 @click.option("--kind", type=click.Choice(["scheduler", "worker"]), help="Only this kind.")
 @click.option("--check", is_flag=True, help="Exit 1 when a node listed is not alive.")
-@_json_option
+@json_option
 @click.pass_context
 def nodes(ctx: click.Context, kind: str | None, check: bool, as_json: bool) -> None:
     """The scheduler and worker processes that check in, and whether each is alive."""
@@ -414,6 +465,32 @@ def nodes(ctx: click.Context, kind: str | None, check: bool, as_json: bool) -> N
 # -- control -----------------------------------------------------------------------------------
 
 
+#: The states a trigger is in once paused, and once resumed. Quartz's job store pauses only a
+#: WAITING, ACQUIRED or BLOCKED trigger and resumes only a paused one: one in ERROR or
+#: COMPLETE stays as it is (JobStoreSupport.PauseTrigger, ResumeTrigger).
+_OUTCOMES = {
+    "pause": (TriggerState.PAUSED, TriggerState.PAUSED_BLOCKED),
+    "resume": (
+        TriggerState.WAITING,
+        TriggerState.ACQUIRED,
+        TriggerState.BLOCKED,
+        TriggerState.EXECUTING,
+    ),
+}
+
+
+def _check_outcome(verb: str, key: TriggerKey, state: str) -> None:
+    """Fail, naming the state, when ``verb`` left the trigger ``key`` in a state it does not
+    lead to (a trigger in ERROR or COMPLETE is neither paused nor resumed)."""
+    if state in _OUTCOMES[verb]:
+        return
+    hint = " (`reset-trigger` returns it to its schedule)" if state == TriggerState.ERROR else ""
+    raise _Failed(
+        f"trigger {key} is {state}, not {verb}d: {verb} leaves a trigger in {state} as it is, "
+        f"as Quartz does{hint}"
+    )
+
+
 def _done(as_json: bool, verb: str, what: str, **extra: Any) -> None:
     if as_json:
         click.echo(json.dumps({"done": verb, "target": what, **extra}))
@@ -426,21 +503,24 @@ def _kind_command(verb: str, description: str) -> click.Command:
     @click.argument("kind", type=click.Choice(["trigger", "job", "group"]))
     @click.argument("name")
     @_group_option("The trigger's or job's group (not used for KIND group).")
-    @_json_option
+    @json_option
     @click.pass_context
     def command(ctx: click.Context, kind: str, name: str, group: str, as_json: bool) -> None:
         with _store(ctx) as store:
             client = _client(ctx, store)
+            extra: dict[str, Any] = {}
             if kind == "trigger":
                 key: Any = _trigger_key(name, group)
                 getattr(client, f"{verb}_trigger")(key)
+                extra["state"] = store.get_trigger_state(key)
+                _check_outcome(verb, key, extra["state"])
             elif kind == "job":
                 key = _job_key(name, group)
                 getattr(client, f"{verb}_job")(key)
             else:
                 key = name
                 getattr(client, f"{verb}_trigger_group")(name)
-        _done(as_json, f"{verb}d", f"{kind} {key}")
+        _done(as_json, f"{verb}d", f"{kind} {key}", **extra)
 
     return command
 
@@ -465,7 +545,7 @@ resume = _command(
 @click.argument("name")
 @_group_option("The job's group.")
 @click.option("--data", help="Job data for this firing, a JSON object.")
-@_json_option
+@json_option
 @click.pass_context
 def trigger_job(ctx: click.Context, name: str, group: str, data: str | None, as_json: bool) -> None:
     """Fire a stored job now, once, through the cluster."""
@@ -486,7 +566,7 @@ def trigger_job(ctx: click.Context, name: str, group: str, data: str | None, as_
 @click.command(name="reset-trigger")
 @click.argument("name")
 @_group_option("The trigger's group.")
-@_json_option
+@json_option
 @click.pass_context
 def reset_trigger(ctx: click.Context, name: str, group: str, as_json: bool) -> None:
     """Return a trigger in ERROR to its schedule; exit 1 when it was not in ERROR."""
@@ -502,7 +582,7 @@ def reset_trigger(ctx: click.Context, name: str, group: str, as_json: bool) -> N
 @click.command()
 @click.argument("name")
 @_group_option("The trigger's group.")
-@_json_option
+@json_option
 @click.pass_context
 def unschedule(ctx: click.Context, name: str, group: str, as_json: bool) -> None:
     """Remove a trigger (and its job, when not durable and left without triggers)."""
@@ -517,7 +597,7 @@ def unschedule(ctx: click.Context, name: str, group: str, as_json: bool) -> None
 @click.command(name="delete-job")
 @click.argument("name")
 @_group_option("The job's group.")
-@_json_option
+@json_option
 @click.pass_context
 def delete_job(ctx: click.Context, name: str, group: str, as_json: bool) -> None:
     """Remove a job and all its triggers."""
@@ -533,7 +613,7 @@ def delete_job(ctx: click.Context, name: str, group: str, as_json: bool) -> None
 @click.argument("name")
 @click.argument("node")
 @_group_option("The trigger's group.")
-@_json_option
+@json_option
 @click.pass_context
 def pin(ctx: click.Context, name: str, node: str, group: str, as_json: bool) -> None:
     """Re-pin a trigger to the worker NODE (its node name), `*` for an automatic pin, or ''
@@ -604,7 +684,7 @@ def _print_times(times: list[datetime], zone: Any, as_json: bool, label: str) ->
     help="Read EXPRESSION as a five-field crontab line (minute hour dom month dow, 0 = Sunday).",
 )
 @click.option("--after", "after", help="Start after this ISO time (default: now).")
-@_json_option
+@json_option
 @click.pass_context
 def cron(
     ctx: click.Context,
@@ -648,7 +728,7 @@ def cron(
 @_group_option("The trigger's group.")
 @click.option("-n", "count", type=click.IntRange(1, 1000), default=5, show_default=True)
 @click.option("--tz", "time_zone", help="Show times in this IANA zone (default: UTC).")
-@_json_option
+@json_option
 @click.pass_context
 def fire_times(
     ctx: click.Context, name: str, group: str, count: int, time_zone: str | None, as_json: bool

@@ -39,11 +39,15 @@ class Quartz:
         store: Store | None = None,
         settings: Settings | None = None,
     ) -> None:
+        #: The Celery app whose registered tasks jobs may name.
         self.app = app
+        #: The ``quartz_*`` settings (``settings``, or read from the app's configuration).
         self.settings = settings or Settings.from_app(app)
+        #: Where "now" comes from (``trigger_job``'s start time); the system clock by default.
         self.clock = clock or SystemClock()
         if store is None:
             store = open_store(self.settings, clock=self.clock, upgrade_schema=True)
+        #: The store every call reads and writes (the settings' store unless one was given).
         self.store = store
 
     # -- scheduling ------------------------------------------------------------------------------
@@ -119,18 +123,30 @@ class Quartz:
     # -- pausing ---------------------------------------------------------------------------------
 
     def pause_trigger(self, key: TriggerKey) -> None:
+        """Pause the trigger ``key``: a WAITING or ACQUIRED trigger becomes PAUSED, a BLOCKED one
+        PAUSED_BLOCKED; one in ERROR or COMPLETE stays as it is, as Quartz's job store leaves it
+        (read :meth:`get_trigger_state`). Raises :class:`TriggerNotFoundError` naming ``key``
+        when it is not stored."""
         self._require_trigger(key)
         self.store.pause_trigger(key)
 
     def resume_trigger(self, key: TriggerKey) -> None:
+        """Resume the paused trigger ``key``; one the pause made late by more than the misfire
+        threshold follows its misfire instruction. A trigger that is not paused stays as it is
+        (one in ERROR included: :meth:`reset_trigger_from_error_state` returns it). Raises
+        :class:`TriggerNotFoundError` naming ``key`` when it is not stored."""
         self._require_trigger(key)
         self.store.resume_trigger(key)
 
     def pause_job(self, key: JobKey) -> None:
+        """Pause every trigger of the job ``key`` (as :meth:`pause_trigger` pauses one). Raises
+        :class:`JobNotFoundError` naming ``key`` when it is not stored."""
         self._require_job(key)
         self.store.pause_job(key)
 
     def resume_job(self, key: JobKey) -> None:
+        """Resume every paused trigger of the job ``key`` (as :meth:`resume_trigger` resumes
+        one). Raises :class:`JobNotFoundError` naming ``key`` when it is not stored."""
         self._require_job(key)
         self.store.resume_job(key)
 
@@ -139,9 +155,12 @@ class Quartz:
         self.store.pause_trigger_group(group)
 
     def resume_trigger_group(self, group: str) -> None:
+        """Resume every paused trigger of ``group``, and stop pausing the triggers stored in it
+        later; a trigger the pause made late follows its misfire instruction."""
         self.store.resume_trigger_group(group)
 
     def get_paused_trigger_groups(self) -> list[str]:
+        """The trigger groups paused with :meth:`pause_trigger_group`, sorted."""
         return self.store.paused_trigger_groups()
 
     def reset_trigger_from_error_state(self, *keys: TriggerKey) -> int:
@@ -182,9 +201,12 @@ class Quartz:
     # -- reading ---------------------------------------------------------------------------------
 
     def get_job(self, key: JobKey) -> Job | None:
+        """The job stored under ``key``, or None."""
         return self.store.retrieve_job(key)
 
     def get_trigger(self, key: TriggerKey) -> Trigger | None:
+        """The trigger stored under ``key`` (its schedule, next and previous fire times), or
+        None."""
         return self.store.retrieve_trigger(key)
 
     def get_trigger_state(self, key: TriggerKey) -> str:
@@ -192,9 +214,11 @@ class Quartz:
         return self.store.get_trigger_state(key)
 
     def get_triggers_of_job(self, key: JobKey) -> list[Trigger]:
+        """The triggers of the job ``key``; empty when it has none or is not stored."""
         return self.store.get_triggers_of_job(key)
 
     def get_job_keys(self, group: str | None = None) -> list[JobKey]:
+        """The keys of the stored jobs, of ``group`` only when one is given."""
         return self.store.job_keys(group)
 
     def unserved_groups(self) -> list[Unserved]:

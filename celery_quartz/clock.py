@@ -10,13 +10,16 @@ from typing import Protocol
 class Clock(Protocol):
     """What the scheduler needs of a clock: the current instant, aware, in UTC."""
 
-    def now(self) -> datetime: ...
+    def now(self) -> datetime:
+        """The current instant, aware, in UTC."""
+        ...
 
 
 class SystemClock:
     """The machine's clock."""
 
     def now(self) -> datetime:
+        """The current instant, aware, in UTC."""
         return datetime.now(timezone.utc)
 
 
@@ -30,16 +33,20 @@ class FakeClock:
         self._lock = threading.Lock()
 
     def now(self) -> datetime:
+        """The instant the clock was set or advanced to, aware, in UTC."""
         with self._lock:
             return self._now
 
     def set(self, when: datetime) -> None:
+        """Move the clock to ``when`` (aware), forwards or backwards."""
         if when.tzinfo is None:
             raise ValueError("FakeClock.set needs an aware time")
         with self._lock:
             self._now = when.astimezone(timezone.utc)
 
     def advance(self, seconds: float | timedelta) -> datetime:
+        """Move the clock on by ``seconds`` (a number or a timedelta; negative moves it back); the
+        new time."""
         delta = seconds if isinstance(seconds, timedelta) else timedelta(seconds=seconds)
         with self._lock:
             self._now += delta

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from celery_quartz.clock import from_millis
-from celery_quartz.firing import HEADER
+from celery_quartz.firing import FiringHeader
 from celery_quartz.keys import JobKey, TriggerKey
 
 
@@ -15,8 +15,11 @@ from celery_quartz.keys import JobKey, TriggerKey
 class JobExecutionContext:
     """The firing a task is running. Read it with :func:`current_context`."""
 
+    #: The scheduler name (``quartz_scheduler_name``) of the store the firing belongs to.
     scheduler_name: str
+    #: The firing's id; also its Celery task id (suffixed ``.r<n>`` when published again).
     fire_instance_id: str
+    #: The job that fired.
     job_key: JobKey
     #: The trigger that fired (for a recovery or retry firing, its one-shot trigger).
     trigger_key: TriggerKey
@@ -36,8 +39,13 @@ class JobExecutionContext:
     recovering: bool = False
     #: For a recovery or retry firing, the trigger of the original occurrence.
     recovering_trigger_key: TriggerKey | None = None
+    #: For a firing of the trigger's retry policy, which retry it is (1 for the first); 0 on
+    #: the first run.
     retry_attempt: int = 0
+    #: How many times the task asked to run this firing again at once (``RefireJob``,
+    #: Quartz's refire-immediately).
     refire_count: int = 0
+    #: The Celery worker running it (its node name), when known.
     worker_name: str | None = None
 
     @property
@@ -52,33 +60,53 @@ class JobExecutionContext:
 
     @classmethod
     def from_header(
-        cls, header: dict[str, Any], worker_name: str | None = None
+        cls, header: FiringHeader, worker_name: str | None = None
     ) -> JobExecutionContext:
-        origin = header.get("origin_trigger")
+        """The context of the firing ``header`` carries, run on ``worker_name``."""
         return cls(
-            scheduler_name=header["scheduler"],
-            fire_instance_id=header["fire_instance_id"],
-            job_key=JobKey(*header["job"]),
-            trigger_key=TriggerKey(*header["trigger"]),
-            scheduled_fire_time=from_millis(header["scheduled_fire_time"]),
-            fire_time=from_millis(header["fire_time"]),
-            fired_by=str(header.get("fired_by", "")),
-            job_data=dict(header.get("job_data") or {}),
-            trigger_data=dict(header.get("trigger_data") or {}),
-            recovering=bool(header.get("recovering", False)),
-            recovering_trigger_key=TriggerKey(*origin) if origin else None,
-            retry_attempt=int(header.get("retry_attempt", 0)),
-            refire_count=int(header.get("refire_count", 0)),
+            scheduler_name=header.scheduler_name,
+            fire_instance_id=header.fire_instance_id,
+            job_key=header.job_key,
+            trigger_key=header.trigger_key,
+            scheduled_fire_time=from_millis(header.scheduled_millis),
+            fire_time=from_millis(header.fired_millis),
+            fired_by=header.fired_by,
+            job_data=header.job_data,
+            trigger_data=header.trigger_data,
+            recovering=header.recovering,
+            recovering_trigger_key=header.origin_trigger_key,
+            retry_attempt=header.retry_attempt,
+            refire_count=header.refire_count,
             worker_name=worker_name,
         )
 
 
-def firing_header(request: Any) -> dict[str, Any] | None:
-    """The firing header of a Celery task request, if the message came from celery-quartz."""
-    header = getattr(request, HEADER, None)
-    if header is None:
-        header = (getattr(request, "headers", None) or {}).get(HEADER)
-    return header if isinstance(header, dict) else None
+#: The attribute of a Celery task request under which the worker hooks keep its firing.
+_RUNNING = "quartz_running"
+
+
+@dataclass(frozen=True)
+class RunningFiring:
+    """A firing whose start this worker recorded, kept on the Celery task request that runs it
+    (:func:`running_firing`) from the start until its end is recorded."""
+
+    #: The message's task id (the fire instance id, suffixed after an expiry).
+    task_id: str
+    header: FiringHeader
+    context: JobExecutionContext
+    #: Its success may be recorded with other ends (the store said so at the start).
+    batchable: bool
+
+
+def running_firing(request: Any) -> RunningFiring | None:
+    """The firing the worker hooks started under this Celery task request, if any."""
+    running = getattr(request, _RUNNING, None)
+    return running if isinstance(running, RunningFiring) else None
+
+
+def set_running_firing(request: Any, running: RunningFiring | None) -> None:
+    """Keep ``running`` on the request (None: its end is recorded, it is running no longer)."""
+    setattr(request, _RUNNING, running)
 
 
 def current_context() -> JobExecutionContext | None:
@@ -88,8 +116,8 @@ def current_context() -> JobExecutionContext | None:
     if current_task is None:
         return None
     request = current_task.request
-    context = getattr(request, "quartz_context", None)
-    if isinstance(context, JobExecutionContext):
-        return context
-    header = firing_header(request)
+    running = running_firing(request)
+    if running is not None:
+        return running.context
+    header = FiringHeader.of_request(request)
     return None if header is None else JobExecutionContext.from_header(header, request.hostname)

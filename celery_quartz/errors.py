@@ -64,8 +64,11 @@ class SchedulingFileError(ValidationError):
         errors: Sequence[SchedulingFileError] = (),
     ) -> None:
         super().__init__(message)
+        #: The file at fault, as it was given.
         self.file = file
+        #: The line at fault (XML and YAML), or ``None``.
         self.line = line
+        #: The JSON path at fault (``$.Path[2]``), or ``None``.
         self.path = path
         #: Every error found (just this one unless several were found together).
         self.errors: tuple[SchedulingFileError, ...] = tuple(errors) or (self,)

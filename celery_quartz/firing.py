@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -11,7 +12,7 @@ from celery_quartz.clock import from_millis
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.triggers.base import Trigger
 
-#: The message header that carries a firing's identity to the worker.
+#: The name of the message header that carries a firing to the worker (:class:`FiringHeader`).
 HEADER = "quartz"
 
 
@@ -126,32 +127,128 @@ class Firing:
         has been published again after ``n`` expiries. A worker that discards an expired message
         adds its task id to its revoked set (and shares that set with the workers it meets), so a
         copy sent again under the same id would be discarded too. The worker reads the fire
-        instance id from the header."""
+        instance id from the header (:attr:`FiringHeader.fire_instance_id`)."""
         return message_task_id(self.fire_instance_id, self.expired_count)
-
-    def header(self) -> dict[str, Any]:
-        """What the worker reads back into a :class:`~celery_quartz.context.JobExecutionContext`."""
-        header: dict[str, Any] = {
-            "scheduler": self.scheduler_name,
-            "fire_instance_id": self.fire_instance_id,
-            "job": [self.job_key.name, self.job_key.group],
-            "trigger": [self.trigger_key.name, self.trigger_key.group],
-            "scheduled_fire_time": self.scheduled_millis,
-            "fire_time": self.fired_millis,
-            "fired_by": self.fired_by,
-            "job_data": self.job_data,
-            "trigger_data": self.trigger_data,
-            "recovering": self.recovering,
-            "retry_attempt": self.retry_attempt,
-            "refire_count": self.refire_count,
-        }
-        if self.persist_job_data:
-            header["persist_job_data"] = True
-        if self.origin_trigger_key is not None:
-            header["origin_trigger"] = [self.origin_trigger_key.name, self.origin_trigger_key.group]
-        return header
 
 
 def message_task_id(fire_instance_id: str, expired_count: int) -> str:
     """The Celery task id of a firing's message (:attr:`Firing.task_id`)."""
     return f"{fire_instance_id}.r{expired_count}" if expired_count else fire_instance_id
+
+
+@dataclass(frozen=True)
+class FiringHeader:
+    """The header a firing's message carries to the worker, under the name :data:`HEADER`: the
+    firing's identity and what its :class:`~celery_quartz.context.JobExecutionContext` holds.
+
+    The only code that knows the header's keys. :meth:`of` writes it (both publishing paths);
+    :meth:`of_request` and :meth:`in_headers` read it back, and each property reads one value.
+    ``fields`` is the header as it travels, a JSON object; a worker that sends a firing on (a
+    retry, a refire) sends these fields, so a key written by another version of celery-quartz
+    passes through unchanged.
+    """
+
+    fields: dict[str, Any]
+
+    @classmethod
+    def of(cls, firing: Firing) -> FiringHeader:
+        """The header of ``firing``'s message."""
+        fields: dict[str, Any] = {
+            "scheduler": firing.scheduler_name,
+            "fire_instance_id": firing.fire_instance_id,
+            "job": [firing.job_key.name, firing.job_key.group],
+            "trigger": [firing.trigger_key.name, firing.trigger_key.group],
+            "scheduled_fire_time": firing.scheduled_millis,
+            "fire_time": firing.fired_millis,
+            "fired_by": firing.fired_by,
+            "job_data": firing.job_data,
+            "trigger_data": firing.trigger_data,
+            "recovering": firing.recovering,
+            "retry_attempt": firing.retry_attempt,
+            "refire_count": firing.refire_count,
+        }
+        if firing.persist_job_data:
+            fields["persist_job_data"] = True
+        if firing.origin_trigger_key is not None:
+            origin = firing.origin_trigger_key
+            fields["origin_trigger"] = [origin.name, origin.group]
+        return cls(fields)
+
+    @classmethod
+    def in_headers(cls, headers: Mapping[str, Any] | None) -> FiringHeader | None:
+        """The firing header among a message's headers; None for a message not ours."""
+        fields = (headers or {}).get(HEADER)
+        return cls(fields) if isinstance(fields, dict) else None
+
+    @classmethod
+    def of_request(cls, request: Any) -> FiringHeader | None:
+        """The firing header of a Celery task request (the ``task.request`` a task runs under);
+        None for a message not from celery-quartz."""
+        fields = getattr(request, HEADER, None)
+        if fields is None:
+            return cls.in_headers(getattr(request, "headers", None))
+        return cls(fields) if isinstance(fields, dict) else None
+
+    @property
+    def scheduler_name(self) -> str:
+        return self.fields["scheduler"]
+
+    @property
+    def fire_instance_id(self) -> str:
+        """The firing's id, which every version of celery-quartz writes. The message's task id is
+        not always the same (:attr:`Firing.task_id`)."""
+        return self.fields["fire_instance_id"]
+
+    @property
+    def job_key(self) -> JobKey:
+        return JobKey(*self.fields["job"])
+
+    @property
+    def trigger_key(self) -> TriggerKey:
+        return TriggerKey(*self.fields["trigger"])
+
+    @property
+    def scheduled_millis(self) -> int:
+        return self.fields["scheduled_fire_time"]
+
+    @property
+    def fired_millis(self) -> int:
+        return self.fields["fire_time"]
+
+    @property
+    def fired_by(self) -> str:
+        return str(self.fields.get("fired_by", ""))
+
+    @property
+    def job_data(self) -> dict[str, Any]:
+        """A copy of the job's data as published."""
+        return dict(self.fields.get("job_data") or {})
+
+    @property
+    def trigger_data(self) -> dict[str, Any]:
+        return dict(self.fields.get("trigger_data") or {})
+
+    @property
+    def recovering(self) -> bool:
+        return bool(self.fields.get("recovering", False))
+
+    @property
+    def origin_trigger_key(self) -> TriggerKey | None:
+        origin = self.fields.get("origin_trigger")
+        return TriggerKey(*origin) if origin else None
+
+    @property
+    def retry_attempt(self) -> int:
+        return int(self.fields.get("retry_attempt", 0))
+
+    @property
+    def refire_count(self) -> int:
+        return int(self.fields.get("refire_count", 0))
+
+    @property
+    def persist_job_data(self) -> bool:
+        return bool(self.fields.get("persist_job_data"))
+
+    def refired(self) -> FiringHeader:
+        """The header of the same firing run again at once, its refire count one higher."""
+        return FiringHeader({**self.fields, "refire_count": self.refire_count + 1})

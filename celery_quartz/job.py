@@ -26,12 +26,21 @@ class Job:
     ``priority``, ``routing_key``, …). Everything is JSON; nothing is pickled.
     """
 
+    #: The job's name and group, unique within a scheduler.
     key: JobKey
+    #: The registered Celery task a firing calls.
     task: str
+    #: Positional arguments the task is called with.
     args: Sequence[Any] = ()
+    #: Keyword arguments the task is called with.
     kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: Quartz's job data map: merged with the trigger's data for each firing, read through
+    #: :func:`celery_quartz.current_context`.
     data: Mapping[str, Any] = field(default_factory=dict)
+    #: Celery publish options (``queue``, ``priority``, ``routing_key``, ``expires``, …); a firing
+    #: with an execution group or a pinned worker is routed there instead.
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: Free text for operators.
     description: str | None = None
     #: Kept when no trigger refers to it any more.
     durable: bool = False

@@ -66,7 +66,9 @@ def _stored(cls: type[_K], name: str, group: str) -> _K:
 class JobKey:
     """Identifies a job within a scheduler: ``JobKey("report", "nightly")``."""
 
+    #: The job's name, unique within its group.
     name: str
+    #: The job's group (``DEFAULT`` when not given).
     group: str = DEFAULT_GROUP
 
     def __post_init__(self) -> None:
@@ -86,7 +88,9 @@ class JobKey:
 class TriggerKey:
     """Identifies a trigger within a scheduler: ``TriggerKey("report-2am", "nightly")``."""
 
+    #: The trigger's name, unique within its group.
     name: str
+    #: The trigger's group (``DEFAULT`` when not given); pausing a group pauses its triggers.
     group: str = DEFAULT_GROUP
 
     def __post_init__(self) -> None:

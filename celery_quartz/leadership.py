@@ -32,9 +32,12 @@ class SchedulerLeadership:
     """Starts the scheduler when this process is elected, stands it down when it is not."""
 
     def __init__(self, scheduler: Startable) -> None:
+        #: The scheduler it starts and stands down.
         self.scheduler = scheduler
 
     def on_started_leading(self) -> None:
+        """This process was elected: start the scheduler, or resume it from standby (nothing while
+        it shuts down)."""
         # The first acquisition starts the scheduler and every later one resumes it from
         # standby; start() does both, and nothing when the scheduler is already running.
         if self.scheduler.status.is_shut_down:
@@ -45,6 +48,8 @@ class SchedulerLeadership:
         self.scheduler.start()
 
     def on_stopped_leading(self) -> None:
+        """This process no longer leads: put a running scheduler in standby (not shut down: it may
+        lead again)."""
         # Standby, not shutdown: a shut-down scheduler cannot be started again, and this process
         # may well be elected once more in a minute. Losing the lease while the process is
         # already stopping is ordinary, and standby() raises once the scheduler has shut down.

@@ -43,14 +43,20 @@ logger = logging.getLogger(__name__)
 class SchedulerStatus(enum.Enum):
     """Where a scheduler is in its life (Quartz 4.x's ``SchedulerStatus``)."""
 
+    #: Built, not started yet (an election starts it when this process leads).
     CREATED = "CREATED"
+    #: Acquiring and firing triggers.
     RUNNING = "RUNNING"
+    #: Started, not acquiring: ``start()`` resumes it.
     STANDBY = "STANDBY"
+    #: Shutting down: releasing what it holds, checking out.
     SHUTTING_DOWN = "SHUTTING_DOWN"
+    #: Shut down; it cannot be started again.
     SHUTDOWN = "SHUTDOWN"
 
     @property
     def is_shut_down(self) -> bool:
+        """Whether the scheduler is shutting down or shut down (it can no longer start)."""
         return self in (SchedulerStatus.SHUTTING_DOWN, SchedulerStatus.SHUTDOWN)
 
 

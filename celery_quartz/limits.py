@@ -45,7 +45,9 @@ UNGROUPED = ""
 class ExecutionLimitScope(enum.Enum):
     """Where a limit is counted: per worker node (capacity), or once for the whole cluster."""
 
+    #: Counted per worker: a worker's concurrency on the group's queue is its share.
     NODE = "node"
+    #: Counted once for the whole cluster, from the firings in flight, at acquisition.
     CLUSTER = "cluster"
 
 

@@ -27,14 +27,15 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from json.encoder import encode_basestring_ascii as _encode
-from typing import Any, Protocol
+from typing import Any
 
 from celery import Celery, signals
 from celery.utils.nodenames import worker_direct
 from celery.utils.saferepr import saferepr
 
 from celery_quartz.clock import Clock, SystemClock, from_millis
-from celery_quartz.firing import HEADER, Firing, new_ids
+from celery_quartz.firing import HEADER, Firing, FiringHeader, new_ids
+from celery_quartz.hooks import PublishHooks
 
 logger = logging.getLogger(__name__)
 
@@ -51,21 +52,6 @@ _REPR_MAXSIZE = 1024
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 #: The base64 body of a message without arguments.
 _EMPTY_BODY = base64.b64encode(json.dumps([[], {}, _EMBED]).encode()).decode()
-
-
-class PublishHooks(Protocol):
-    """An extension point beside the publisher (tracing, in
-    :mod:`celery_quartz.observability`): told of a batch before and after it is handed over,
-    it may add message headers to each firing and wrap each firing's send through Celery."""
-
-    def before_publish(self, firings: Sequence[Firing]) -> dict[str, dict[str, str]]:
-        """Extra message headers by fire instance id (string values only)."""
-
-    def sending(self, firing: Firing) -> AbstractContextManager[Any]:
-        """Held around one firing's ``send_task`` (the Celery path)."""
-
-    def after_publish(self, firings: Sequence[Firing], error: BaseException | None) -> None:
-        """The batch was handed over, or ``error`` was raised."""
 
 
 class Publisher:
@@ -182,7 +168,7 @@ class Publisher:
                         # kwargsrepr as a header: Celery lays custom headers over its own
                         # (as an option it would also land in the message's properties).
                         headers={
-                            HEADER: firing.header(),
+                            HEADER: FiringHeader.of(firing).fields,
                             "kwargsrepr": kwargs_repr(firing),
                             **extra.get(firing.fire_instance_id, {}),
                         },
@@ -373,7 +359,7 @@ class RedisPath:
             # Celery shows empty arguments as () and {}.
             "argsrepr": _encode(_repr(args)) if args else '"()"',
             "kwargsrepr": _encode(kwargs_repr(firing)),
-            "header": json.dumps(firing.header()),
+            "header": json.dumps(FiringHeader.of(firing).fields),
             "reply_to": _encode(self.app.thread_oid),
             "delivery_tag": _encode(delivery_tag or new_ids(1)[0]),
             "body": _encode(_body(args, kwargs)),

@@ -6,6 +6,11 @@
 - ``source/<path>.md``: a repository file that a page links to (``../docker-compose.yml``),
   shown as code.
 
+The build fails when a public name the Python API reference (``docs/api.md``) shows has no
+docstring (:func:`undocumented_names`): mkdocstrings would leave it out without a word. A ``#:``
+comment above an attribute is its docstring (:class:`CommentDocstrings`, a griffe extension that
+mkdocs.yml gives mkdocstrings), as it is for Sphinx.
+
 Links between repository files are rewritten to the pages that hold them, so README.md and
 docs/*.md keep links that work on the repository host and in the site. A link to a file that
 does not exist is left as it is, and ``mkdocs build --strict`` fails on it.
@@ -17,6 +22,7 @@ import ast
 import dataclasses
 import posixpath
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,7 +205,123 @@ def source_page(repo_path: str) -> str:
     return f"# `{repo_path}`\n\n````{language}\n{text}````\n"
 
 
+# -- the Python API reference: every public name documented ---------------------------------
+
+API_PAGE = REPO / "docs" / "api.md"
+_DIRECTIVE = re.compile(r"^::: (\S+)((?:\n {4}.*)*)", re.MULTILINE)
+_MEMBERS = re.compile(r"^\s+members:\s*\[(.*)\]", re.MULTILINE)
+
+try:
+    import griffe
+except ImportError:  # the docs extra is not installed: nothing here is used
+    griffe = None  # type: ignore[assignment]
+
+
+class CommentDocstrings(griffe.Extension if griffe else object):  # type: ignore[misc]
+    """A griffe extension: the ``#:`` comment lines right above an attribute (the package's way
+    to document a dataclass field, an enum member or a constant) are its docstring; a member
+    that overrides a documented one of a base class (a trigger kind's ``detail``) has the base's
+    docstring, as Sphinx's ``autodoc_inherit_docstrings`` gives it: the contract is said once."""
+
+    def on_package(self, *, pkg: Any, **kwargs: Any) -> None:
+        for cls in _classes(pkg):
+            for name, member in cls.members.items():
+                if member.is_alias or member.docstring is not None:
+                    continue
+                for base in _bases(cls):
+                    inherited = base.members.get(name)
+                    if inherited is not None and not inherited.is_alias and inherited.docstring:
+                        member.docstring = griffe.Docstring(
+                            inherited.docstring.value, parent=member
+                        )
+                        break
+
+    def on_attribute_instance(self, *, attr: Any, **kwargs: Any) -> None:
+        if attr.docstring is not None or not attr.lineno or attr.filepath is None:
+            return
+        if attr.filepath not in attr.lines_collection:
+            return
+        lines = attr.lines_collection[attr.filepath]
+        comment: list[str] = []
+        number = attr.lineno - 2  # the line above, 0-based
+        while number >= 0 and lines[number].strip().startswith("#:"):
+            comment.insert(0, lines[number].strip()[2:].strip())
+            number -= 1
+        if comment:
+            attr.docstring = griffe.Docstring(
+                "\n".join(comment), lineno=number + 2, endlineno=attr.lineno - 1, parent=attr
+            )
+
+
+def _classes(obj: Any) -> Iterator[Any]:
+    for member in obj.members.values():
+        if member.is_alias:
+            continue
+        if member.is_class:
+            yield member
+        if member.is_class or member.is_module:
+            yield from _classes(member)
+
+
+def _bases(cls: Any) -> list[Any]:
+    try:
+        return list(cls.mro())
+    except Exception:  # a base outside the package (enum.Enum, celery's Scheduler)
+        return []
+
+
+def undocumented_names(page: str | None = None, search_paths: Sequence[str] = ()) -> list[str]:
+    """Every public name the API reference shows that has no docstring: each ``:::`` object of
+    ``page`` (docs/api.md by default) and each public member mkdocstrings lists under it (those
+    defined there, only those of ``members:`` when the directive names them)."""
+    if griffe is None:
+        raise RuntimeError("the API reference check needs griffe (pip install -e '.[docs]')")
+    page = API_PAGE.read_text() if page is None else page
+    loader = griffe.GriffeLoader(
+        search_paths=[*search_paths, str(REPO)],
+        extensions=griffe.load_extensions(CommentDocstrings),
+    )
+    missing: list[str] = []
+
+    def walk(obj: Any, path: str, members: list[str] | None = None) -> None:
+        if not obj.docstring:
+            missing.append(path)
+        if not (obj.is_class or obj.is_module):
+            return
+        for name, member in obj.members.items():
+            if name.startswith("_") or member.is_alias:
+                continue  # private, or imported from elsewhere (documented where it is defined)
+            if members is None or name in members:
+                walk(member, f"{path}.{name}")
+
+    packages: dict[str, Any] = {}
+    for identifier, options in _DIRECTIVE.findall(page):
+        package, _, rest = identifier.partition(".")
+        if package not in packages:
+            packages[package] = loader.load(package)
+        obj = packages[package]
+        if rest:
+            obj = obj[rest]
+        if obj.is_alias:
+            obj = obj.final_target
+        listed = _MEMBERS.search(options)
+        members = [m.strip() for m in listed.group(1).split(",")] if listed else None
+        walk(obj, identifier, members)
+    return missing
+
+
 # -- the hooks ------------------------------------------------------------------------------
+
+
+def on_pre_build(config: Any) -> None:
+    from mkdocs.exceptions import PluginError
+
+    missing = undocumented_names()
+    if missing:
+        raise PluginError(
+            f"{API_PAGE.relative_to(REPO)}: {len(missing)} public name(s) have no docstring, "
+            f"so the API reference would leave them out: {', '.join(missing)}"
+        )
 
 
 def _all_repo_links(config: Any) -> set[str]:

@@ -211,6 +211,7 @@ class CronExpression:
 
     @property
     def zone(self) -> tzinfo:
+        """The time zone the expression is read in."""
         return self._zone
 
     def __repr__(self) -> str:

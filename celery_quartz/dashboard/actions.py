@@ -4,9 +4,11 @@ the field at fault, raised before anything is written."""
 
 from __future__ import annotations
 
+import copy
+import math
 from collections.abc import Callable, Mapping
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
 
 from celery import Celery
 
@@ -14,16 +16,24 @@ from celery_quartz.affinity import PreferredNode
 from celery_quartz.client import Quartz
 from celery_quartz.errors import (
     CalendarInUseError,
+    InvalidTriggerError,
     JobNotFoundError,
     ObjectAlreadyExistsError,
     QuartzError,
     TriggerNotFoundError,
+    UnknownTimeZoneError,
     ValidationError,
 )
-from celery_quartz.job import Job
-from celery_quartz.keys import DEFAULT_GROUP, JobKey, TriggerKey
+from celery_quartz.job import Job, encode_json, encode_json_object
+from celery_quartz.keys import (
+    DEFAULT_GROUP,
+    MAX_DESCRIPTION_LENGTH,
+    MAX_KEY_LENGTH,
+    JobKey,
+    TriggerKey,
+)
 from celery_quartz.triggers import REPEAT_INDEFINITELY, CronTrigger, SimpleTrigger, Trigger
-from celery_quartz.triggers.base import TriggerDetailsUpdate
+from celery_quartz.triggers.base import MAX_PRIORITY, MIN_PRIORITY, TriggerDetailsUpdate
 
 
 class HttpError(Exception):
@@ -48,6 +58,14 @@ def invalid(field: str, message: str) -> HttpError:
     return HttpError(422, "invalid", f"{field}: {message}", field)
 
 
+def check_text(values: Mapping[str, str]) -> None:
+    """Refuse a NUL character in a path part or a query parameter, naming it: no stored name
+    holds one (PostgreSQL's text cannot)."""
+    for name, value in values.items():
+        if "\x00" in value:
+            raise invalid(name, "must not contain a NUL character")
+
+
 def from_quartz_error(error: QuartzError) -> HttpError:
     """The HTTP answer to an error of the client."""
     if isinstance(error, (TriggerNotFoundError, JobNotFoundError)):
@@ -62,6 +80,7 @@ def from_quartz_error(error: QuartzError) -> HttpError:
 # -- the actions -------------------------------------------------------------------------------
 
 Body = Mapping[str, Any]
+_K = TypeVar("_K", JobKey, TriggerKey)
 
 
 def _trigger_action(
@@ -101,6 +120,8 @@ def _repin(client: Quartz, key: TriggerKey, body: Body) -> dict[str, Any]:
     value = body["preferred_node"]
     if value is not None and not isinstance(value, str):
         raise invalid("preferred_node", f"a worker's node name, '*' or null, not {value!r}")
+    if value is not None:
+        check_text({"preferred_node": value})
     try:
         node = PreferredNode.parse(value)
     except ValidationError as error:
@@ -112,8 +133,7 @@ def _repin(client: Quartz, key: TriggerKey, body: Body) -> dict[str, Any]:
 def _trigger_now(client: Quartz, key: JobKey, body: Body) -> dict[str, Any]:
     _only(body, {"data"}, "")
     data = body.get("data") or {}
-    if not isinstance(data, dict):
-        raise invalid("data", "a JSON object")
+    _json_object(data, "data", client.settings.max_job_data_bytes)
     trigger = client.trigger_job(key, data)
     return {"trigger": {"group": trigger.key.group, "name": trigger.key.name}}
 
@@ -191,6 +211,10 @@ _TRIGGER_FIELDS = {
 }
 
 
+#: Quartz's repeat count is a 32-bit integer.
+MAX_REPEAT_COUNT = 2**31 - 1
+
+
 def schedule_job(client: Quartz, app: Celery, allowed_tasks: Any, body: Body) -> dict[str, Any]:
     """Store a job and its trigger from the request's JSON (docs/dashboard.md gives the form).
 
@@ -203,7 +227,8 @@ def schedule_job(client: Quartz, app: Celery, allowed_tasks: Any, body: Body) ->
     replace = body.get("replace", False)
     if not isinstance(replace, bool):
         raise invalid("replace", "true or false")
-    job = _job(job_spec)
+    max_bytes = client.settings.max_job_data_bytes
+    job = _job(job_spec, max_bytes)
     app.loader.import_default_modules()
     if job.task not in app.tasks:
         raise invalid("job.task", f"task {job.task!r} is not registered with the app")
@@ -214,9 +239,14 @@ def schedule_job(client: Quartz, app: Celery, allowed_tasks: Any, body: Body) ->
             f"job.task: task {job.task!r} is not on quartz_dashboard_allowed_tasks",
             "job.task",
         )
-    trigger = _trigger(trigger_spec)
+    trigger, schedule_field = _trigger(trigger_spec, max_bytes)
+    _check_fires(trigger, schedule_field, client.clock.now())
     try:
         client.schedule_job(job, trigger, replace=replace)
+    except InvalidTriggerError as error:
+        # What is left once the fields are checked: the calendar (not stored, or excluding
+        # every fire time).
+        raise invalid("trigger.calendar", str(error)) from None
     except QuartzError as error:
         raise from_quartz_error(error) from None
     return {
@@ -228,7 +258,7 @@ def schedule_job(client: Quartz, app: Celery, allowed_tasks: Any, body: Body) ->
     }
 
 
-def _job(spec: Body) -> Job:
+def _job(spec: Body, max_bytes: int) -> Job:
     _only(spec, _JOB_FIELDS, "job.")
     name = _required(spec, "name", "job.")
     group = _string(spec, "group", "job.") or DEFAULT_GROUP
@@ -236,91 +266,144 @@ def _job(spec: Body) -> Job:
     args = spec.get("args", [])
     if not isinstance(args, list):
         raise invalid("job.args", "a JSON array")
+    try:
+        encode_json("job", "args", args, max_bytes)
+    except ValidationError as error:
+        raise invalid("job.args", str(error)) from None
     fields: dict[str, Any] = {}
     for name_ in ("kwargs", "data"):
         value = spec.get(name_, {})
-        if not isinstance(value, dict):
-            raise invalid(f"job.{name_}", "a JSON object")
+        _json_object(value, f"job.{name_}", max_bytes)
         fields[name_] = value
     for flag in ("durable", "requests_recovery", "disallow_concurrent", "persist_job_data"):
         value = spec.get(flag, False)
         if not isinstance(value, bool):
             raise invalid(f"job.{flag}", "true or false")
         fields[flag] = value
-    try:
-        key = JobKey(name, group)
-        return Job(
-            key=key,
-            task=task,
-            args=args,
-            description=_string(spec, "description", "job."),
-            **fields,
-        )
-    except ValidationError as error:
-        raise invalid("job", str(error)) from None
+    return Job(
+        key=_key(JobKey, name, group, "job."),
+        task=task,
+        args=args,
+        description=_string(spec, "description", "job.", max_length=MAX_DESCRIPTION_LENGTH),
+        **fields,
+    )
 
 
-def _trigger(spec: Body) -> Trigger:
+def _trigger(spec: Body, max_bytes: int) -> tuple[Trigger, str]:
+    """The trigger of a request, and the field that holds its schedule (``trigger.cron``,
+    ``trigger.interval`` or ``trigger.at``)."""
     _only(spec, _TRIGGER_FIELDS, "trigger.")
     kinds = [k for k in ("cron", "interval", "at") if k in spec]
     if len(kinds) != 1:
         raise invalid("trigger", "exactly one of cron, interval or at")
+    kind = kinds[0]
+    schedule_field = f"trigger.{kind}"
     name = _string(spec, "name", "trigger.")
     group = _string(spec, "group", "trigger.") or DEFAULT_GROUP
     common: dict[str, Any] = {
-        "description": _string(spec, "description", "trigger."),
-        "calendar_name": _string(spec, "calendar", "trigger."),
-        "execution_group": _string(spec, "execution_group", "trigger."),
+        "description": _string(spec, "description", "trigger.", max_length=MAX_DESCRIPTION_LENGTH),
+        "calendar_name": _string(spec, "calendar", "trigger.", max_length=MAX_KEY_LENGTH),
+        "execution_group": _string(spec, "execution_group", "trigger.", max_length=MAX_KEY_LENGTH),
         "start_at": _time(spec, "start_at"),
         "end_at": _time(spec, "end_at"),
     }
-    try:
-        common["key"] = TriggerKey(name, group) if name else TriggerKey.generate(group)
-    except ValidationError as error:
-        raise invalid("trigger.name", str(error)) from None
+    common["key"] = _key(TriggerKey, name, group, "trigger.")
     if "priority" in spec:
-        priority = spec["priority"]
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise invalid("trigger.priority", "an integer")
-        common["priority"] = priority
+        common["priority"] = _integer(spec, "priority", MIN_PRIORITY, MAX_PRIORITY)
     if "data" in spec:
-        if not isinstance(spec["data"], dict):
-            raise invalid("trigger.data", "a JSON object")
+        _json_object(spec["data"], "trigger.data", max_bytes)
         common["data"] = spec["data"]
     if "preferred_node" in spec:
         value = spec["preferred_node"]
         if value is not None and not isinstance(value, str):
             raise invalid("trigger.preferred_node", "a worker's node name, '*' or null")
+        if value is not None:
+            check_text({"trigger.preferred_node": value})
         try:
             common["preferred_node"] = PreferredNode.parse(value)
         except ValidationError as error:
             raise invalid("trigger.preferred_node", str(error)) from None
-    kind = kinds[0]
+    if kind == "at":
+        if "start_at" in spec:
+            raise invalid("trigger.start_at", "not with 'at' (which is the start)")
+        common["start_at"] = _time(spec, "at")
+    start, end = common["start_at"], common["end_at"]
+    if start is not None and end is not None and end < start:
+        raise invalid("trigger.end_at", f"{spec['end_at']!r} is before the start")
     try:
         if kind == "cron":
             expression = _required(spec, "cron", "trigger.")
             time_zone = _string(spec, "time_zone", "trigger.") or "UTC"
-            return CronTrigger(expression=expression, time_zone=time_zone, **common)
-        if kind == "interval":
-            interval = spec["interval"]
-            if (
-                isinstance(interval, bool)
-                or not isinstance(interval, (int, float))
-                or interval <= 0
-            ):
-                raise invalid("trigger.interval", "a positive number of seconds")
-            count = spec.get("repeat_count", REPEAT_INDEFINITELY)
-            if isinstance(count, bool) or not isinstance(count, int) or count < REPEAT_INDEFINITELY:
-                raise invalid("trigger.repeat_count", "an integer, -1 for indefinitely")
-            return SimpleTrigger(
-                repeat_interval=timedelta(seconds=interval), repeat_count=count, **common
+            trigger: Trigger = CronTrigger(expression=expression, time_zone=time_zone, **common)
+        elif kind == "interval":
+            trigger = SimpleTrigger(
+                repeat_interval=_interval(spec["interval"]),
+                repeat_count=_integer(
+                    spec, "repeat_count", REPEAT_INDEFINITELY, MAX_REPEAT_COUNT, REPEAT_INDEFINITELY
+                ),
+                **common,
             )
-        if "start_at" in spec:
-            raise invalid("trigger.start_at", "not with 'at' (which is the start)")
-        common["start_at"] = _time(spec, "at")
-        return SimpleTrigger(repeat_count=0, **common)
+        else:
+            trigger = SimpleTrigger(repeat_count=0, **common)
+        trigger.validate()
+    except UnknownTimeZoneError as error:
+        raise invalid("trigger.time_zone", str(error)) from None
     except ValidationError as error:
-        field = "trigger.cron" if kind == "cron" else "trigger"
+        raise invalid(schedule_field, str(error)) from None
+    return trigger, schedule_field
+
+
+def _check_fires(trigger: Trigger, schedule_field: str, now: datetime) -> None:
+    """Refuse a trigger whose schedule never fires, naming the field that holds the schedule
+    (the store refuses it too, but cannot name a field of the request)."""
+    probe = copy.deepcopy(trigger)
+    if probe.start_at is None:
+        probe.start_at = now
+    try:
+        first = probe.compute_first_fire_time()
+    except OverflowError:
+        raise invalid(
+            schedule_field, "its first fire time is outside the range of times (years 1 to 9999)"
+        ) from None
+    if first is None:
+        raise invalid(schedule_field, "based on its schedule (and its end_at) it will never fire")
+
+
+def _integer(spec: Body, name: str, low: int, high: int, default: int | None = None) -> int:
+    value = spec.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise invalid(f"trigger.{name}", f"an integer from {low} to {high}, not {value!r}")
+    return value
+
+
+def _interval(value: Any) -> timedelta:
+    """A repeat interval in seconds: a finite, positive number, at least a microsecond."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise invalid("trigger.interval", f"a positive number of seconds, not {value!r}")
+    try:
+        interval = timedelta(seconds=value)
+    except OverflowError:
+        raise invalid(
+            "trigger.interval", f"at most {timedelta.max.days} days in seconds, not {value!r}"
+        ) from None
+    if interval <= timedelta(0):
+        raise invalid("trigger.interval", f"at least a microsecond, not {value!r}")
+    return interval
+
+
+def _json_object(value: Any, field: str, max_bytes: int) -> None:
+    """Refuse what is not a JSON object of JSON values within the size bound (no NaN, no
+    Infinity), naming the field."""
+    if not isinstance(value, dict):
+        raise invalid(field, "a JSON object")
+    try:
+        encode_json_object(field, "value", value, max_bytes)
+    except ValidationError as error:
         raise invalid(field, str(error)) from None
 
 
@@ -336,15 +419,36 @@ def _object(value: Any, field: str) -> Body:
     return value
 
 
-def _string(spec: Body, name: str, prefix: str, *, required: bool = False) -> str | None:
+def _string(
+    spec: Body, name: str, prefix: str, *, required: bool = False, max_length: int | None = None
+) -> str | None:
     value = spec.get(name)
+    field = f"{prefix}{name}"
     if value is None:
         if required:
-            raise invalid(f"{prefix}{name}", "required")
+            raise invalid(field, "required")
         return None
     if not isinstance(value, str) or not value.strip():
-        raise invalid(f"{prefix}{name}", "a non-empty string")
+        raise invalid(field, "a non-empty string")
+    check_text({field: value})
+    if max_length is not None and len(value) > max_length:
+        raise invalid(field, f"at most {max_length} characters, not {len(value)}")
     return value
+
+
+def _key(kind: type[_K], name: str | None, group: str, prefix: str) -> _K:
+    """A job or trigger key (a generated trigger name when ``name`` is None), naming the part
+    at fault."""
+    try:
+        kind("x", group)
+    except ValidationError as error:
+        raise invalid(f"{prefix}group", str(error)) from None
+    if name is None:
+        return TriggerKey.generate(group)  # type: ignore[return-value]
+    try:
+        return kind(name, group)
+    except ValidationError as error:
+        raise invalid(f"{prefix}name", str(error)) from None
 
 
 def _required(spec: Body, name: str, prefix: str) -> str:
@@ -354,6 +458,8 @@ def _required(spec: Body, name: str, prefix: str) -> str:
 
 
 def _time(spec: Body, name: str) -> datetime | None:
+    """An ISO 8601 time with its offset, within the range of times Python holds (years 1 to
+    9999 in UTC)."""
     value = spec.get(name)
     if value is None:
         return None
@@ -365,4 +471,10 @@ def _time(spec: Body, name: str) -> datetime | None:
         raise invalid(
             f"trigger.{name}", f"an ISO 8601 time with its offset (…T09:00:00+00:00), not {value!r}"
         )
+    try:
+        parsed.astimezone(timezone.utc)
+    except OverflowError:
+        raise invalid(
+            f"trigger.{name}", f"{value!r} is outside the range of times (years 1 to 9999 in UTC)"
+        ) from None
     return parsed

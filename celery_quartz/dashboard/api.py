@@ -22,6 +22,7 @@ from celery_quartz.dashboard.actions import (
     JOB_ACTIONS,
     TRIGGER_ACTIONS,
     HttpError,
+    check_text,
     from_quartz_error,
     invalid,
     schedule_job,
@@ -36,6 +37,8 @@ from celery_quartz.store import TriggerState
 from celery_quartz.store.views import MAX_PAGE, FiringFilter, JobFilter, TriggerFilter
 
 API = "/api/v1"
+#: The deepest nesting of arrays and objects a request body may have.
+MAX_JSON_DEPTH = 32
 #: The most fire times a trigger's page computes.
 MAX_FIRE_TIMES = 100
 TRIGGER_STATES = frozenset(
@@ -74,7 +77,7 @@ def decode_cursor(params: Mapping[str, str]) -> tuple[str, str] | None:
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
         group, name = json.loads(raw)
-        if isinstance(group, str) and isinstance(name, str):
+        if isinstance(group, str) and isinstance(name, str) and "\x00" not in group + name:
             return group, name
     except (binascii.Error, ValueError, TypeError):
         pass
@@ -235,8 +238,8 @@ def _reader(d: Dashboard, work: Callable[..., Any], *path: str) -> Handler:
     async def endpoint(request: Request) -> Response:
         scheduler = request.path_params["scheduler"]
         target = await run_in_threadpool(d.require, request, scheduler, READ, cookie=False)
+        params = request_text(request)
         args = [request.path_params[p] for p in path]
-        params = dict(request.query_params)
         return JSONResponse(await run_in_threadpool(work, d, target, *args, params))
 
     return endpoint
@@ -248,6 +251,7 @@ def _writer(d: Dashboard, action: str, work: Callable[..., Any], *path: str) -> 
     async def endpoint(request: Request) -> Response:
         scheduler = request.path_params["scheduler"]
         target = await run_in_threadpool(d.require, request, scheduler, action, cookie=False)
+        request_text(request)
         body = await json_object(request)
         args = [request.path_params[p] for p in path]
         try:
@@ -259,19 +263,47 @@ def _writer(d: Dashboard, action: str, work: Callable[..., Any], *path: str) -> 
     return endpoint
 
 
+def request_text(request: Request) -> dict[str, str]:
+    """The request's query parameters, once neither they nor its path parts hold a NUL."""
+    check_text(request.path_params)
+    params = dict(request.query_params)
+    check_text(params)
+    return params
+
+
 async def json_object(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw.strip():
         return {}
     if "json" not in request.headers.get("content-type", "application/json"):
         raise HttpError(415, "unsupported_media_type", "send the body as application/json")
+    too_deep = HttpError(
+        400, "bad_json", f"the body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
+    )
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise too_deep from None
     except ValueError as error:
         raise HttpError(400, "bad_json", f"the body is not JSON: {error}") from None
+    if _depth(body) > MAX_JSON_DEPTH:
+        raise too_deep
     if not isinstance(body, dict):
         raise invalid("body", "a JSON object")
     return body
+
+
+def _depth(value: Any) -> int:
+    """How deep arrays and objects nest in ``value`` (counted without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend(
+                (v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
 
 
 def _nodes(d: Dashboard, t: Target, params: Mapping[str, str]) -> dict[str, Any]:

@@ -1,22 +1,259 @@
-"""The OpenAPI 3.1 document of the HTTP API, served at ``/api/v1/openapi.json``."""
+"""The OpenAPI 3.1 document of the HTTP API, served at ``/api/v1/openapi.json``: every
+operation with its parameters, its request body, every status it answers with, and the shape
+of each answer (the suite runs Schemathesis against it: an answer outside it fails)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from celery_quartz.dashboard.actions import MAX_DESCRIPTION_LENGTH, MAX_REPEAT_COUNT
 from celery_quartz.dashboard.auth import WRITE_ACTIONS
+from celery_quartz.keys import MAX_KEY_LENGTH
+from celery_quartz.store.views import MAX_PAGE
+from celery_quartz.triggers.base import MAX_PRIORITY, MIN_PRIORITY
+
+
+def _nullable(kind: str, **more: Any) -> dict[str, Any]:
+    return {"type": [kind, "null"], **more}
+
+
+def _object(properties: dict[str, Any], **more: Any) -> dict[str, Any]:
+    """An object with every one of ``properties`` required."""
+    return {"type": "object", "properties": properties, "required": list(properties), **more}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _list(name: str) -> dict[str, Any]:
+    return {"type": "array", "items": _ref(name)}
+
+
+_TIME = _nullable("string", format="date-time")
+_STRING = {"type": "string"}
+_INTEGER = {"type": "integer"}
+_BOOLEAN = {"type": "boolean"}
+_JSON_OBJECT = {"type": "object"}
+
+#: The shapes of the answers, as components.
+SCHEMAS: dict[str, Any] = {
+    "Error": _object(
+        {
+            "error": {
+                "type": "object",
+                "properties": {"code": _STRING, "message": _STRING, "field": _STRING},
+                "required": ["code", "message"],
+            }
+        }
+    ),
+    "Key": _object({"group": _STRING, "name": _STRING}),
+    "Outcome": _object(
+        {
+            "started_time": _TIME,
+            "finished_time": _TIME,
+            "succeeded": _nullable("boolean"),
+            "error_type": _nullable("string"),
+            "error_message": _nullable("string"),
+            "duration": _nullable("number"),
+            "consecutive_failures": _nullable("integer"),
+        }
+    ),
+    "Trigger": _object(
+        {
+            "key": _ref("Key"),
+            "job": {"oneOf": [_ref("Key"), {"type": "null"}]},
+            "kind": _STRING,
+            "state": _STRING,
+            "task": _nullable("string"),
+            "description": _nullable("string"),
+            "priority": _INTEGER,
+            "next_fire_time": _TIME,
+            "previous_fire_time": _TIME,
+            "start_time": _TIME,
+            "end_time": _TIME,
+            "times_triggered": _INTEGER,
+            "calendar": _nullable("string"),
+            "misfire_instruction": _INTEGER,
+            "execution_group": _nullable("string"),
+            "preferred_node": _nullable("string"),
+            "preferred_node_auto": _BOOLEAN,
+            "retry_policy": _nullable("string"),
+            "schedule": _JSON_OBJECT,
+            "data": _JSON_OBJECT,
+            "last_outcome": {"oneOf": [_ref("Outcome"), {"type": "null"}]},
+            "error_reason": _nullable("string"),
+        }
+    ),
+    "TriggerPage": _object(
+        {"items": _list("Trigger"), "next_after": _nullable("string")},
+    ),
+    "TriggerDetail": {
+        "allOf": [
+            _ref("Trigger"),
+            _object(
+                {
+                    "upcoming_fire_times": {
+                        "type": "array",
+                        "items": {"type": "string", "format": "date-time"},
+                    },
+                    "paused_group": _BOOLEAN,
+                }
+            ),
+        ]
+    },
+    "Job": _object(
+        {
+            "key": _ref("Key"),
+            "task": _STRING,
+            "description": _nullable("string"),
+            "args": {"type": "array"},
+            "kwargs": _JSON_OBJECT,
+            "data": _JSON_OBJECT,
+            "options": _JSON_OBJECT,
+            "durable": _BOOLEAN,
+            "requests_recovery": _BOOLEAN,
+            "disallow_concurrent": _BOOLEAN,
+            "persist_job_data": _BOOLEAN,
+        }
+    ),
+    "JobPage": _object({"items": _list("Job"), "next_after": _nullable("string")}),
+    "JobDetail": {"allOf": [_ref("Job"), _object({"triggers": _list("Trigger")})]},
+    "Firing": _object(
+        {
+            "fire_instance_id": _STRING,
+            "trigger": _ref("Key"),
+            "job": {"oneOf": [_ref("Key"), {"type": "null"}]},
+            "state": _STRING,
+            "instance_name": _STRING,
+            "worker_name": _nullable("string"),
+            "scheduled_time": _TIME,
+            "fired_time": _TIME,
+            "published_time": _TIME,
+            "started_time": _TIME,
+            "expires_time": _TIME,
+            "priority": _INTEGER,
+            "execution_group": _nullable("string"),
+            "queue": _nullable("string"),
+            "recovering": _BOOLEAN,
+            "retry_attempt": _INTEGER,
+            "refire_count": _INTEGER,
+        }
+    ),
+    "FiringPage": _object({"items": _list("Firing"), "next_after": _nullable("string")}),
+    "Node": _object(
+        {
+            "instance_name": _STRING,
+            "kind": _STRING,
+            "alive": _BOOLEAN,
+            "last_checkin_time": _TIME,
+            "checkin_interval": {"type": "number"},
+            "started_time": _TIME,
+            "clustered": _BOOLEAN,
+            "hostname": _nullable("string"),
+            "pid": _nullable("integer"),
+            "status": _nullable("string"),
+            "epoch": _nullable("integer"),
+            "queues": {"type": ["array", "null"], "items": _STRING},
+            "concurrency": _nullable("integer"),
+        }
+    ),
+    "Nodes": _object({"nodes": _list("Node"), "leader": _nullable("string"), "epoch": _INTEGER}),
+    "Group": _object(
+        {
+            "execution_group": _nullable("string"),
+            "queue": _STRING,
+            "max_concurrent": _nullable("integer"),
+            "scope": _nullable("string"),
+            "capacity": _nullable("integer"),
+            "in_flight": _INTEGER,
+            "held_back": _INTEGER,
+            "parked": _BOOLEAN,
+            "served": _nullable("boolean"),
+        }
+    ),
+    "Unserved": _object(
+        {
+            "execution_group": _nullable("string"),
+            "queue": _STRING,
+            "node": _nullable("string"),
+            "why": _STRING,
+        }
+    ),
+    "Groups": _object({"items": _list("Group"), "unserved": _list("Unserved")}),
+    "Owed": _object(
+        {
+            "overdue": _list("Trigger"),
+            "overdue_count": _INTEGER,
+            "blocked": _list("Trigger"),
+            "blocked_count": _INTEGER,
+            "errors": _list("Trigger"),
+            "error_count": _INTEGER,
+            "count_cap": _INTEGER,
+            "parked_groups": _list("Group"),
+            "dead_nodes": _list("Node"),
+            "unserved": _list("Unserved"),
+        }
+    ),
+    "Overview": {
+        "allOf": [
+            _ref("Nodes"),
+            _object(
+                {
+                    "scheduler": _STRING,
+                    "read_only": _BOOLEAN,
+                    "groups": _list("Group"),
+                    "owed": _ref("Owed"),
+                    "paused_trigger_groups": {"type": "array", "items": _STRING},
+                }
+            ),
+        ]
+    },
+    "Calendars": _object(
+        {
+            "items": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "name": _STRING,
+                        "type": _STRING,
+                        "description": _nullable("string"),
+                        "definition": _JSON_OBJECT,
+                    }
+                ),
+            }
+        }
+    ),
+    "Schedulers": _object(
+        {
+            "items": {"type": "array", "items": _object({"name": _STRING})},
+            "read_only": _BOOLEAN,
+        }
+    ),
+    "Ok": _object({"ok": {"const": True}}),
+    "Reset": _object({"reset": _INTEGER}),
+    "Removed": _object({"removed": _BOOLEAN}),
+    "Pin": _object({"preferred_node": _nullable("string"), "preferred_node_auto": _BOOLEAN}),
+    "Fired": _object({"trigger": _ref("Key")}),
+    "Scheduled": _object({"job": _ref("Key"), "trigger": _ref("Key"), "next_fire_time": _TIME}),
+}
 
 _PAGE = [
-    {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+    {
+        "name": "limit",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE},
+    },
     {
         "name": "after",
         "in": "query",
         "description": "The next_after of the previous page (a key, not an offset).",
-        "schema": {"type": "string"},
+        "schema": _STRING,
     },
 ]
 _TRIGGER_FILTERS = [
-    {"name": n, "in": "query", "schema": {"type": "string"}, "description": d}
+    {"name": n, "in": "query", "schema": _STRING, "description": d}
     for n, d in (
         ("group", "Trigger group."),
         ("state", "WAITING, ACQUIRED, PAUSED, BLOCKED, PAUSED_BLOCKED, COMPLETE or ERROR."),
@@ -29,104 +266,110 @@ _TRIGGER_FILTERS = [
     )
 ]
 _FIRING_FILTERS = [
-    {"name": n, "in": "query", "schema": {"type": "string"}}
+    {"name": n, "in": "query", "schema": _STRING}
     for n in ("state", "instance_name", "worker_name", "execution_group")
 ]
-_KEY = [
-    {"name": "group", "in": "path", "required": True, "schema": {"type": "string"}},
-    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
-]
-_ERROR = {
-    "description": "An error naming the field at fault, when one is.",
-    "content": {
-        "application/json": {
-            "schema": {
-                "type": "object",
-                "properties": {
-                    "error": {
-                        "type": "object",
-                        "properties": {
-                            "code": {"type": "string"},
-                            "message": {"type": "string"},
-                            "field": {"type": "string"},
-                        },
-                        "required": ["code", "message"],
-                    }
-                },
-            }
-        }
-    },
-}
+_SCHEDULER = [{"name": "scheduler", "in": "path", "required": True, "schema": _STRING}]
+_GROUP = [{"name": "group", "in": "path", "required": True, "schema": _STRING}]
+_KEY = [*_GROUP, {"name": "name", "in": "path", "required": True, "schema": _STRING}]
+
+
+def _error() -> dict[str, Any]:
+    return {
+        "description": "A refusal, naming the field at fault when there is one.",
+        "content": {"application/json": {"schema": _ref("Error")}},
+    }
+
+
+def _answer(schema: str) -> dict[str, Any]:
+    return {"description": "OK", "content": {"application/json": {"schema": _ref(schema)}}}
+
+
+_KEY_PART = {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH}
+_DESCRIPTION = {"type": "string", "minLength": 1, "maxLength": MAX_DESCRIPTION_LENGTH}
+_TIME_IN = {"type": "string", "format": "date-time"}
 _SCHEDULE_BODY = {
     "type": "object",
     "required": ["job", "trigger"],
+    "additionalProperties": False,
     "properties": {
         "job": {
             "type": "object",
             "required": ["name", "task"],
+            "additionalProperties": False,
             "properties": {
-                "name": {"type": "string"},
-                "group": {"type": "string"},
+                "name": _KEY_PART,
+                "group": _KEY_PART,
                 "task": {"type": "string", "description": "A registered (and allowed) task."},
                 "args": {"type": "array"},
-                "kwargs": {"type": "object"},
-                "data": {"type": "object"},
-                "description": {"type": "string"},
-                "durable": {"type": "boolean"},
-                "requests_recovery": {"type": "boolean"},
-                "disallow_concurrent": {"type": "boolean"},
-                "persist_job_data": {"type": "boolean"},
+                "kwargs": _JSON_OBJECT,
+                "data": _JSON_OBJECT,
+                "description": _DESCRIPTION,
+                "durable": _BOOLEAN,
+                "requests_recovery": _BOOLEAN,
+                "disallow_concurrent": _BOOLEAN,
+                "persist_job_data": _BOOLEAN,
             },
         },
         "trigger": {
             "type": "object",
             "description": "Exactly one of cron, interval (seconds) or at (a time).",
+            "additionalProperties": False,
+            "oneOf": [{"required": ["cron"]}, {"required": ["interval"]}, {"required": ["at"]}],
             "properties": {
-                "name": {"type": "string"},
-                "group": {"type": "string"},
-                "cron": {"type": "string"},
-                "time_zone": {"type": "string"},
-                "interval": {"type": "number"},
-                "repeat_count": {"type": "integer"},
-                "at": {"type": "string", "format": "date-time"},
-                "start_at": {"type": "string", "format": "date-time"},
-                "end_at": {"type": "string", "format": "date-time"},
-                "priority": {"type": "integer"},
-                "calendar": {"type": "string"},
-                "execution_group": {"type": "string"},
-                "preferred_node": {"type": ["string", "null"]},
-                "description": {"type": "string"},
-                "data": {"type": "object"},
+                "name": _KEY_PART,
+                "group": _KEY_PART,
+                "cron": {"type": "string", "minLength": 1},
+                "time_zone": {"type": "string", "minLength": 1},
+                "interval": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "maximum": int(timedelta.max.total_seconds()),
+                },
+                "repeat_count": {"type": "integer", "minimum": -1, "maximum": MAX_REPEAT_COUNT},
+                "at": _TIME_IN,
+                "start_at": _TIME_IN,
+                "end_at": _TIME_IN,
+                "priority": {"type": "integer", "minimum": MIN_PRIORITY, "maximum": MAX_PRIORITY},
+                "calendar": _KEY_PART,
+                "execution_group": _KEY_PART,
+                "preferred_node": _nullable("string"),
+                "description": _DESCRIPTION,
+                "data": _JSON_OBJECT,
             },
         },
-        "replace": {"type": "boolean"},
+        "replace": _BOOLEAN,
     },
 }
 
 
-def _get(summary: str, parameters: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _get(summary: str, answer: str, parameters: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "get": {
             "summary": summary,
-            "parameters": parameters or [],
+            "parameters": parameters,
             "responses": {
-                "200": {"description": "JSON"},
-                "401": _ERROR,
-                "403": _ERROR,
-                "404": _ERROR,
-                "422": _ERROR,
+                "200": _answer(answer),
+                **{code: _error() for code in ("401", "403", "404", "422")},
             },
         }
     }
 
 
-def _post(summary: str, action: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+def _post(
+    summary: str,
+    action: str,
+    answer: str,
+    parameters: list[dict[str, Any]],
+    body: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     assert action in WRITE_ACTIONS
     operation: dict[str, Any] = {
         "summary": f"{summary} (policy action: {action})",
+        "parameters": parameters,
         "responses": {
-            "200": {"description": "Done"},
-            **{code: _ERROR for code in ("400", "401", "403", "404", "409", "415", "422")},
+            "200": _answer(answer),
+            **{code: _error() for code in ("400", "401", "403", "404", "409", "413", "415", "422")},
         },
     }
     if body is not None:
@@ -137,81 +380,112 @@ def _post(summary: str, action: str, body: dict[str, Any] | None = None) -> dict
 def openapi_document(prefix: str) -> dict[str, Any]:
     """The API's description; ``prefix`` is the URL prefix it is served under."""
     s = "/api/v1/schedulers/{scheduler}"
-    scheduler = [
-        {"name": "scheduler", "in": "path", "required": True, "schema": {"type": "string"}}
-    ]
     paths: dict[str, Any] = {
-        "/api/v1/schedulers": _get("The scheduler names in the store the caller may read"),
-        s: _get("Overview: nodes, leader and epoch, groups, what is owed", scheduler),
-        f"{s}/nodes": _get("Check-ins with liveness; the non-clustered leader", scheduler),
-        f"{s}/groups": _get("Execution groups: limits, occupancy, held back, unserved", scheduler),
-        f"{s}/owed": _get("What is owed and not happening", scheduler),
-        f"{s}/calendars": _get("Stored calendars", scheduler),
-        f"{s}/firings": _get("Fired instances in flight", scheduler + _FIRING_FILTERS + _PAGE),
-        f"{s}/triggers": _get("Triggers, keyset-paged", scheduler + _TRIGGER_FILTERS + _PAGE),
+        "/api/v1/schedulers": _get(
+            "The scheduler names in the store the caller may read", "Schedulers", []
+        ),
+        s: _get("Overview: nodes, leader and epoch, groups, what is owed", "Overview", _SCHEDULER),
+        f"{s}/nodes": _get(
+            "Check-ins with liveness; the non-clustered leader", "Nodes", _SCHEDULER
+        ),
+        f"{s}/groups": _get(
+            "Execution groups: limits, occupancy, held back, unserved", "Groups", _SCHEDULER
+        ),
+        f"{s}/owed": _get("What is owed and not happening", "Owed", _SCHEDULER),
+        f"{s}/calendars": _get("Stored calendars", "Calendars", _SCHEDULER),
+        f"{s}/firings": _get(
+            "Fired instances in flight", "FiringPage", _SCHEDULER + _FIRING_FILTERS + _PAGE
+        ),
+        f"{s}/triggers": _get(
+            "Triggers, keyset-paged", "TriggerPage", _SCHEDULER + _TRIGGER_FILTERS + _PAGE
+        ),
         f"{s}/triggers/{{group}}/{{name}}": _get(
             "A trigger, its last outcome and its next fire times (calendar applied)",
+            "TriggerDetail",
             [
-                *scheduler,
+                *_SCHEDULER,
                 *_KEY,
                 {
                     "name": "fire_times",
                     "in": "query",
-                    "schema": {"type": "integer", "maximum": 100},
+                    "schema": {"type": "integer", "minimum": 0, "maximum": 100},
                 },
             ],
         ),
         f"{s}/jobs": {
             **_get(
                 "Jobs, keyset-paged",
+                "JobPage",
                 [
-                    *scheduler,
-                    *(
-                        {"name": n, "in": "query", "schema": {"type": "string"}}
-                        for n in ("group", "task")
-                    ),
+                    *_SCHEDULER,
+                    *({"name": n, "in": "query", "schema": _STRING} for n in ("group", "task")),
                     *_PAGE,
                 ],
             ),
-            **_post("Schedule a job with one trigger", "schedule_job", _SCHEDULE_BODY),
+            **_post(
+                "Schedule a job with one trigger",
+                "schedule_job",
+                "Scheduled",
+                _SCHEDULER,
+                _SCHEDULE_BODY,
+            ),
         },
-        f"{s}/jobs/{{group}}/{{name}}": _get("A job and its triggers", scheduler + _KEY),
+        f"{s}/jobs/{{group}}/{{name}}": _get(
+            "A job and its triggers", "JobDetail", _SCHEDULER + _KEY
+        ),
     }
-    for verb, action, summary, body in (
-        ("pause", "pause_trigger", "Pause a trigger", None),
-        ("resume", "resume_trigger", "Resume a trigger", None),
-        ("reset", "reset_trigger", "Return a trigger in ERROR to its schedule", None),
-        ("unschedule", "unschedule", "Remove a trigger", None),
+    repin = _object({"preferred_node": _nullable("string")}, additionalProperties=False)
+    for verb, action, summary, answer, body in (
+        ("pause", "pause_trigger", "Pause a trigger", "Ok", None),
+        ("resume", "resume_trigger", "Resume a trigger", "Ok", None),
+        ("reset", "reset_trigger", "Return a trigger in ERROR to its schedule", "Reset", None),
+        ("unschedule", "unschedule", "Remove a trigger", "Removed", None),
         (
             "preferred-node",
             "repin_trigger",
             "Change a trigger's preferred node ('*': automatic, null: none)",
-            {"type": "object", "properties": {"preferred_node": {"type": ["string", "null"]}}},
+            "Pin",
+            repin,
         ),
     ):
-        paths[f"{s}/triggers/{{group}}/{{name}}/{verb}"] = _post(summary, action, body)
-    for verb, action, summary, body in (
-        ("pause", "pause_job", "Pause every trigger of a job", None),
-        ("resume", "resume_job", "Resume every trigger of a job", None),
+        paths[f"{s}/triggers/{{group}}/{{name}}/{verb}"] = _post(
+            summary, action, answer, _SCHEDULER + _KEY, body
+        )
+    for verb, action, summary, answer, body in (
+        ("pause", "pause_job", "Pause every trigger of a job", "Ok", None),
+        ("resume", "resume_job", "Resume every trigger of a job", "Ok", None),
         (
             "trigger",
             "trigger_job",
             "Fire a job now, once",
-            {"type": "object", "properties": {"data": {"type": "object"}}},
+            "Fired",
+            {"type": "object", "properties": {"data": _JSON_OBJECT}, "additionalProperties": False},
         ),
-        ("delete", "delete_job", "Delete a job and its triggers", None),
+        ("delete", "delete_job", "Delete a job and its triggers", "Removed", None),
     ):
-        paths[f"{s}/jobs/{{group}}/{{name}}/{verb}"] = _post(summary, action, body)
+        paths[f"{s}/jobs/{{group}}/{{name}}/{verb}"] = _post(
+            summary, action, answer, _SCHEDULER + _KEY, body
+        )
     for verb, action in (("pause", "pause_group"), ("resume", "resume_group")):
         paths[f"{s}/trigger-groups/{{group}}/{verb}"] = _post(
-            f"{verb.capitalize()} a trigger group", action
+            f"{verb.capitalize()} a trigger group", action, "Ok", _SCHEDULER + _GROUP
         )
+    paths["/api/v1/openapi.json"] = {
+        "get": {
+            "summary": "This document (served without a token)",
+            "security": [],
+            "responses": {
+                "200": {"description": "OpenAPI 3.1", "content": {"application/json": {}}}
+            },
+        }
+    }
     return {
         "openapi": "3.1.0",
         "info": {"title": "celery-quartz", "version": "1"},
         "servers": [{"url": prefix or "/"}],
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": SCHEMAS,
         },
         "security": [{"bearer": []}],
         "paths": paths,

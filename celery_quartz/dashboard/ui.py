@@ -7,11 +7,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import json
+import re
 import secrets
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -23,16 +26,42 @@ from celery_quartz.dashboard.actions import (
     JOB_ACTIONS,
     TRIGGER_ACTIONS,
     HttpError,
+    check_text,
     from_quartz_error,
 )
 from celery_quartz.dashboard.app import SESSION_COOKIE, TOKEN_COOKIE, Dashboard
 from celery_quartz.dashboard.auth import READ
 from celery_quartz.errors import QuartzError
 
+#: Characters that reorder the text around them (bidirectional overrides, embeddings,
+#: isolates and marks): a name holding one would display other than it is.
+_BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _shown(value: Any) -> Any:
+    """Every value a page shows, with each bidirectional control character written out as
+    ``[U+202E]`` (what it is) instead of acting on the text around it."""
+    if not isinstance(value, str) or not _BIDI_CONTROLS.search(value):
+        return value
+
+    def visible(match: re.Match[str]) -> str:
+        return f"[U+{ord(match.group()):04X}]"
+
+    shown = _BIDI_CONTROLS.sub(visible, value)
+    return Markup(shown) if isinstance(value, Markup) else shown  # no markup is added
+
+
+def _json(value: Any, indent: int | None = None) -> str:
+    """JSON as a person reads it (the page escapes it as HTML, as any text)."""
+    return json.dumps(value, indent=indent, ensure_ascii=False, sort_keys=True)
+
+
 _env = Environment(
     loader=PackageLoader("celery_quartz.dashboard", "templates"),
     autoescape=select_autoescape(["html"]),
+    finalize=_shown,
 )
+_env.filters["json"] = _json
 
 
 def _when(value: str | None) -> str:
@@ -59,11 +88,36 @@ def _session(request: Request) -> tuple[str, bool]:
     session = request.cookies.get(SESSION_COOKIE)
     if session and len(session) == 43:
         return session, False
-    return secrets.token_urlsafe(32), True
+    return _new_session(), True
+
+
+def _new_session() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def _set_session(d: Dashboard, request: Request, response: Response, session: str) -> None:
+    response.set_cookie(
+        SESSION_COOKIE,
+        session,
+        httponly=True,
+        samesite="strict",
+        secure=_secure(request),
+        path=d.prefix or "/",
+    )
 
 
 def _secure(request: Request) -> bool:
     return request.url.scheme == "https"
+
+
+def content_security_policy(nonce: str) -> str:
+    """What a page may load: nothing from elsewhere, and no script but its own (the one with
+    this response's nonce; no inline event handler, no ``javascript:`` URL)."""
+    return (
+        f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; "
+        "connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; "
+        "base-uri 'none'"
+    )
 
 
 def render(
@@ -71,8 +125,10 @@ def render(
 ) -> HTMLResponse:
     session, new = _session(request)
     principal, _ = d.principal(request, cookie=True)
+    nonce = secrets.token_urlsafe(18)
     html = _env.get_template(template).render(
         prefix=d.prefix,
+        nonce=nonce,
         csrf=csrf_token(d, session),
         principal=principal,
         read_only=d.settings.dashboard_read_only,
@@ -83,20 +139,9 @@ def render(
     )
     response = HTMLResponse(html, status_code=status)
     if new:
-        response.set_cookie(
-            SESSION_COOKIE,
-            session,
-            httponly=True,
-            samesite="strict",
-            secure=_secure(request),
-            path=d.prefix or "/",
-        )
-    # Forms and pages are not to be framed elsewhere (clickjacking), and load nothing foreign.
-    response.headers["X-Frame-Options"] = "DENY"
-    response.headers["Content-Security-Policy"] = (
-        "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
-        "connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'"
-    )
+        _set_session(d, request, response, session)
+    # The other headers (no framing, nosniff) are every answer's: server.SECURITY_HEADERS.
+    response.headers["Content-Security-Policy"] = content_security_policy(nonce)
     return response
 
 
@@ -118,8 +163,28 @@ def error_page(d: Dashboard, request: Request, error: HttpError) -> Response:
     return render(d, request, "error.html", status=error.status, error=error)
 
 
+def check_origin(request: Request) -> None:
+    """Refuse a form posted from another site: a browser says where a POST comes from in
+    ``Origin`` (or, failing that, ``Referer``); it must be this dashboard's own origin, as the
+    request reached it (scheme, host and port). A request with neither is no browser's
+    cross-site post, and its CSRF token decides."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        referer = urlsplit(request.headers.get("referer", ""))
+        if not referer.scheme:
+            return
+        origin = f"{referer.scheme}://{referer.netloc}"
+    own = f"{request.url.scheme}://{request.url.netloc}"
+    if origin != own:
+        raise HttpError(
+            403, "csrf", f"the form was posted from {origin!r}, not from this dashboard ({own})"
+        )
+
+
 async def check_csrf(d: Dashboard, request: Request) -> dict[str, Any]:
-    """The form's fields, once its CSRF token matches the session cookie's; 403 otherwise."""
+    """The form's fields, once it comes from this dashboard's own pages (its origin, and its
+    CSRF token matching the session cookie's); 403 otherwise."""
+    check_origin(request)
     form = await request.form()
     session = request.cookies.get(SESSION_COOKIE)
     sent = form.get("csrf_token")
@@ -138,7 +203,7 @@ def routes(d: Dashboard) -> list[BaseRoute]:
     ) -> Response:
         scheduler = request.path_params["scheduler"]
         target = await run_in_threadpool(d.require, request, scheduler, READ, cookie=True)
-        params = dict(request.query_params)
+        params = api.request_text(request)
         data = await run_in_threadpool(functools.partial(work, d, target, *args, params))
         principal, _ = d.principal(request, cookie=True)
         may_write = not d.settings.dashboard_read_only and any(
@@ -209,6 +274,9 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         if not target.startswith(f"{d.prefix}/") or target[1:2] in ("/", "\\"):
             target = f"{d.prefix}/"
         response = RedirectResponse(target, 303)
+        # A new session at login: a session id chosen before it (by whoever set the cookie)
+        # does not carry over to the logged-in session (session fixation).
+        _set_session(d, request, response, _new_session())
         response.set_cookie(
             TOKEN_COOKIE,
             token,
@@ -223,6 +291,7 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         await check_csrf(d, request)
         response = RedirectResponse(f"{d.prefix}/login", 303)
         response.delete_cookie(TOKEN_COOKIE, path=d.prefix or "/")
+        _set_session(d, request, response, _new_session())
         return response
 
     async def act(request: Request) -> Response:
@@ -238,6 +307,7 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         if verb not in table or (kind == "groups") == ("name" in p):
             raise HttpError(404, "not_found", f"no action {verb!r} on {kind}")
         form = await check_csrf(d, request)
+        check_text(p)
         action, work = table[verb]
         target = await run_in_threadpool(d.require, request, scheduler, action, cookie=True)
         body: dict[str, Any] = {}

@@ -44,7 +44,11 @@ def open_source(url: str) -> Engine:
     try:
         parsed = make_url(url)
     except Exception as exc:
-        raise ConfigurationError(f"--url {url!r} is not a SQLAlchemy URL: {exc}") from None
+        from celery_quartz.store.engine import redact_url
+
+        raise ConfigurationError(
+            f"--url {redact_url(url)!r} is not a SQLAlchemy URL: {exc}"
+        ) from None
     try:
         return create_engine(parsed)
     except Exception as exc:

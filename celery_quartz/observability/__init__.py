@@ -7,10 +7,11 @@
 * :mod:`~celery_quartz.observability.gauges`: gauges read from the store by one node;
 * :mod:`~celery_quartz.observability.publishing`: a span per published firing, its context in
   the message;
-* :mod:`~celery_quartz.observability.execution`: the worker hooks' middleware (a span and the
+* :mod:`~celery_quartz.observability.execution`: the worker's execution hooks (a span and the
   execution instruments per job execution, a span per refused start);
-* :mod:`~celery_quartz.observability.http`: ``/healthz`` and ``/livez`` for beat;
-* :mod:`~celery_quartz.observability.workerhealth`: ``celery inspect quartz_health``.
+* :mod:`~celery_quartz.observability.http`: ``/healthz`` and ``/livez`` for beat.
+
+A worker's ``celery inspect quartz_health`` is its check-in's (:mod:`celery_quartz.worker.checkin`).
 
 Only ``opentelemetry-api`` is required; nothing is recorded until the application configures an
 SDK (``pip install 'celery-quartz[otel]'``). See ``docs/observability.md``.

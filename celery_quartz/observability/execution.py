@@ -1,10 +1,10 @@
 """Worker side: one span and Quartz's two execution instruments per job execution.
 
-:class:`ExecutionInstrumentation` is a middleware of the worker hooks
-(:mod:`celery_quartz.worker`): the hooks call :meth:`~ExecutionInstrumentation.after_start` once a
-firing's start is recorded, and :meth:`~ExecutionInstrumentation.refused` when a start is refused
-(a duplicate delivery, or a start held back while the store does not answer: Quartz's veto). The
-end is read from Celery's ``task_postrun`` signal.
+:class:`ExecutionInstrumentation` implements the worker's
+:class:`~celery_quartz.hooks.ExecutionHooks`: :meth:`~ExecutionInstrumentation.after_start` once a
+firing's start is recorded, :meth:`~ExecutionInstrumentation.after_start_refused` when a start is
+refused (a duplicate delivery, or a start held back while the store does not answer: Quartz's
+veto), and :meth:`~ExecutionInstrumentation.after_end` at the end.
 
 Per execution, in the worker process:
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.states import FAILURE
 from opentelemetry import context as context_api
@@ -33,6 +33,7 @@ from opentelemetry import trace
 from opentelemetry.propagate import extract
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from celery_quartz.hooks import ExecutionHooks
 from celery_quartz.observability.instruments import (
     ERROR_TYPE,
     FIRE_INSTANCE_ID,
@@ -49,15 +50,21 @@ from celery_quartz.observability.instruments import (
     tracer,
 )
 
+if TYPE_CHECKING:
+    from celery import Task
+
+    from celery_quartz.context import JobExecutionContext
+    from celery_quartz.firing import FiringHeader
+
 logger = logging.getLogger(__name__)
 
 _OBSERVED = "quartz_observed"
 
 
-class ExecutionInstrumentation:
-    """Middleware of the worker hooks (see the module)."""
+class ExecutionInstrumentation(ExecutionHooks):
+    """The execution instruments and spans (see the module)."""
 
-    def after_start(self, task: Any, context: Any) -> None:
+    def after_start(self, task: Task, context: JobExecutionContext) -> None:
         if not sdk_configured():
             return
         try:
@@ -65,7 +72,7 @@ class ExecutionInstrumentation:
         except Exception:  # instrumentation must never fail the job
             logger.debug("execution instrumentation failed", exc_info=True)
 
-    def _start(self, task: Any, context: Any) -> None:
+    def _start(self, task: Task, context: JobExecutionContext) -> None:
         request = task.request
         # The job's key, as Quartz tags its execution instruments: bounded by the jobs stored,
         # and what an alert on "this job has not run" filters by.
@@ -96,52 +103,44 @@ class ExecutionInstrumentation:
         instruments().execution_active.add(1, attributes)
         setattr(request, _OBSERVED, (time.perf_counter(), span, token, attributes))
 
-    def refused(self, task: Any, fire_id: str, header: dict[str, Any], reason: str) -> None:
+    def after_start_refused(self, task: Task, header: FiringHeader, reason: str) -> None:
         if not sdk_configured():
             return
         try:
-            self._veto(task, fire_id, header, reason)
+            self._veto(task, header, reason)
         except Exception:
             logger.debug("veto instrumentation failed", exc_info=True)
 
-    def _veto(self, task: Any, fire_id: str, header: dict[str, Any], reason: str) -> None:
-        job = header.get("job") or ["", ""]
-        trigger = header.get("trigger") or ["", ""]
+    def _veto(self, task: Task, header: FiringHeader, reason: str) -> None:
+        job, trigger = header.job_key, header.trigger_key
         span = tracer().start_span(
             "quartz.job.veto",
             context=_parent(task.request),
             attributes={
-                SCHEDULER_NAME: header.get("scheduler", ""),
-                SCHEDULER_ID: header.get("fired_by", ""),
-                JOB_NAME: job[0],
-                JOB_GROUP: job[1],
-                TRIGGER_NAME: trigger[0],
-                TRIGGER_GROUP: trigger[1],
+                SCHEDULER_NAME: header.scheduler_name,
+                SCHEDULER_ID: header.fired_by,
+                JOB_NAME: job.name,
+                JOB_GROUP: job.group,
+                TRIGGER_NAME: trigger.name,
+                TRIGGER_GROUP: trigger.group,
                 TASK_NAME: task.name,
-                FIRE_INSTANCE_ID: fire_id,
+                FIRE_INSTANCE_ID: header.fire_instance_id,
                 "quartz.veto.reason": reason,
             },
         )
         span.end()
 
-    def on_postrun(
-        self,
-        sender: Any = None,
-        task: Any = None,
-        state: str | None = None,
-        retval: Any = None,
-        **_: Any,
+    def after_end(
+        self, task: Task, context: JobExecutionContext, state: str | None, result: Any
     ) -> None:
-        """``task_postrun``: end what :meth:`after_start` began."""
-        if task is None:
-            return
+        """End what :meth:`after_start` began."""
         request = task.request
         observed = getattr(request, _OBSERVED, None)
         if observed is None:
             return
         setattr(request, _OBSERVED, None)
         try:
-            self._end(observed, state, retval)
+            self._end(observed, state, result)
         except Exception:
             logger.debug("execution instrumentation failed", exc_info=True)
 

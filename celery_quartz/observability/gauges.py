@@ -13,6 +13,10 @@ gauge                                    what it reads
 ``quartz.execution_group.due_waiting``   its due triggers held back
 =======================================  ==========================================================
 
+The execution-group gauges cover every group configured in ``quartz_execution_limits``, the
+ungrouped triggers when they have a limit, and every group seen in flight or held back since the
+scheduler started: an idle group reports 0 (and its limit), it does not vanish from the series.
+
 One collection costs three statements (``trigger_summary()``: one grouped query;
 ``group_occupancy()``: two), shared by every gauge of that collection, and is made by one scheduler
 of the cluster only: the running instance whose id sorts first among the live scheduler check-ins
@@ -34,6 +38,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from celery_quartz.clock import Clock, to_millis
 from celery_quartz.health import overdue_triggers as overdue
 from celery_quartz.observability.instruments import meter
+from celery_quartz.store.views import GroupOccupancy
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +58,17 @@ class StoreGauges:
         clock: Clock,
         is_collector: Callable[[], bool],
         limit_for: Callable[[str | None], int | None] = lambda group: None,
+        groups: Callable[[], Iterable[str]] = lambda: (),
     ) -> None:
         self.reader = reader
         self.attributes = attributes
         self.clock = clock
         self.is_collector = is_collector
         self.limit_for = limit_for
+        #: The execution groups configured (``quartz_execution_limits``' named groups).
+        self.groups = groups
+        # Every group observed in flight or held back since the start, reported at 0 when idle.
+        self._seen: set[str | None] = set()
         self._lock = threading.Lock()
         self._snapshot: tuple[float, Any, Any] | None = None
         #: Collections that read the store (for tests and the idle query-rate measurement).
@@ -86,8 +96,23 @@ class StoreGauges:
                 logger.debug("store gauges not read: %s", exc)
                 return None
             self.reads += 1
+            occupancy = self._every_group(occupancy)
             self._snapshot = (now, summary, occupancy)
             return summary, occupancy
+
+    def _every_group(self, occupancy: list[GroupOccupancy]) -> list[GroupOccupancy]:
+        """``occupancy`` (the groups with firings in flight or due triggers held back) with every
+        other group known, idle: the configured ones, the ungrouped triggers under a limit, and
+        those seen before."""
+        self._seen.update(g.execution_group for g in occupancy)
+        self._seen.update(self.groups())
+        if self.limit_for(None) is not None:
+            self._seen.add(None)
+        found = {g.execution_group: g for g in occupancy}
+        return [
+            found.get(group) or GroupOccupancy(group, in_flight=0, due_waiting=0)
+            for group in sorted(self._seen, key=lambda g: (g is not None, g or ""))
+        ]
 
     def _observe(self, values: Iterable[tuple[float, dict[str, Any]]]) -> list[Observation]:
         return [Observation(v, {**self.attributes, **extra}) for v, extra in values]

@@ -1,8 +1,8 @@
 """One span per firing beat publishes, its context carried to the worker in the message.
 
-:class:`PublishTracing` is the publisher's :class:`~celery_quartz.publisher.PublishHooks`: for each
-firing of a batch it starts a ``quartz.firing.publish`` span (kind PRODUCER, the firing's job,
-trigger, task and fire instance id as attributes) and adds its W3C trace context to the message
+:class:`PublishTracing` implements the publisher's :class:`~celery_quartz.hooks.PublishHooks`:
+for each firing of a batch it starts a ``quartz.firing.publish`` span (kind PRODUCER, the firing's
+job, trigger, task and fire instance id as attributes) and adds its W3C trace context to the message
 headers (``traceparent``, ``tracestate``), on the Celery path and the Redis path alike. On the
 Celery path the span is also the current one while ``send_task`` runs, so an application that uses
 ``opentelemetry-instrumentation-celery`` gets its ``apply_async`` span as a child of ours (and its
@@ -23,6 +23,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from celery_quartz.clock import from_millis
 from celery_quartz.firing import Firing
+from celery_quartz.hooks import PublishHooks
 from celery_quartz.observability.instruments import (
     FIRE_INSTANCE_ID,
     JOB_GROUP,
@@ -50,7 +51,7 @@ def firing_attributes(firing: Firing) -> dict[str, Any]:
     }
 
 
-class PublishTracing:
+class PublishTracing(PublishHooks):
     """Spans for published firings (see the module)."""
 
     def __init__(self, instance_id: str) -> None:

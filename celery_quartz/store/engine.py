@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -12,6 +13,26 @@ from sqlalchemy.pool import NullPool, StaticPool
 from celery_quartz.errors import ConfigurationError
 
 SUPPORTED_BACKENDS = ("postgresql", "sqlite")
+# The password of a URL that does not parse: from "scheme://user:" to the last "@".
+_USERINFO_PASSWORD = re.compile(r"^([^:/?#]+://[^:/?#@]*:)(.*)@", re.DOTALL)
+# libpq also reads a password from the query (?password=...).
+_QUERY_PASSWORD = re.compile(r"([?&]password=)[^&]*", re.IGNORECASE)
+
+
+def redact_url(url: object) -> str:
+    """``url`` as it may be printed or logged: its password, in the user part or a ``password``
+    query parameter, replaced by ``***``, whether or not the URL parses."""
+    text = str(url)
+    try:
+        text = make_url(text).render_as_string(hide_password=True)
+    except Exception:  # a malformed URL (a bad port, a stray character) keeps no secret either
+        text = _USERINFO_PASSWORD.sub(r"\1***@", text, count=1)
+    return _QUERY_PASSWORD.sub(r"\1***", text)
+
+
+def _url_password(url: str) -> str | None:
+    found = _USERINFO_PASSWORD.match(url)
+    return found.group(2) if found and found.group(2) else None
 
 #: libpq connection parameters every PostgreSQL engine of the store (and the election's) gets
 #: unless its URL's query string gives them. libpq's own defaults wait on a dead server for as
@@ -68,13 +89,16 @@ def create_store_engine(
     try:
         parsed = make_url(url)
     except Exception as exc:  # sqlalchemy raises ArgumentError with a terse message
+        reason, password = str(exc), _url_password(str(url))
+        if password:
+            reason = reason.replace(password, "***")
         raise ConfigurationError(
-            f"quartz_store_url {url!r} is not a SQLAlchemy URL: {exc}"
+            f"quartz_store_url {redact_url(url)!r} is not a SQLAlchemy URL: {reason}"
         ) from None
     backend = parsed.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
         raise ConfigurationError(
-            f"quartz_store_url {parsed.render_as_string(hide_password=True)!r}: "
+            f"quartz_store_url {redact_url(url)!r}: "
             f"backend {backend!r} "
             f"is not supported (use one of {', '.join(SUPPORTED_BACKENDS)})"
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from alembic import command
 from alembic.autogenerate import compare_metadata
@@ -123,7 +124,9 @@ def ensure_schema(
 
 @dataclass
 class SchemaReport:
-    """What ``celery quartz schema check`` found."""
+    """What ``celery quartz schema check`` found: the revision the tables are at, the package's,
+    and each difference as one line (``missing table quartz_jobs``, ``missing index ix_… on
+    quartz_triggers``, ``column quartz_jobs.task is VARCHAR(100), expected VARCHAR(255)``)."""
 
     current: str | None
     head: str
@@ -149,5 +152,68 @@ def check(engine: Engine, prefix: str = DEFAULT_TABLE_PREFIX) -> SchemaReport:
                 ),
             },
         )
-        report.differences = [repr(diff) for diff in compare_metadata(ctx, metadata)]
+        report.differences = describe_differences(compare_metadata(ctx, metadata))
     return report
+
+
+def describe_differences(diffs: list[Any]) -> list[str]:
+    """Alembic's differences (``compare_metadata``) as lines an operator reads. What a missing
+    table holds (its indexes and constraints) is not listed again after it."""
+    flat = [d for diff in diffs for d in (diff if isinstance(diff, list) else [diff])]
+    missing = {d[1].name for d in flat if d[0] == "add_table"}
+    lines = []
+    for diff in flat:
+        kind, what = diff[0], diff[1:]
+        if kind in ("add_table", "remove_table"):
+            lines.append(f"{_PRESENCE[kind]} table {what[0].name}")
+        elif kind in ("add_column", "remove_column"):
+            lines.append(f"{_PRESENCE[kind]} column {what[1]}.{what[2].name}")
+        elif kind in ("add_index", "remove_index", "add_constraint", "remove_constraint"):
+            table = what[0].table.name
+            if kind.startswith("add") and table in missing:
+                continue
+            noun = "index" if kind.endswith("index") else "constraint"
+            lines.append(f"{_PRESENCE[kind]} {noun} {what[0].name} on {table}")
+        elif kind in ("add_fk", "remove_fk"):
+            table = what[0].parent.name
+            if kind == "add_fk" and table in missing:
+                continue
+            lines.append(f"{_PRESENCE[kind]} foreign key {what[0].name or ''} on {table}".strip())
+        elif kind.startswith("modify_"):
+            _, table, column, _, existing, expected = what
+            template = _MODIFIED.get(kind, kind.replace("_", " ") + " {}, expected {}")
+            change = template.format(_shown(existing), _shown(expected))
+            lines.append(f"column {table}.{column} {change}")
+        else:  # a kind of difference not named above: its kind and its object's name
+            name = getattr(what[-1], "name", None) if what else None
+            lines.append(f"{kind.replace('_', ' ')} {name or ''}".strip())
+    return lines
+
+
+_PRESENCE = {
+    "add_table": "missing",
+    "remove_table": "unexpected",
+    "add_column": "missing",
+    "remove_column": "unexpected",
+    "add_index": "missing",
+    "remove_index": "unexpected",
+    "add_constraint": "missing",
+    "remove_constraint": "unexpected",
+    "add_fk": "missing",
+    "remove_fk": "unexpected",
+}
+
+_MODIFIED = {
+    "modify_type": "is {}, expected {}",
+    "modify_nullable": "is {}, expected {}",
+    "modify_default": "has the default {}, expected {}",
+    "modify_comment": "has the comment {}, expected {}",
+}
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "nullable" if value else "NOT NULL"
+    return str(getattr(value, "arg", value))

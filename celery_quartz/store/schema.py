@@ -68,6 +68,18 @@ class TriggerState:
     ERROR = "ERROR"
 
 
+#: The states a trigger row holds (every state but EXECUTING), in the order of a trigger's life.
+STORED_TRIGGER_STATES = (
+    TriggerState.WAITING,
+    TriggerState.ACQUIRED,
+    TriggerState.BLOCKED,
+    TriggerState.PAUSED,
+    TriggerState.PAUSED_BLOCKED,
+    TriggerState.COMPLETE,
+    TriggerState.ERROR,
+)
+
+
 class FiringState:
     """The values of ``fired_triggers.state``: a firing from acquisition to completion."""
 
@@ -75,6 +87,15 @@ class FiringState:
     FIRED = "FIRED"  # trigger advanced; the message is being published (may or may not be out)
     PUBLISHED = "PUBLISHED"  # the broker accepted the message
     EXECUTING = "EXECUTING"  # a worker started it (exactly one worker: conditional update)
+
+
+#: The states of a fired-trigger row, from its claim to its start on a worker.
+FIRING_STATES = (
+    FiringState.ACQUIRED,
+    FiringState.FIRED,
+    FiringState.PUBLISHED,
+    FiringState.EXECUTING,
+)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 #: Quartz's default trigger priority; among triggers due at the same instant, higher fires first.
 DEFAULT_PRIORITY = 5
+#: The range of a priority (the store's 32-bit integer column, Quartz's int).
+MIN_PRIORITY, MAX_PRIORITY = -(2**31), 2**31 - 1
 
 
 class MisfireInstruction(IntEnum):
@@ -36,7 +38,10 @@ class MisfireInstruction(IntEnum):
     integer, interpreted by the trigger's kind.
     """
 
+    #: Catch up: the trigger is left out of misfire handling and fires every missed occurrence
+    #: as fast as the workers allow.
     IGNORE_MISFIRE_POLICY = -1
+    #: The kind's own default (each kind's ``MisfireInstruction`` says which instruction it means).
     SMART_POLICY = 0
 
 
@@ -53,17 +58,28 @@ class Trigger(ABC):
     #: The misfire instructions this kind accepts (its own plus the two shared ones).
     misfire_instructions: ClassVar[frozenset[int]] = frozenset(MisfireInstruction)
 
+    #: The trigger's name and group (a generated unique name when not given).
     key: TriggerKey = field(default_factory=TriggerKey.generate)
+    #: The job it fires (set by :meth:`celery_quartz.Quartz.schedule_job` to the job stored with
+    #: it).
     job_key: JobKey | None = None
+    #: Free text for operators.
     description: str | None = None
+    #: Among triggers due at the same instant, the higher fires first (Quartz's default: 5).
     priority: int = DEFAULT_PRIORITY
     #: First instant the trigger may fire; ``None`` means "when it is scheduled" (the client fills
     #: it in from the scheduler's clock before storing).
     start_at: datetime | None = None
+    #: The last instant it may fire at; ``None``: no end. A simple or calendar-interval
+    #: trigger's end is exclusive, as in Quartz; the other kinds' is inclusive.
     end_at: datetime | None = None
+    #: What to do when an occurrence was missed by more than the misfire threshold: a value of
+    #: :class:`MisfireInstruction` or of the kind's own ``MisfireInstruction``.
     misfire_instruction: int = MisfireInstruction.SMART_POLICY
     #: Trigger-level job data, merged over the job's data for each firing.
     data: dict[str, Any] = field(default_factory=dict)
+    #: The stored calendar (:meth:`celery_quartz.Quartz.add_calendar`) whose excluded times this
+    #: trigger skips; ``None``: none.
     calendar_name: str | None = None
     #: The execution group whose limit and queue this trigger's firings are subject to
     #: (see :mod:`celery_quartz.limits`); None: ungrouped.
@@ -74,8 +90,12 @@ class Trigger(ABC):
     retry_policy: RetryPolicy = RetryPolicy.NONE
 
     # State, advanced by the scheduler.
+    #: The next instant it fires (UTC), advanced by the scheduler; ``None`` once it will not fire
+    #: again.
     next_fire_time: datetime | None = None
+    #: The last instant it fired (UTC), or ``None`` before its first firing.
     previous_fire_time: datetime | None = None
+    #: How many times it has fired.
     times_triggered: int = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -122,6 +142,11 @@ class Trigger(ABC):
         """Raise :class:`InvalidTriggerError` naming this trigger and the field at fault."""
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
             raise InvalidTriggerError(f"trigger {self.key}: priority must be an integer")
+        if not MIN_PRIORITY <= self.priority <= MAX_PRIORITY:
+            raise InvalidTriggerError(
+                f"trigger {self.key}: priority {self.priority} is outside "
+                f"{MIN_PRIORITY} to {MAX_PRIORITY}"
+            )
         for name in ("start_at", "end_at"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
@@ -198,6 +223,7 @@ class Trigger(ABC):
         return times
 
     def may_fire_again(self) -> bool:
+        """Whether the trigger has a next fire time (Quartz's ``GetMayFireAgain``)."""
         return self.next_fire_time is not None
 
     def fires_at(self, when: datetime) -> bool:
@@ -244,7 +270,9 @@ class TriggerDetailsUpdate:
     the pin; ``PreferredNode.AUTO`` makes it an automatic pin that no worker has claimed yet.
     """
 
+    #: The new description (``None`` clears it).
     description: str | _Unchanged | None = UNCHANGED
+    #: The new pin: a worker's node name, :data:`PreferredNode.AUTO`, or :data:`PreferredNode.NONE`.
     preferred_node: PreferredNode | _Unchanged = UNCHANGED
 
     def __post_init__(self) -> None:

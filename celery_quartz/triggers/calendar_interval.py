@@ -16,12 +16,19 @@ from celery_quartz.tz import gap_end, is_in_gap
 class IntervalUnit(str, enum.Enum):
     """The unit of a calendar interval (Quartz's names)."""
 
+    #: A second (an exact length).
     SECOND = "SECOND"
+    #: A minute (an exact length).
     MINUTE = "MINUTE"
+    #: An hour (an exact length).
     HOUR = "HOUR"
+    #: A calendar day (23 to 25 hours across daylight saving).
     DAY = "DAY"
+    #: A calendar week (seven calendar days).
     WEEK = "WEEK"
+    #: A calendar month (the start's day of month, clamped to shorter months).
     MONTH = "MONTH"
+    #: A calendar year.
     YEAR = "YEAR"
 
 
@@ -76,13 +83,21 @@ class CalendarIntervalTrigger(ScheduleTrigger):
     """
 
     kind: ClassVar[str] = "CAL_INT"
+    #: This kind's misfire instructions, :class:`CronMisfireInstruction`
+    #: (``CalendarIntervalTrigger.MisfireInstruction.SMART_POLICY``).
     MisfireInstruction: ClassVar[type[CronMisfireInstruction]] = CronMisfireInstruction
     misfire_instructions: ClassVar[frozenset[int]] = frozenset(CronMisfireInstruction)
 
+    #: How many ``repeat_interval_unit``\ s between two fire times (at least 1).
     repeat_interval: int = 1
+    #: The unit of the interval: an exact length up to hours, a calendar step from days on.
     repeat_interval_unit: IntervalUnit = IntervalUnit.DAY
+    #: The IANA zone whose calendar the day and longer steps follow.
     time_zone: str = "UTC"
+    #: Keep the wall-clock time of ``start_at`` across daylight-saving changes (see above).
     preserve_hour_of_day_across_daylight_savings: bool = False
+    #: With ``preserve_hour_of_day_across_daylight_savings``, skip an occurrence whose time falls in
+    #: a spring-forward gap instead of firing when the gap ends.
     skip_day_if_hour_does_not_exist: bool = False
 
     def __post_init__(self) -> None:

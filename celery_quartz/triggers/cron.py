@@ -23,9 +23,14 @@ class CronMisfireInstruction(IntEnum):
     """The misfire instructions of the cron, calendar-interval, daily-time-interval and
     recurrence triggers (Quartz's values)."""
 
+    #: Catch up: fire every missed occurrence as fast as the workers allow.
     IGNORE_MISFIRE_POLICY = -1
+    #: The default: ``FIRE_ONCE_NOW``.
     SMART_POLICY = 0
+    #: Fire once now in place of every missed occurrence, then resume the schedule (Quartz's
+    #: FireAndProceed).
     FIRE_ONCE_NOW = 1
+    #: Skip what was missed: the next fire time is the first one after now that the calendar allows.
     DO_NOTHING = 2
 
 
@@ -89,10 +94,14 @@ class CronTrigger(ScheduleTrigger):
     """
 
     kind: ClassVar[str] = "CRON"
+    #: This kind's misfire instructions, :class:`CronMisfireInstruction`
+    #: (``CronTrigger.MisfireInstruction.SMART_POLICY``).
     MisfireInstruction: ClassVar[type[CronMisfireInstruction]] = CronMisfireInstruction
     misfire_instructions: ClassVar[frozenset[int]] = frozenset(CronMisfireInstruction)
 
+    #: The Quartz cron expression (seconds first), stored in its canonical spelling.
     expression: str = ""
+    #: The IANA zone whose wall clock the expression is read on.
     time_zone: str = "UTC"
     _parsed: CronExpression | None = field(default=None, init=False, repr=False)
 

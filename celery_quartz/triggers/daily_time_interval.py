@@ -46,15 +46,24 @@ class DailyTimeIntervalTrigger(ScheduleTrigger):
     """
 
     kind: ClassVar[str] = "DAILY_I"
+    #: This kind's misfire instructions, :class:`CronMisfireInstruction`
+    #: (``DailyTimeIntervalTrigger.MisfireInstruction.SMART_POLICY``).
     MisfireInstruction: ClassVar[type[CronMisfireInstruction]] = CronMisfireInstruction
     misfire_instructions: ClassVar[frozenset[int]] = frozenset(CronMisfireInstruction)
 
+    #: The wall-clock time of each day's first fire time.
     start_time_of_day: time = time(0, 0, 0)
+    #: The wall-clock time after which a day fires no more (inclusive).
     end_time_of_day: time = time(23, 59, 59)
+    #: The days it fires on, 1 = Sunday ... 7 = Saturday (every day by default).
     days_of_week: frozenset[int] = field(default=ALL_DAYS_OF_WEEK)
+    #: How many ``repeat_interval_unit``\ s between two fire times of a day.
     repeat_interval: int = 1
+    #: The unit of the interval: ``SECOND``, ``MINUTE`` or ``HOUR``.
     repeat_interval_unit: IntervalUnit = IntervalUnit.MINUTE
+    #: Repeats after each day's first fire time (-1: until ``end_time_of_day``).
     repeat_count: int = REPEAT_INDEFINITELY
+    #: The IANA zone whose wall clock the times of day are read on.
     time_zone: str = "UTC"
 
     def __post_init__(self) -> None:

@@ -49,10 +49,14 @@ class RecurrenceTrigger(ScheduleTrigger):
     """
 
     kind: ClassVar[str] = "RRULE"
+    #: This kind's misfire instructions, :class:`CronMisfireInstruction`
+    #: (``RecurrenceTrigger.MisfireInstruction.SMART_POLICY``).
     MisfireInstruction: ClassVar[type[CronMisfireInstruction]] = CronMisfireInstruction
     misfire_instructions: ClassVar[frozenset[int]] = frozenset(CronMisfireInstruction)
 
+    #: The RFC 5545 recurrence rule (``FREQ=…;…``), stored in its canonical spelling.
     rule: str = ""
+    #: The IANA zone whose wall clock the rule and ``start_at`` (its DTSTART) are read on.
     time_zone: str = "UTC"
     _cache: tuple[Any, ...] | None = field(default=None, init=False, repr=False)
 

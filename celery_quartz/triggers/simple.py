@@ -24,12 +24,22 @@ REPEAT_INDEFINITELY = -1
 class SimpleMisfireInstruction(IntEnum):
     """A simple trigger's misfire instructions (Quartz's values)."""
 
+    #: Catch up: fire every missed occurrence as fast as the workers allow.
     IGNORE_MISFIRE_POLICY = -1
+    #: The default: ``FIRE_NOW`` for a trigger that fires once,
+    #: ``RESCHEDULE_NEXT_WITH_REMAINING_COUNT`` for one that repeats forever,
+    #: ``RESCHEDULE_NOW_WITH_EXISTING_REPEAT_COUNT`` otherwise.
     SMART_POLICY = 0
+    #: Fire now; on a repeating trigger it means ``RESCHEDULE_NOW_WITH_REMAINING_REPEAT_COUNT``.
     FIRE_NOW = 1
+    #: Restart at now with the repeats not yet fired (the missed ones are still to come).
     RESCHEDULE_NOW_WITH_EXISTING_REPEAT_COUNT = 2
+    #: Restart at now, dropping the missed repeats from the count.
     RESCHEDULE_NOW_WITH_REMAINING_REPEAT_COUNT = 3
+    #: Resume at the next scheduled time after now; the missed occurrences count as fired, so it
+    #: ends when it would have.
     RESCHEDULE_NEXT_WITH_REMAINING_COUNT = 4
+    #: Resume at the next scheduled time after now, keeping the count, so it ends later.
     RESCHEDULE_NEXT_WITH_EXISTING_COUNT = 5
 
 
@@ -46,10 +56,15 @@ class SimpleTrigger(Trigger):
     """
 
     kind: ClassVar[str] = "SIMPLE"
+    #: This kind's misfire instructions, :class:`SimpleMisfireInstruction`
+    #: (``SimpleTrigger.MisfireInstruction.SMART_POLICY``).
     MisfireInstruction: ClassVar[type[SimpleMisfireInstruction]] = SimpleMisfireInstruction
     misfire_instructions: ClassVar[frozenset[int]] = frozenset(SimpleMisfireInstruction)
 
+    #: The time between two fire times (a number is read as seconds); positive when it repeats.
     repeat_interval: timedelta = timedelta(0)
+    #: How many times it fires after the first: 0 fires once, :data:`REPEAT_INDEFINITELY` (-1)
+    #: without a count.
     repeat_count: int = 0
 
     def __post_init__(self) -> None:

@@ -9,6 +9,9 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import pytest
 
 from celery_quartz.config import Settings
 
@@ -84,3 +87,44 @@ def test_rest_roles_in_rendered_docstrings_become_plain_code() -> None:
     assert hooks.on_page_content(html, None, None, None) == (
         "Raises <code>ValidationError</code>; see <code>cq.install</code>"
     )
+
+
+# -- the Python API reference: every public name has a docstring ----------------------------
+
+
+def test_every_public_name_the_api_reference_shows_has_a_docstring() -> None:
+    assert hooks.undocumented_names() == []
+
+
+def test_the_reference_check_names_a_public_member_without_a_docstring(tmp_path: Path) -> None:
+    package = tmp_path / "refcheck"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        '"""A package."""\n\n'
+        "class Base:\n"
+        '    """A base."""\n\n'
+        "    def run(self) -> None:\n"
+        '        """Run."""\n\n'
+        "class Thing(Base):\n"
+        '    """A thing."""\n\n'
+        "    #: Documented by its comment.\n"
+        "    size: int = 0\n"
+        "    colour: str = ''\n\n"
+        "    def run(self) -> None:  # documented by Base.run\n"
+        "        pass\n\n"
+        "    def stop(self) -> None:\n"
+        "        pass\n\n"
+        "    def _private(self) -> None:\n"
+        "        pass\n"
+    )
+    page = "# API\n\n::: refcheck.Thing\n\n::: refcheck.Base\n    options:\n      members: []\n"
+    missing = hooks.undocumented_names(page, search_paths=[str(tmp_path)])
+    assert missing == ["refcheck.Thing.colour", "refcheck.Thing.stop"]
+
+
+def test_the_docs_build_fails_naming_an_undocumented_name(monkeypatch: Any) -> None:
+    from mkdocs.exceptions import PluginError
+
+    monkeypatch.setattr(hooks, "undocumented_names", lambda: ["celery_quartz.Quartz.get_job"])
+    with pytest.raises(PluginError, match=r"no docstring.*celery_quartz\.Quartz\.get_job"):
+        hooks.on_pre_build({})

@@ -3,20 +3,29 @@ in-process client, and a snapshot of the store to tell "unchanged"."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
+import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
+
+import uvicorn
 
 with warnings.catch_warnings():
     # Starlette's test client asks for httpx2 in newer releases; httpx is what is installed.
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from celery_quartz import Job, JobKey, Quartz, TriggerKey
 from celery_quartz.config import Settings
 from celery_quartz.dashboard import create_app
 from celery_quartz.store import SqlStore
+from celery_quartz.triggers import CronTrigger
 from tests.integration import ledger_app
+from tests.services import free_port
 
 SCHEDULER = "ledger_app"
 ADMIN = "token-admin"
@@ -28,6 +37,7 @@ TOKENS = {
     ELSEWHERE: {"principal": "tenant", "schedulers": ["another_scheduler"]},
 }
 API = f"/api/v1/schedulers/{SCHEDULER}"
+G = "ops"
 
 
 def settings(url: str, **changes: Any) -> Settings:
@@ -40,6 +50,46 @@ def client(url: str, token: str | None = ADMIN, **changes: Any) -> TestClient:
     app = create_app(ledger_app.app, settings=settings(url, **changes))
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return TestClient(app, headers=headers)
+
+
+@contextlib.contextmanager
+def serve(url: str, **changes: Any) -> Iterator[str]:
+    """The dashboard of ``url``'s store on a local port, in a thread; yields its base URL."""
+    port = free_port()
+    app = create_app(ledger_app.app, settings=settings(url, dashboard_poll_interval=1, **changes))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "the dashboard did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def with_jobs(url: str) -> tuple[SqlStore, Quartz]:
+    """A prepared store holding jobs ``ops.report`` (triggers ``ops.hourly`` and ``ops.daily``)
+    and ``ops.cleanup`` (trigger ``ops.nightly``), durable, of task ``ledger.noop``."""
+    store = ledger_app.prepared_store(url)
+    quartz = Quartz(ledger_app.app, store=store)
+    for job_name, trigger_names in (("report", ("hourly", "daily")), ("cleanup", ("nightly",))):
+        job = Job(key=JobKey(job_name, G), task="ledger.noop", durable=True)
+        quartz.schedule_jobs(
+            [
+                (
+                    job,
+                    [
+                        CronTrigger(key=TriggerKey(name, G), expression="0 0 * * * ?")
+                        for name in trigger_names
+                    ],
+                )
+            ]
+        )
+    return store, quartz
 
 
 def snapshot(store: SqlStore) -> tuple[Any, ...]:

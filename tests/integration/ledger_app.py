@@ -317,9 +317,9 @@ def _unhooked_context() -> celery_quartz.JobExecutionContext | None:
     message, as the hooks would have."""
     from celery import current_task
 
-    from celery_quartz.context import firing_header
+    from celery_quartz.firing import FiringHeader
 
-    header = firing_header(current_task.request)
+    header = FiringHeader.of_request(current_task.request)
     if header is None:
         return None
     return celery_quartz.JobExecutionContext.from_header(header, current_task.request.hostname)

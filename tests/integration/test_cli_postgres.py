@@ -53,3 +53,63 @@ def test_a_postgres_database_without_tables_names_the_upgrade(pg_url: str) -> No
             break
         after = ["--after", page["next_after"]]
     assert names == [f"t{i:02}" for i in range(25)]
+
+
+def _app(pg_url: str) -> Celery:
+    app = Celery("cli_pg", set_as_current=False)
+    app.conf.quartz_store_url = pg_url
+    return app
+
+
+def test_schema_check_on_an_empty_postgres_database_names_the_missing_tables(pg_url: str) -> None:
+    result = run(_app(pg_url), "schema", "check")
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert lines[0] == "schema quartz_*: at nothing, expected 0005"
+    assert lines[1:-1] == [
+        f"  missing table quartz_{name}"
+        for name in (
+            "calendars",
+            "fired_triggers",
+            "jobs",
+            "locks",
+            "paused_trigger_grps",
+            "scheduler_state",
+            "triggers",
+        )
+    ]
+    assert lines[-1] == "create the tables with `celery -A <app> quartz schema upgrade`"
+
+
+def test_schema_check_names_a_column_of_another_type_on_postgres(pg_url: str) -> None:
+    from sqlalchemy import text
+
+    from celery_quartz.store.engine import create_store_engine
+
+    app = _app(pg_url)
+    assert run(app, "schema", "upgrade").exit_code == 0
+    engine = create_store_engine(pg_url)
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE quartz_jobs ALTER COLUMN description TYPE varchar(100)"))
+        conn.execute(text("ALTER TABLE quartz_jobs ALTER COLUMN task_name DROP NOT NULL"))
+    engine.dispose()
+    result = run(app, "schema", "check", "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.output)["differences"] == [
+        "column quartz_jobs.description is VARCHAR(100), expected VARCHAR(250)",
+        "column quartz_jobs.task_name is nullable, expected NOT NULL",
+    ]
+
+
+def test_status_json_on_postgres(pg_url: str) -> None:
+    app = _app(pg_url)
+    assert json.loads(run(app, "schema", "upgrade", "--json").output)["after"] == "0005"
+    result = run(app, "status", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {
+        "scheduler": "cli_pg",
+        "nodes": [],
+        "jobs": 0,
+        "triggers": 0,
+        "firings_in_flight": {},
+    }

@@ -13,39 +13,19 @@ from sqlalchemy import update
 
 from celery_quartz import Job, JobKey, Quartz, TriggerKey
 from celery_quartz.affinity import PreferredNode
-from celery_quartz.store import SqlStore, TriggerState
+from celery_quartz.store import TriggerState
 from celery_quartz.triggers import CronTrigger
-from tests.integration import ledger_app
 from tests.integration.dashboard_helpers import (
     ADMIN,
     API,
     ELSEWHERE,
     READER,
+    G,
     client,
     csrf_of,
     snapshot,
 )
-
-G = "ops"
-
-
-def _setup(url: str) -> tuple[SqlStore, Quartz]:
-    store = ledger_app.prepared_store(url)
-    quartz = Quartz(ledger_app.app, store=store)
-    for job_name, trigger_names in (("report", ("hourly", "daily")), ("cleanup", ("nightly",))):
-        job = Job(key=JobKey(job_name, G), task="ledger.noop", durable=True)
-        quartz.schedule_jobs(
-            [
-                (
-                    job,
-                    [
-                        CronTrigger(key=TriggerKey(name, G), expression="0 0 * * * ?")
-                        for name in trigger_names
-                    ],
-                )
-            ]
-        )
-    return store, quartz
+from tests.integration.dashboard_helpers import with_jobs as _setup
 
 
 def _state(quartz: Quartz, name: str) -> str:

@@ -7,24 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
-import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
-from celery_quartz.dashboard import create_app
 from celery_quartz.store import TriggerState
 from celery_quartz.triggers import CronTrigger
 from tests.integration import ledger_app
-from tests.integration.dashboard_helpers import ADMIN, settings
+from tests.integration.dashboard_helpers import ADMIN, serve
 from tests.integration.processes import processes, wait_for
-from tests.services import ServiceBinaryNotFound, find_chromium, free_port
+from tests.services import ServiceBinaryNotFound, find_chromium
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -59,25 +55,6 @@ def browser(tmp_path: Path) -> Iterator[Any]:
             yield context
         finally:
             context.close()
-
-
-@contextlib.contextmanager
-def serve(url: str, **changes: Any) -> Iterator[str]:
-    """The dashboard of ``url``'s store on a local port, in a thread; yields its base URL."""
-    port = free_port()
-    app = create_app(ledger_app.app, settings=settings(url, dashboard_poll_interval=1, **changes))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "the dashboard did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def _schedule(url: str) -> Quartz:
@@ -201,3 +178,68 @@ def test_read_only_mode_shows_no_action_and_refuses_a_forms_post(
         )
         assert status == 403
     assert quartz.get_trigger_state(TriggerKey("nightly", "reports")) == TriggerState.WAITING
+
+
+def test_a_browser_logs_in_to_a_prefixed_dashboard_after_fetching_favicon(
+    pg_url: str, browser: Any
+) -> None:
+    _schedule(pg_url)
+    with serve(pg_url, dashboard_url_prefix="/quartz") as base:
+        page = browser.new_page()
+        page.goto(f"{base}/quartz/login")
+        # What Chromium does on its own for a page reached directly: ask the site's root for
+        # its icon, with the same cookie jar.
+        icon = browser.new_page()
+        assert icon.goto(f"{base}/favicon.ico").status == 404
+        icon.close()
+        page.fill("input[name=token]", ADMIN)
+        page.click("#login")
+        page.wait_for_load_state()
+        assert page.url == f"{base}/quartz/s/ledger_app/", page.inner_text("body")
+        page.wait_for_selector("text=What is owed and not happening")
+
+
+def test_a_page_runs_its_own_script_and_no_other(pg_url: str, browser: Any) -> None:
+    quartz = _schedule(pg_url)
+    with serve(pg_url) as base:
+        page = browser.new_page()
+        violations: list[str] = []
+        page.on(
+            "console", lambda m: violations.append(m.text) if "Content Security" in m.text else None
+        )
+        _log_in(page, base)
+        page.goto(f"{base}/s/ledger_app/triggers/reports/nightly")
+        # A script the page did not bring (injected as an attacker's markup would be) is blocked.
+        with contextlib.suppress(Exception):
+            page.add_script_tag(content="window.injected = true")
+        assert page.evaluate("window.injected === undefined")
+        assert violations, "the blocked script is reported as a CSP violation"
+        # The page's own script (by its nonce) runs: deleting a job asks first.
+        asked: list[str] = []
+
+        def dismiss(dialog: Any) -> None:
+            asked.append(dialog.message)
+            dialog.dismiss()
+
+        page.on("dialog", dismiss)
+        page.click("#action-job-delete")
+        wait_for(lambda: asked, timeout=10, message="the confirmation")
+        assert asked == ["Delete job reports.nightly-report and all its triggers?"]
+    assert quartz.get_job(JobKey("nightly-report", "reports")) is not None
+
+
+def test_a_200_character_name_wraps_on_a_phone(pg_url: str, browser: Any) -> None:
+    quartz = _schedule(pg_url)
+    name, group = "n" * 200, "g" * 200
+    quartz.schedule_job(
+        Job(key=JobKey(name, group), task="ledger.noop", durable=True),
+        CronTrigger(key=TriggerKey(name, group), expression="0 0 2 * * ?"),
+    )
+    with serve(pg_url) as base:
+        page = browser.new_page()
+        _log_in(page, base)
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.goto(f"{base}/s/ledger_app/triggers/{group}/{name}")
+        page.wait_for_selector("#trigger-state")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the page is {width}px wide on a 390px screen"

@@ -17,14 +17,10 @@ from celery_quartz.triggers import (
     SimpleTrigger,
     Trigger,
 )
-from tests.unit.conftest import T0
+from tests.unit.conftest import T0, at
 
 A, B, C = "sched-a", "sched-b", "sched-c"
 IGNORE = SimpleMisfireInstruction.IGNORE_MISFIRE_POLICY
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
 
 def one_shot(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from celery import Celery
@@ -15,6 +15,16 @@ from celery_quartz.store import MemoryStore, SqlStore
 
 #: Where every unit test's fake clock starts.
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    """The instant ``seconds`` after :data:`T0`."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def utc(*fields: int) -> datetime:
+    """``datetime(*fields)`` in UTC."""
+    return datetime(*fields, tzinfo=timezone.utc)  # type: ignore[misc]
 
 
 #: The tasks the unit tests' app registers (jobs name them).

@@ -18,7 +18,8 @@ from celery_quartz.errors import InvalidTriggerError, TriggerNotFoundError, Vali
 from celery_quartz.keys import RECOVERING_JOBS_GROUP, TriggerKey
 from celery_quartz.store import MemoryStore, SqlStore, TriggerState
 from celery_quartz.triggers import Trigger
-from tests.unit.builders import acquire, add, at, fire_one, repeating, state
+from tests.unit.builders import acquire, add, fire_one, repeating, state
+from tests.unit.conftest import at
 
 W1, W2 = "celery@w1", "celery@w2"
 

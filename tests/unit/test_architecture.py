@@ -79,14 +79,17 @@ def test_the_domain_and_the_store_import_nothing_above_them() -> None:
     modules = _modules()
     above = {
         "celery_quartz.beat",
-        "celery_quartz.worker",
         "celery_quartz.client",
         "celery_quartz.cli",
         "celery_quartz.loop",
         "celery_quartz.cluster",
         "celery_quartz.publisher",
         "celery_quartz.health",
-    } | {name for name in modules if name.startswith("celery_quartz.dashboard")}
+    } | {
+        name
+        for name in modules
+        if name.startswith(("celery_quartz.dashboard", "celery_quartz.worker"))
+    }
     lower = [name for name in modules if name.startswith("celery_quartz.store")] + [
         "celery_quartz.triggers",
         "celery_quartz.cron",
@@ -124,3 +127,68 @@ def test_the_public_names_are_importable_from_the_package_root() -> None:
     missing = [name for name in celery_quartz.__all__ if getattr(celery_quartz, name, None) is None]
     assert missing == []
     assert set(celery_quartz.__all__) <= set(dir(celery_quartz))
+
+
+def _calls(tree: ast.AST) -> list[ast.Call]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def test_time_is_read_from_the_clock_alone() -> None:
+    """STYLE: every component reads ``clock.now()``; only ``clock.py`` reads the machine's
+    clock for a time (durations from ``time.monotonic`` are not times, nor is the uniquifier of
+    a generated instance id)."""
+    wall = {"time.time", "datetime.now", "datetime.utcnow", "date.today"}
+    found = {
+        name: sorted({_dotted(call.func) for call in _calls(ast.parse(path.read_text()))} & wall)
+        for name, path in _modules().items()
+        if name != "celery_quartz.clock"
+    }
+    assert {name: calls for name, calls in found.items() if calls} == {}
+
+
+def test_only_the_firing_header_knows_the_headers_keys() -> None:
+    """The worker, the context, the publisher and observability read and write a firing's
+    message header through ``firing.FiringHeader``: none of them names one of its keys."""
+    from celery_quartz.firing import Firing, FiringHeader
+    from celery_quartz.keys import JobKey, TriggerKey
+
+    firing = Firing(
+        fire_instance_id="f",
+        scheduler_name="s",
+        task="t",
+        args=[],
+        kwargs={},
+        options={},
+        job_key=JobKey("j"),
+        trigger_key=TriggerKey("t"),
+        scheduled_millis=0,
+        fired_millis=0,
+        persist_job_data=True,
+        origin_trigger_key=TriggerKey("o"),
+    )
+    keys = set(FiringHeader.of(firing).fields)
+    modules = _modules()
+    readers = [
+        name
+        for name in modules
+        if name.startswith(("celery_quartz.worker", "celery_quartz.observability"))
+        or name in ("celery_quartz.context", "celery_quartz.publisher")
+    ]
+    named: dict[str, set[str]] = {}
+    for name in readers:
+        for node in ast.walk(ast.parse(modules[name].read_text())):
+            if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+                key = node.slice.value
+            elif isinstance(node, ast.Call) and _dotted(node.func).endswith(".get") and node.args:
+                key = getattr(node.args[0], "value", None)
+            else:
+                continue
+            if key in keys:
+                named.setdefault(name, set()).add(key)
+    assert named == {}

@@ -18,13 +18,9 @@ from celery_quartz.errors import JobDataError, UnknownTaskError, ValidationError
 from celery_quartz.keys import BEAT_SCHEDULE_GROUP
 from celery_quartz.store import MemoryStore, TriggerState
 from celery_quartz.triggers import CronTrigger, SimpleTrigger
-from tests.unit.conftest import T0
+from tests.unit.conftest import T0, at
 
 GROUP = BEAT_SCHEDULE_GROUP
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
 
 def job_key(name: str) -> JobKey:

@@ -253,3 +253,250 @@ def test_an_unreachable_import_source_is_named_as_the_source(app: Celery) -> Non
     redbeat = run(app, "import", "redbeat", "--redis-url", "redis://:pw@127.0.0.1:1/0")
     assert redbeat.exit_code == 1
     assert redbeat.output.startswith("error: cannot read redbeat's entries at 'redis://:***@")
+
+
+def test_an_unknown_trigger_state_is_a_usage_error_naming_the_valid_states(
+    scheduled: Celery,
+) -> None:
+    result = run(scheduled, "triggers", "--state", "SLEEPING")
+    assert result.exit_code == 2  # as click's other usage errors
+    assert (
+        "Invalid value for '--state': 'SLEEPING' is not a trigger state; use one of WAITING, "
+        "ACQUIRED, BLOCKED, PAUSED, PAUSED_BLOCKED, COMPLETE, ERROR"
+    ) in result.output
+    # A state in lower case still reads (it did before).
+    waiting = json.loads(run(scheduled, "triggers", "--state", "waiting", "--json").output)
+    assert len(waiting["items"]) == 3
+
+
+def _fire_once(app: Celery, job: Job) -> str:
+    """Store ``job`` with a trigger due now, claim and fire it: the fire instance id."""
+    from datetime import datetime, timezone
+
+    client = Quartz(app)
+    now = datetime.now(timezone.utc)
+    client.schedule_job(
+        job,
+        SimpleTrigger(
+            key=TriggerKey(job.key.name), start_at=now, repeat_count=0, repeat_interval=timedelta(0)
+        ),
+    )
+    store = client.store
+    acquired = store.acquire_next_triggers(
+        "node-a", no_later_than=now + timedelta(seconds=1), max_count=10, time_window=0
+    )
+    [fired] = store.fire("node-a", acquired)
+    store.dispose()
+    return fired.fire_instance_id
+
+
+def test_firings_show_the_queue_a_jobs_queue_option_routes_to(app: Celery) -> None:
+    fire_instance_id = _fire_once(
+        app, Job(key=JobKey("routed"), task="tasks.report", options={"queue": "reports"})
+    )
+    [item] = json.loads(run(app, "firings", "--json").output)["items"]
+    assert (item["fire_instance_id"], item["queue"]) == (fire_instance_id, "reports")
+    table = run(app, "firings").output.splitlines()
+    assert table[1].split()[-1] == "reports"
+
+
+def test_firings_show_celerys_default_queue_for_a_job_without_a_route(app: Celery) -> None:
+    _fire_once(app, Job(key=JobKey("plain"), task="tasks.report"))
+    [item] = json.loads(run(app, "firings", "--json").output)["items"]
+    assert item["queue"] == "celery"
+
+
+def _put_in_error(app: Celery, name: str) -> None:
+    from datetime import datetime, timezone
+
+    client = Quartz(app)
+    store = client.store
+    now = datetime.now(timezone.utc) + timedelta(days=400)  # past every next fire time
+    acquired = store.acquire_next_triggers("node-a", no_later_than=now, max_count=10, time_window=0)
+    [claimed] = [a for a in acquired if a.trigger.key.name == name]
+    store.set_trigger_error(claimed, "task missing")
+    store.release_acquired("node-a", [a for a in acquired if a is not claimed])
+    store.dispose()
+
+
+def test_pausing_a_trigger_in_error_says_it_stays_in_error(scheduled: Celery) -> None:
+    _put_in_error(scheduled, "report-0")
+    result = run(scheduled, "pause", "trigger", "report-0", "-g", "nightly")
+    assert result.exit_code == 1
+    assert result.output == (
+        "error: trigger nightly.report-0 is ERROR, not paused: pause leaves a trigger in ERROR "
+        "as it is, as Quartz does (`reset-trigger` returns it to its schedule)\n"
+    )
+    errors = json.loads(run(scheduled, "triggers", "--state", "ERROR", "--json").output)
+    assert [t["name"] for t in errors["items"]] == ["report-0"]
+
+
+def test_pausing_a_waiting_trigger_prints_its_paused_state(scheduled: Celery) -> None:
+    result = run(scheduled, "pause", "trigger", "report-1", "-g", "nightly", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == {
+        "done": "paused",
+        "target": "trigger nightly.report-1",
+        "state": "PAUSED",
+    }
+
+
+# -- the schema and status: --json, and what an empty database lacks --------------------------
+
+
+def test_schema_check_on_an_empty_database_names_each_missing_table_on_a_line(
+    app: Celery,
+) -> None:
+    result = run(app, "schema", "check")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "schema quartz_*: at nothing, expected 0005",
+        "  missing table quartz_calendars",
+        "  missing table quartz_fired_triggers",
+        "  missing table quartz_jobs",
+        "  missing table quartz_locks",
+        "  missing table quartz_paused_trigger_grps",
+        "  missing table quartz_scheduler_state",
+        "  missing table quartz_triggers",
+        "create the tables with `celery -A <app> quartz schema upgrade`",
+    ]
+
+
+def test_schema_check_names_a_missing_index_and_an_unexpected_column(app: Celery) -> None:
+    from sqlalchemy import text
+
+    from celery_quartz.store import migrate
+    from celery_quartz.store.engine import create_store_engine
+
+    engine = create_store_engine(app.conf.quartz_store_url)
+    migrate.upgrade(engine)
+    with engine.begin() as conn:
+        conn.execute(text("DROP INDEX ix_quartz_triggers_group"))
+        conn.execute(text("ALTER TABLE quartz_jobs ADD COLUMN extra TEXT"))
+    engine.dispose()
+    result = run(app, "schema", "check")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "schema quartz_*: at 0005, expected 0005",
+        "  unexpected column quartz_jobs.extra",
+        "  missing index ix_quartz_triggers_group on quartz_triggers",
+    ]
+
+
+def test_schema_check_json_before_and_after_the_upgrade(app: Celery) -> None:
+    before = run(app, "schema", "check", "--json")
+    assert before.exit_code == 1
+    found = json.loads(before.output)
+    assert {k: v for k, v in found.items() if k != "differences"} == {
+        "table_prefix": "quartz_",
+        "ok": False,
+        "current": None,
+        "head": "0005",
+    }
+    assert "missing table quartz_jobs" in found["differences"]
+    upgraded = run(app, "schema", "upgrade", "--json")
+    assert upgraded.exit_code == 0, upgraded.output
+    assert json.loads(upgraded.output) == {
+        "table_prefix": "quartz_",
+        "before": None,
+        "after": "0005",
+    }
+    matches = run(app, "schema", "check", "--json")
+    assert matches.exit_code == 0
+    assert json.loads(matches.output) == {
+        "table_prefix": "quartz_",
+        "ok": True,
+        "current": "0005",
+        "head": "0005",
+        "differences": [],
+    }
+
+
+def test_status_json_lists_the_nodes_counts_and_firings_in_flight(app: Celery) -> None:
+    from celery_quartz.config import Settings
+    from celery_quartz.store import open_store
+
+    _fire_once(app, Job(key=JobKey("once"), task="tasks.report"))
+    store = open_store(Settings.from_app(app))
+    store.check_in("node-a", interval=60, hostname="h1", pid=42)
+    store.dispose()
+    result = run(app, "status", "--json")
+    assert result.exit_code == 0, result.output
+    found = json.loads(result.output)
+    assert sorted(found) == ["firings_in_flight", "jobs", "nodes", "scheduler", "triggers"]
+    assert found["scheduler"] == "cli"  # the app's name
+    assert (found["jobs"], found["triggers"]) == (1, 1)
+    assert found["firings_in_flight"] == {"FIRED": 1}
+    [node] = found["nodes"]
+    assert (node["instance_name"], node["kind"], node["alive"]) == ("node-a", "scheduler", True)
+
+
+# -- a malformed store URL: its password is never printed nor logged ---------------------------
+
+_VERBS = (
+    ["status"],
+    ["status", "--json"],
+    ["schema", "check"],
+    ["schema", "check", "--json"],
+    ["schema", "upgrade"],
+    ["schema", "upgrade", "--json"],
+    ["jobs"],
+    ["triggers"],
+    ["firings"],
+    ["nodes"],
+    ["pause", "trigger", "report"],
+    ["fire-times", "report"],
+    ["load", "quartz_jobs.json"],
+    ["export", "--format", "json"],
+)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        (  # a port that is not a number
+            "postgresql://ops:s3cret-pw@db:54x2/quartz",
+            "'postgresql://ops:***@db:54x2/quartz'",
+        ),
+        (  # a URL SQLAlchemy cannot parse at all
+            "postgres ql://ops:s3cret-pw@db/quartz",
+            "'postgres ql://ops:***@db/quartz'",
+        ),
+        (  # libpq's password parameter
+            "postgresql://ops@db:54x2/quartz?password=s3cret-pw",
+            "'postgresql://ops@db:54x2/quartz?password=***'",
+        ),
+    ],
+)
+def test_a_malformed_store_url_is_named_without_its_password(
+    app: Celery, url: str, shown: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app.conf.quartz_store_url = url
+    caplog.set_level("DEBUG")
+    for verb in _VERBS:
+        result = run(app, *verb)
+        assert result.exit_code == 1, (verb, result.output)
+        assert result.output.startswith(f"error: quartz_store_url {shown} is not a SQLAlchemy URL")
+        assert "s3cret-pw" not in result.output, verb
+    assert "quartz command failed" in caplog.text  # the traceback, at debug level
+    assert "s3cret-pw" not in caplog.text
+
+
+def test_beats_banner_names_a_malformed_store_url_without_its_password(app: Celery) -> None:
+    from celery_quartz.beat import Scheduler
+
+    app.conf.quartz_store_url = "postgresql://ops@db:54x2/quartz?password=s3cret-pw"
+    banner = Scheduler(app, lazy=True).info
+    assert "store -> postgresql://ops@db:54x2/quartz?password=***" in banner
+    assert "s3cret-pw" not in banner
+
+
+def test_a_malformed_import_source_url_is_named_without_its_password(app: Celery) -> None:
+    result = run(
+        app, "import", "django-celery-beat", "--url", "postgresql://u:s3cret-pw@h:54x2/django"
+    )
+    assert result.exit_code == 1
+    assert result.output.startswith(
+        "error: --url 'postgresql://u:***@h:54x2/django' is not a SQLAlchemy URL"
+    )
+    assert "s3cret-pw" not in result.output

@@ -31,11 +31,7 @@ from celery_quartz.errors import (
 )
 from celery_quartz.store import NONE_STATE, MemoryStore, TriggerState
 from celery_quartz.triggers import CronTrigger, SimpleMisfireInstruction
-from tests.unit.conftest import T0
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
+from tests.unit.conftest import T0, at
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import event
@@ -13,13 +12,9 @@ from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.cluster import ClusterManager
 from celery_quartz.liveness import failed_after
 from celery_quartz.store import CheckIn, FiringState, MemoryStore, SqlStore, TriggerState
-from tests.unit.conftest import T0
+from tests.unit.conftest import at
 
 A, B, C = "sched-a", "sched-b", "sched-c"
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
 
 def peer(last_checkin_millis: int, interval_millis: int = 7_500) -> CheckIn:

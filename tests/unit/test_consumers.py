@@ -20,6 +20,7 @@ from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey
 from celery_quartz.clock import FakeClock
 from celery_quartz.config import Settings
 from celery_quartz.consumers import QueueWatch
+from celery_quartz.health import HealthStatus, health_check
 from celery_quartz.loop import SchedulingLoop
 from celery_quartz.publisher import Publisher
 from celery_quartz.store import MemoryStore
@@ -224,3 +225,22 @@ def test_the_loop_goes_on_stepping_while_the_workers_are_asked(
             break
     # No worker consumes the queue: no evidence, so the one-shot's instruction (fire now) holds.
     assert loop.fired_count == 2
+
+
+def test_health_names_a_worker_without_the_hooks_beside_one_with_them(
+    short_store: MemoryStore, app: Celery, clock: FakeClock, workers: Workers
+) -> None:
+    check_in_worker(short_store, "hooked@h", "celery")
+    workers.queues = {"hooked@h": ["celery"], "plain@h": ["celery"]}
+    loop = loop_with_short_thresholds(short_store, app, clock)
+    loop.publisher.queues.add("celery")
+    loop.run_once()  # the first misfire scan reads the check-ins and asks the workers
+    answered(loop.queue_watch, workers)
+    clock.advance(timedelta(seconds=1))
+    check_in_worker(short_store, "hooked@h", "celery")
+    loop.queue_watch.refresh()  # takes the answer in (the next misfire scan would)
+    report = health_check(loop)
+    assert report.status is HealthStatus.DEGRADED
+    assert report.data["unhooked_workers"] == {"celery": ["plain@h"]}
+    assert "unhooked_queues" not in report.data  # a worker with the hooks consumes it too
+    assert report.description == "queue 'celery' is consumed without the hooks by plain@h"

@@ -17,7 +17,8 @@ from celery_quartz.misfire import expired_firing_outcome
 from celery_quartz.retry import decide_retry
 from celery_quartz.routing import HeldBack, Hold, Route, take_batch
 from celery_quartz.triggers import CronMisfireInstruction, SimpleMisfireInstruction
-from tests.unit.builders import at, cron, one_shot
+from tests.unit.builders import cron, one_shot
+from tests.unit.conftest import at
 
 S = timedelta(seconds=1)
 FAILED = to_millis(at(0))

@@ -17,7 +17,8 @@ from celery_quartz.routing import Hold, LiveWorker, Route, Router, Unserved, dir
 from celery_quartz.store import MemoryStore
 from celery_quartz.store.schema import TriggerState
 from celery_quartz.triggers import CronMisfireInstruction, SimpleMisfireInstruction
-from tests.unit.builders import A, B, add, at, cron, names, one_shot, state
+from tests.unit.builders import A, B, add, cron, names, one_shot, state
+from tests.unit.conftest import at
 
 CLUSTER = ExecutionLimitScope.CLUSTER
 

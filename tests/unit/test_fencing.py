@@ -16,7 +16,8 @@ from celery_quartz.errors import FencedError
 from celery_quartz.loop import SchedulingLoop
 from celery_quartz.publisher import Publisher
 from celery_quartz.store import FiringState, MemoryStore, SqlStore
-from tests.unit.builders import acquire, add, at, fire_one, one_shot, repeating, state
+from tests.unit.builders import acquire, add, fire_one, one_shot, repeating, state
+from tests.unit.conftest import at
 
 
 def process(store: MemoryStore, clock: FakeClock) -> SqlStore:

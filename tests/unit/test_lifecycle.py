@@ -17,7 +17,8 @@ from celery_quartz.leadership import SchedulerLeadership
 from celery_quartz.loop import SchedulingLoop
 from celery_quartz.publisher import Publisher
 from celery_quartz.store import MemoryStore
-from tests.unit.builders import A, add, at, one_shot, repeating, state
+from tests.unit.builders import A, add, one_shot, repeating, state
+from tests.unit.conftest import at
 
 
 def make_loop(

@@ -21,13 +21,9 @@ from celery_quartz.loop import SchedulingLoop
 from celery_quartz.publisher import Publisher
 from celery_quartz.store import FiringState, MemoryStore, TriggerState
 from celery_quartz.triggers import REPEAT_INDEFINITELY
-from tests.unit.conftest import T0
+from tests.unit.conftest import T0, at
 
 A, B = "sched-a", "sched-b"
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
 
 
 def settings(**changes: object) -> Settings:

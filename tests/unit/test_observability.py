@@ -22,7 +22,7 @@ from sqlalchemy.exc import OperationalError
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey, install
 from celery_quartz.clock import FakeClock
 from celery_quartz.config import Settings
-from celery_quartz.firing import HEADER
+from celery_quartz.firing import HEADER, FiringHeader
 from celery_quartz.health import HealthStatus, health_check
 from celery_quartz.loop import SchedulingLoop
 from celery_quartz.observability.gauges import StoreGauges
@@ -31,6 +31,7 @@ from celery_quartz.observability.publishing import PublishTracing
 from celery_quartz.observability.store import InstrumentedStore
 from celery_quartz.publisher import Publisher, RedisPath
 from celery_quartz.store import MemoryStore, SqlStore
+from celery_quartz.worker import runtime_of
 from tests.otel import points, sdk, spans
 from tests.unit.conftest import T0
 
@@ -186,6 +187,79 @@ def test_overdue_and_the_oldest_blocked_or_error_trigger_are_gauged(
     gauges.close()
 
 
+def _group_gauges(instance: str, group: str) -> dict[str, float]:
+    """The execution-group gauges of ``group`` measured by ``instance``, by gauge name."""
+    found = {}
+    for name in ("in_flight", "due_waiting", "limit"):
+        measured = points(
+            f"quartz.execution_group.{name}",
+            quartz__scheduler__id=instance,
+            quartz__execution_group=group,
+        )
+        if measured:
+            [point] = measured
+            found[name] = point.value
+    return found
+
+
+def test_an_idle_configured_execution_group_is_gauged_at_zero_with_its_limit(
+    store: MemoryStore, clock: FakeClock, instance: str
+) -> None:
+    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
+    gauges = StoreGauges(
+        observed,
+        observed.attributes,
+        clock,
+        lambda: True,
+        limit_for=lambda group: 2 if group == "reports" else None,
+        groups=lambda: ["reports"],
+    )
+    # No trigger of the group is stored, none is in flight: the group is idle, not gone.
+    assert _group_gauges(instance, "reports") == {"in_flight": 0, "due_waiting": 0, "limit": 2}
+    gauges.close()
+
+
+def test_an_execution_group_seen_before_stays_gauged_at_zero_once_idle(
+    store: MemoryStore, clock: FakeClock, instance: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from celery_quartz.observability import gauges as gauges_module
+
+    monkeypatch.setattr(gauges_module, "_SNAPSHOT_TTL", 0.0)  # a new read per collection
+    job = Job(key=JobKey("report"), task="tasks.report")
+    trigger = SimpleTrigger(
+        key=TriggerKey("adhoc"), job_key=job.key, start_at=T0, execution_group="adhoc"
+    )
+    store.store_jobs_and_triggers([(job, [trigger])])
+    observed = InstrumentedStore(store, instance_id=instance, clock=clock)
+    gauges = StoreGauges(observed, observed.attributes, clock, lambda: True)
+    assert _group_gauges(instance, "adhoc") == {"in_flight": 0, "due_waiting": 1}
+    store.remove_trigger(TriggerKey("adhoc"))
+    assert _group_gauges(instance, "adhoc") == {"in_flight": 0, "due_waiting": 0}
+    gauges.close()
+
+
+def test_beat_gauges_a_configured_execution_group_while_it_is_idle(
+    tmp_path: Path, instance: str
+) -> None:
+    from celery_quartz.beat import Scheduler
+
+    app = Celery("gauged", set_as_current=False)
+    app.conf.quartz_store_url = f"sqlite:///{tmp_path / 'quartz.db'}"
+    app.conf.quartz_auto_start = False
+    app.conf.quartz_instance_id = instance
+    app.conf.quartz_execution_limits = {"reports": 2}
+    beat = Scheduler(app, lazy=False)
+    try:
+        beat.start()
+        assert beat.loop is not None
+        beat.loop.run_once()  # checks in: the only live scheduler collects the gauges
+        # Nothing of the group is stored or in flight.
+        assert _group_gauges(instance, "reports") == {"in_flight": 0, "due_waiting": 0, "limit": 2}
+    finally:
+        beat.close()
+        app.close()
+
+
 # -- traces: a span per published firing, its context in the message ------------------------------
 
 
@@ -246,8 +320,9 @@ def worker_app(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[Celery, SqlSt
     install(app)
     app.finalize()
     yield app, store
-    for s in app._celery_quartz_hooks._stores.values():  # type: ignore[attr-defined]
-        s.dispose()
+    runtime = runtime_of(app)
+    assert runtime is not None
+    runtime.close()
     store.dispose()
     app.close()
 
@@ -266,7 +341,7 @@ def _deliver(app: Celery, firing: Any, headers: dict[str, Any] | None = None) ->
         args=firing.args,
         kwargs=firing.kwargs,
         task_id=firing.fire_instance_id,
-        headers={HEADER: firing.header(), **(headers or {})},
+        headers={HEADER: FiringHeader.of(firing).fields, **(headers or {})},
         throw=False,
     )
 
@@ -493,7 +568,7 @@ import sys, tempfile
 from datetime import datetime, timezone
 from celery import Celery
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey, install
-from celery_quartz.firing import HEADER
+from celery_quartz.firing import HEADER, FiringHeader
 from celery_quartz.observability import execution, sdk_configured
 from celery_quartz.store import SqlStore
 
@@ -518,7 +593,8 @@ acquired = store.acquire_next_triggers("a", no_later_than=now, max_count=1, time
 [firing] = store.fire("a", acquired)
 for _ in range(2):  # the second delivery is refused
     app.tasks["tasks.report"].apply(task_id=firing.fire_instance_id,
-                                    headers={HEADER: firing.header()}, throw=False)
+                                    headers={HEADER: FiringHeader.of(firing).fields},
+                                    throw=False)
 assert not sdk_configured()
 assert store.firing_states() == {}, store.firing_states()
 print(calls)

@@ -13,7 +13,7 @@ import pytest
 from celery import Celery
 
 from celery_quartz.clock import FakeClock, from_millis
-from celery_quartz.firing import Firing, new_ids
+from celery_quartz.firing import Firing, FiringHeader, new_ids
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.publisher import RedisPath
 
@@ -80,7 +80,7 @@ def test_the_envelope_carries_the_firings_own_values(
     assert headers["task"] == task
     assert headers["id"] == headers["root_id"] == properties["correlation_id"]
     assert headers["id"] == firing.fire_instance_id
-    assert headers["quartz"] == json.loads(json.dumps(firing.header()))
+    assert headers["quartz"] == json.loads(json.dumps(FiringHeader.of(firing).fields))
     assert headers["argsrepr"] == "[1, 'two']"
     assert headers["kwargsrepr"] == "{'k': '{v}'}" + _identity(firing)
     assert properties["delivery_tag"] == "tag-1"

@@ -12,13 +12,15 @@ from sqlalchemy.exc import OperationalError
 from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.cluster import ClusterManager
 from celery_quartz.errors import SchedulerStateError
+from celery_quartz.firing import FiringHeader
 from celery_quartz.keys import RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.store import NONE_STATE, FiringState, MemoryStore, TriggerState
 from celery_quartz.store.records import ProcessLoss
 from celery_quartz.store.views import FiringOutcome
 from celery_quartz.triggers import CronMisfireInstruction, CronTrigger, SimpleMisfireInstruction
-from tests.unit.builders import A, B, acquire, add, at, cron, fire_one, one_shot, repeating, state
+from tests.unit.builders import A, B, acquire, add, cron, fire_one, one_shot, repeating, state
+from tests.unit.conftest import at
 
 WORKER = "celery@w1"
 
@@ -65,7 +67,7 @@ def test_the_recovery_firing_runs_the_original_occurrence_marked_recovering(
         firing.trigger_key.group,
         firing.trigger_data,
     ) == (True, TriggerKey("t1"), to_millis(at(0)), RECOVERING_JOBS_GROUP, {"from": "trigger"})
-    assert firing.header()["origin_trigger"] == ["t1", "DEFAULT"]
+    assert FiringHeader.of(firing).fields["origin_trigger"] == ["t1", "DEFAULT"]
 
 
 def test_recovering_a_recovery_firing_keeps_the_first_occurrence(

@@ -19,7 +19,7 @@ from sqlalchemy import select
 from celery_quartz import RetryPolicy
 from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.errors import InvalidTriggerError, RetryPolicyError
-from celery_quartz.firing import AcquiredFiring, Firing
+from celery_quartz.firing import AcquiredFiring, Firing, FiringHeader
 from celery_quartz.keys import RETRYING_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.store import MemoryStore, SqlStore, TriggerState
 from celery_quartz.triggers import SimpleTrigger, Trigger
@@ -27,7 +27,6 @@ from tests.unit.builders import (
     A,
     B,
     add,
-    at,
     cron,
     fire_one,
     fire_times,
@@ -35,7 +34,7 @@ from tests.unit.builders import (
     repeating,
     state,
 )
-from tests.unit.conftest import T0
+from tests.unit.conftest import T0, at
 
 WORKER = "celery@w1"
 S = timedelta(seconds=1)
@@ -273,7 +272,7 @@ def test_a_failure_is_retried_at_now_plus_the_first_delay_as_the_same_occurrence
     claimed, firing = _fire_due(store, clock)
     assert (claimed.retry_attempt, claimed.origin_trigger_key) == (1, TriggerKey("t1"))
     assert (firing.trigger_key, firing.scheduled_millis) == (retry.key, to_millis(at(0)))
-    header = firing.header()
+    header = FiringHeader.of(firing).fields
     assert (header["retry_attempt"], header["origin_trigger"], header["recovering"]) == (
         1,
         ["t1", "DEFAULT"],
@@ -314,7 +313,7 @@ def test_each_retry_carries_its_attempt_number(store: MemoryStore, clock: FakeCl
     while retries := _retries(store):
         clock.set(retries[0].next_fire_time)
         claimed, firing = _fire_due(store, clock)
-        attempts.append((claimed.retry_attempt, firing.header()["retry_attempt"]))
+        attempts.append((claimed.retry_attempt, FiringHeader.of(firing).fields["retry_attempt"]))
         _fail(store, firing.fire_instance_id)
     assert attempts == [(1, 1), (2, 2), (3, 3)]
 

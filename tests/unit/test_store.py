@@ -30,7 +30,6 @@ from tests.unit.builders import (
     C,
     acquire,
     add,
-    at,
     cron,
     fire_one,
     fire_times,
@@ -40,6 +39,7 @@ from tests.unit.builders import (
     repeating,
     state,
 )
+from tests.unit.conftest import at
 
 
 def test_acquisition_orders_by_next_fire_time_then_higher_priority(store: MemoryStore) -> None:

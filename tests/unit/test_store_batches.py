@@ -14,7 +14,8 @@ from celery_quartz.clock import to_millis
 from celery_quartz.errors import JobNotFoundError, ObjectAlreadyExistsError
 from celery_quartz.store import FiringState, SqlStore, TriggerState
 from celery_quartz.triggers import Trigger
-from tests.unit.builders import A, B, add, at, repeating
+from tests.unit.builders import A, B, add, repeating
+from tests.unit.conftest import at
 
 #: Key parts a JSON parameter must carry through unchanged.
 AWKWARD = ['quote"d', "back\\slash", "naïve ünïcode ☃", "{braces}", "it's", "tab\there"]

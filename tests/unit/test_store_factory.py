@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 from celery import Celery
-from celery.signals import task_postrun
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey, install
 from celery_quartz.beat import Scheduler
 from celery_quartz.clock import to_millis
 from celery_quartz.config import Settings
-from celery_quartz.firing import HEADER
+from celery_quartz.firing import HEADER, FiringHeader
 from celery_quartz.store import TriggerState, open_store
+from celery_quartz.worker import runtime_of
 
 THRESHOLD = 300.0
 
@@ -31,10 +31,9 @@ def configured(tmp_path: Path, app: Celery) -> Iterator[Celery]:
     install(app)
     app.finalize()
     yield app
-    hooks = app._celery_quartz_hooks  # type: ignore[attr-defined]
-    task_postrun.disconnect(hooks.on_postrun)
-    for store in hooks._stores.values():
-        store.dispose()
+    runtime = runtime_of(app)
+    assert runtime is not None
+    runtime.close()
 
 
 def test_open_store_takes_every_store_setting_from_the_settings() -> None:
@@ -62,7 +61,9 @@ def test_beat_the_client_and_the_worker_see_the_configured_misfire_threshold(
 ) -> None:
     beat = Scheduler(configured, lazy=False)
     client = Quartz(configured)
-    worker = configured._celery_quartz_hooks.store("t")  # type: ignore[attr-defined]
+    runtime = runtime_of(configured)
+    assert runtime is not None
+    worker = runtime.store("t")
     try:
         assert beat.loop is not None
         assert beat.loop.store.misfire_threshold_ms == 300_000
@@ -97,7 +98,7 @@ def test_a_worker_judges_a_blocked_trigger_late_by_the_configured_threshold(
             args=firing.args,
             kwargs=firing.kwargs,
             task_id=firing.fire_instance_id,
-            headers={HEADER: firing.header()},
+            headers={HEADER: FiringHeader.of(firing).fields},
             throw=False,
         )
 

@@ -13,7 +13,8 @@ from celery_quartz.limits import ExecutionLimits
 from celery_quartz.store import MemoryStore, SqlStore, TriggerState
 from celery_quartz.store.sql.reads import scheduler_names
 from celery_quartz.store.views import FiringOutcome
-from tests.unit.builders import add, at, fire_one, one_shot, repeating
+from tests.unit.builders import add, fire_one, one_shot, repeating
+from tests.unit.conftest import at
 
 
 def _run(store: SqlStore, clock: FakeClock, name: str, outcome: FiringOutcome | None) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from celery import Celery
 from celery.exceptions import Ignore
-from celery.signals import task_postrun, worker_process_shutdown, worker_shutdown
 
 from celery_quartz import (
     Job,
@@ -26,9 +25,12 @@ from celery_quartz import (
 )
 from celery_quartz.clock import FakeClock
 from celery_quartz.context import JobExecutionContext
-from celery_quartz.firing import HEADER, Firing
+from celery_quartz.errors import RefireJob
+from celery_quartz.firing import HEADER, Firing, FiringHeader
 from celery_quartz.keys import RETRYING_JOBS_GROUP
 from celery_quartz.store import FiringState, SqlStore, TriggerState
+from celery_quartz.worker import WorkerRuntime, runtime_of
+from celery_quartz.worker import ends as worker_ends
 from tests.unit.conftest import T0
 
 
@@ -62,19 +64,28 @@ def app(file_store: SqlStore, contexts: list) -> Iterator[Celery]:
             raise Ignore()
         return "done"
 
+    @app.task(name="tasks.flaky", shared=False)
+    def flaky() -> str:
+        context = current_context()
+        contexts.append(context)
+        if context is not None and context.refire_count == 0:
+            raise RefireJob("not yet")
+        return "done"
+
     install(app)
     app.finalize()
     yield app
     _uninstall(app)
 
 
+def _runtime(app: Celery) -> WorkerRuntime:
+    runtime = runtime_of(app)
+    assert runtime is not None
+    return runtime
+
+
 def _uninstall(app: Celery) -> None:
-    hooks = app._celery_quartz_hooks  # type: ignore[attr-defined]
-    task_postrun.disconnect(hooks.on_postrun)
-    worker_process_shutdown.disconnect(hooks.record_waiting_ends)
-    worker_shutdown.disconnect(hooks.record_waiting_ends)
-    for store in hooks._stores.values():
-        store.dispose()
+    _runtime(app).close()
     app.close()
 
 
@@ -108,7 +119,7 @@ def deliver(app: Celery, firing: Firing) -> Any:
         args=firing.args,
         kwargs=firing.kwargs,
         task_id=firing.task_id,
-        headers={HEADER: firing.header()},
+        headers={HEADER: FiringHeader.of(firing).fields},
         throw=False,
     )
 
@@ -262,29 +273,16 @@ def test_a_message_that_is_not_a_firing_runs_untouched(
 
 
 def test_install_is_idempotent(app: Celery) -> None:
-    hooks = app._celery_quartz_hooks  # type: ignore[attr-defined]
+    runtime = runtime_of(app)
     install(app)
-    assert app._celery_quartz_hooks is hooks  # type: ignore[attr-defined]
+    assert runtime is not None and runtime_of(app) is runtime
 
 
 def test_a_task_that_asks_to_refire_runs_the_same_firing_again_with_its_count_up(
     app: Celery, file_store: SqlStore, contexts: list
 ) -> None:
-    from celery_quartz.errors import RefireJob
-
     app.conf.broker_url = "memory://"
     app.conf.task_default_queue = "refire-test"
-
-    @app.task(name="tasks.flaky", shared=False)
-    def flaky() -> str:
-        context = current_context()
-        contexts.append(context)
-        if context is not None and context.refire_count == 0:
-            raise RefireJob("not yet")
-        return "done"
-
-    # Defined after the app was finalized: guard it as a worker's finalize would have.
-    app._celery_quartz_hooks.guard_tasks()  # type: ignore[attr-defined]
     firing = fired(file_store)
     firing.task = "tasks.flaky"
     assert deliver(app, firing).state == "FAILURE"
@@ -302,14 +300,22 @@ def test_a_task_that_asks_to_refire_runs_the_same_firing_again_with_its_count_up
 
 
 @pytest.fixture
-def pg_app(pg_url: str, clock: FakeClock) -> Iterator[tuple[Celery, SqlStore]]:
+def completion_delay() -> float:
+    """``quartz_worker_completion_delay`` of :func:`pg_app`, unless a test overrides it."""
+    return 600.0
+
+
+@pytest.fixture
+def pg_app(
+    pg_url: str, clock: FakeClock, completion_delay: float
+) -> Iterator[tuple[Celery, SqlStore]]:
     """The hooks on PostgreSQL, where a success's end may be held for a batch: ends are held
-    600 s unless a test sets ``quartz_worker_completion_delay``."""
+    600 s unless a test sets ``completion_delay``."""
     store = SqlStore(pg_url, scheduler_name="t", clock=clock)
     store.create_tables()
     app = Celery("t", set_as_current=False)
     app.conf.quartz_store_url = pg_url
-    app.conf.quartz_worker_completion_delay = 600.0
+    app.conf.quartz_worker_completion_delay = completion_delay
 
     @app.task(name="tasks.report", shared=False)
     def report(*args: Any, **kwargs: Any) -> str:
@@ -331,13 +337,13 @@ def test_on_postgresql_a_success_is_held_and_recorded_with_the_processs_other_en
     firing = fired(store)
     assert deliver(app, firing).state == "SUCCESS"
     assert store.firing_states() == {firing.fire_instance_id: FiringState.EXECUTING}
-    app._celery_quartz_hooks.record_waiting_ends()  # type: ignore[attr-defined]
+    _runtime(app).record_waiting_ends()
     assert store.firing_states() == {}
     [trigger] = store.list_triggers().items
     assert trigger.last_outcome is not None and trigger.last_outcome.succeeded
 
 
-def test_a_failure_a_job_data_write_back_and_a_zero_delay_are_never_held(
+def test_a_failure_and_a_job_data_write_back_are_never_held(
     pg_app: tuple[Celery, SqlStore],
 ) -> None:
     app, store = pg_app
@@ -348,9 +354,13 @@ def test_a_failure_a_job_data_write_back_and_a_zero_delay_are_never_held(
     persisting = fired(store, persist_job_data=True)
     assert deliver(app, persisting).state == "SUCCESS"
     assert store.firing_states() == {}
-    store.remove_job(JobKey("report"))
-    app.conf.quartz_worker_completion_delay = 0
-    app._celery_quartz_hooks._batch = None  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("completion_delay", [0.0])
+def test_with_a_zero_delay_a_success_is_never_held(
+    pg_app: tuple[Celery, SqlStore], completion_delay: float
+) -> None:
+    app, store = pg_app
     plain = fired(store)
     assert deliver(app, plain).state == "SUCCESS"
     assert store.firing_states() == {}
@@ -359,19 +369,17 @@ def test_a_failure_a_job_data_write_back_and_a_zero_delay_are_never_held(
 def test_held_ends_are_recorded_after_the_delay_or_at_once_when_the_batch_is_full(
     file_store: SqlStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from celery_quartz import worker
-
     firing = fired(file_store)
     assert file_store.start_execution(firing.fire_instance_id, "celery@w1")
-    timed = worker._CompletionBatch(lambda name: file_store, delay=0.05)
+    timed = worker_ends.CompletionBatch(lambda name: file_store, 0.05, file_store.clock)
     timed.add("t", firing.fire_instance_id)
     deadline = time.monotonic() + 5
     while file_store.firing_states() and time.monotonic() < deadline:
         time.sleep(0.02)
     assert file_store.firing_states() == {}
 
-    monkeypatch.setattr(worker, "_BATCH_SIZE", 2)
-    full = worker._CompletionBatch(lambda name: file_store, delay=600)
+    monkeypatch.setattr(worker_ends, "_BATCH_SIZE", 2)
+    full = worker_ends.CompletionBatch(lambda name: file_store, 600, file_store.clock)
     ids = []
     for minute in (1, 2):
         file_store.clock.set(T0 + timedelta(minutes=minute))  # type: ignore[attr-defined]
@@ -392,8 +400,6 @@ def test_held_ends_whose_recording_fails_are_kept_for_the_next_attempt(
 ) -> None:
     """Not only a store that does not answer (retried in place): any error leaves the ends
     held, and the next attempt records them."""
-    from celery_quartz import worker
-
     firing = fired(file_store)
     assert file_store.start_execution(firing.fire_instance_id, "celery@w1")
     failures = [RuntimeError("the pool is exhausted")]
@@ -403,7 +409,7 @@ def test_held_ends_whose_recording_fails_are_kept_for_the_next_attempt(
             raise failures.pop()
         return file_store
 
-    batch = worker._CompletionBatch(store, delay=600)
+    batch = worker_ends.CompletionBatch(store, 600, file_store.clock)
     batch.add("t", firing.fire_instance_id)
     with pytest.raises(RuntimeError, match="exhausted"):
         batch.flush()

@@ -15,7 +15,8 @@ from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.keys import TriggerKey
 from celery_quartz.store import NONE_STATE, FiringState, SqlStore, TriggerState
 from tests.services import PostgresServer, postgres_server
-from tests.unit.builders import A, add, at, one_shot, repeating
+from tests.unit.builders import A, add, one_shot, repeating
+from tests.unit.conftest import at
 
 W1, W2 = "celery@w1", "celery@w2"
 

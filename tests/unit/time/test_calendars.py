@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import date, time, timedelta, timezone
 
 import pytest
 
@@ -19,12 +19,9 @@ from celery_quartz.calendars import (
 )
 from celery_quartz.errors import InvalidTriggerError, ValidationError
 from celery_quartz.triggers import CronMisfireInstruction, CronTrigger, SimpleTrigger
+from tests.unit.conftest import utc
 
 UTC = timezone.utc
-
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
 
 
 # -- each calendar -----------------------------------------------------------------------------

@@ -12,12 +12,9 @@ import itertools
 from datetime import datetime, timedelta, timezone
 
 from celery_quartz.cron import CronExpression
+from tests.unit.conftest import utc
 
 UTC = timezone.utc
-
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
 
 
 def fires_between(expression: str, zone: str, start: datetime, end: datetime) -> list[datetime]:

@@ -10,12 +10,9 @@ from croniter import croniter
 
 from celery_quartz.cron import CronExpression, CronFormat
 from celery_quartz.errors import CronSyntaxError
+from tests.unit.conftest import utc
 
 UTC = timezone.utc
-
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
 
 
 def fires(expression: str, after: datetime, n: int, zone: str = "UTC") -> list[datetime]:

@@ -8,13 +8,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from celery_quartz.cron import CronExpression
+from tests.unit.conftest import utc
 
 UTC = timezone.utc
 ONE = timedelta(seconds=1)
-
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
 
 
 def test_time_before_a_daily_time_is_the_day_before() -> None:

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta, timezone
 
 import pytest
 
 from celery_quartz.errors import CronSyntaxError, InvalidTriggerError
 from celery_quartz.triggers import TRIGGER_KINDS, CronMisfireInstruction, CronTrigger
+from tests.unit.conftest import utc
 
 UTC = timezone.utc
 M = CronMisfireInstruction
-
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
 
 
 def nightly(**kw: object) -> CronTrigger:

@@ -14,13 +14,10 @@ from celery_quartz.triggers import (
     DailyTimeIntervalTrigger,
     IntervalUnit,
 )
+from tests.unit.conftest import utc
 
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
-
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
 
 
 def walk(trigger: DailyTimeIntervalTrigger, after: datetime, n: int) -> list[datetime]:

@@ -14,6 +14,7 @@ import pytest
 
 from celery_quartz.errors import InvalidTriggerError
 from celery_quartz.triggers import TRIGGER_KINDS, CronMisfireInstruction, RecurrenceTrigger
+from tests.unit.conftest import utc
 
 UTC = timezone.utc
 NEW_YORK = ZoneInfo("America/New_York")
@@ -21,10 +22,6 @@ NEW_YORK = ZoneInfo("America/New_York")
 
 def ny(y: int, m: int, d: int, h: int = 9, minute: int = 0) -> datetime:
     return datetime(y, m, d, h, minute, tzinfo=NEW_YORK)
-
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
 
 
 def occurrences(rule: str, dtstart: datetime, n: int = 500, zone: str = "America/New_York"):  # type: ignore[no-untyped-def]

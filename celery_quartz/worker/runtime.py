@@ -1,0 +1,131 @@
+"""What the worker side's parts share: one :class:`WorkerRuntime` per app with the hooks."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from celery import Celery
+
+from celery_quartz.clock import Clock, SystemClock
+from celery_quartz.config import Settings
+from celery_quartz.hooks import ExecutionHooks
+from celery_quartz.store import Store, open_store
+from celery_quartz.worker.ends import CompletionBatch, LostEnds
+
+#: Connections a worker process's store keeps open.
+_POOL_SIZE = 32
+
+#: The attribute of the app that holds its runtime (the only one the worker side sets on it).
+_ATTRIBUTE = "_celery_quartz"
+
+
+@dataclass
+class CheckInStatus:
+    """What the worker's check-in last did (read by ``celery inspect quartz_health``)."""
+
+    #: Seconds between check-ins; None before the check-in starts.
+    interval: float | None = None
+    #: The queues the worker consumes, as checked in.
+    queues: list[str] = field(default_factory=list)
+    #: When the worker last checked in (the runtime's clock); None before the first.
+    last_checkin: datetime | None = None
+
+
+class WorkerRuntime:
+    """The state the worker side's parts share, one per app (:func:`runtime_of`): the settings,
+    read once; one store per scheduler name and process; the clock; the execution hooks; this
+    process's successes held for a batch; the lost ends; the check-in's status.
+
+    Constructing it attaches it to ``app``; :func:`celery_quartz.worker.install` does.
+    """
+
+    def __init__(self, app: Celery, clock: Clock | None = None) -> None:
+        self.app = app
+        self.clock: Clock = clock or SystemClock()
+        #: Told of each firing's execution in this process, in order.
+        self.execution_hooks: list[ExecutionHooks] = []
+        #: The lost pool processes' ends (the worker's main process).
+        self.lost_ends = LostEnds(app, self.store, self.clock)
+        self.checkin = CheckInStatus()
+        self._settings: Settings | None = None
+        self._stores: dict[tuple[int, str], Store] = {}
+        self._batch: CompletionBatch | None = None
+        self._lock = threading.Lock()
+        self._receivers: list[tuple[Any, Callable[..., Any]]] = []
+        setattr(app, _ATTRIBUTE, self)
+
+    @property
+    def settings(self) -> Settings:
+        """The ``quartz_*`` settings, read from the app's configuration once, at first use: the
+        hooks are installed where the app is created, usually before it is configured."""
+        settings = self._settings
+        if settings is None:
+            settings = self._settings = Settings.from_app(self.app)
+        return settings
+
+    def store(self, scheduler_name: str) -> Store:
+        """This process's store for ``scheduler_name`` (engines are not shared across a fork)."""
+        key = (os.getpid(), scheduler_name)
+        settings = self.settings
+        with self._lock:
+            store = self._stores.get(key)
+            if store is None:
+                # No pre-ping (a round trip per transaction): a connection broken by a database
+                # restart fails its statement, and every writer retries through an outage.
+                # A pool as large as a threads-pool worker's concurrency is likely to be: each
+                # thread keeps its connection instead of opening one per task past the fifth
+                # (connections are opened only when threads need them at once).
+                store = open_store(
+                    settings,
+                    clock=self.clock,
+                    scheduler_name=scheduler_name,
+                    pre_ping=False,
+                    pool_size=_POOL_SIZE,
+                )
+                self._stores[key] = store
+            return store
+
+    @property
+    def batch(self) -> CompletionBatch:
+        """This process's batch of successful ends (a forked child starts its own)."""
+        batch = self._batch
+        if batch is None or batch.pid != os.getpid():
+            delay = self.settings.worker_completion_delay
+            with self._lock:
+                batch = self._batch
+                if batch is None or batch.pid != os.getpid():
+                    batch = self._batch = CompletionBatch(self.store, delay, self.clock)
+        return batch
+
+    def record_waiting_ends(self, *_: Any, **__: Any) -> None:
+        """Record the ends this process still holds (its pool process, or the worker, stops)."""
+        batch = self._batch
+        if batch is not None and batch.pid == os.getpid():
+            batch.flush()
+
+    def connect(self, signal: Any, receiver: Callable[..., Any]) -> None:
+        """Connect ``receiver`` to one of Celery's signals, for as long as the runtime lives."""
+        signal.connect(receiver, weak=False)
+        self._receivers.append((signal, receiver))
+
+    def close(self) -> None:
+        """Disconnect every receiver :meth:`connect` connected and close this process's stores
+        (an app whose hooks are no longer wanted: tests)."""
+        for signal, receiver in self._receivers:
+            signal.disconnect(receiver)
+        self._receivers.clear()
+        with self._lock:
+            stores = [s for (pid, _), s in self._stores.items() if pid == os.getpid()]
+        for store in stores:
+            store.dispose()
+
+
+def runtime_of(app: Any) -> WorkerRuntime | None:
+    """The runtime of ``app``'s worker hooks; None when they are not installed."""
+    runtime = getattr(app, _ATTRIBUTE, None)
+    return runtime if isinstance(runtime, WorkerRuntime) else None

@@ -59,7 +59,8 @@ class Settings:
     checkin_misfire_threshold: float = DEFAULT_CHECKIN_MISFIRE_THRESHOLD
     #: Bound on the JSON encoding of job data, args, kwargs, options and trigger data.
     max_job_data_bytes: int = DEFAULT_MAX_DATA_BYTES
-    #: Create or upgrade the tables (Alembic) when a scheduler starts.
+    #: Create or upgrade the tables (Alembic) when a scheduler starts. Off, a scheduler or worker
+    #: refuses to start on tables older than its version (run ``quartz schema upgrade`` first).
     schema_auto_upgrade: bool = True
     #: Import ``beat_schedule`` into the store when a scheduler starts.
     import_beat_schedule: bool = True

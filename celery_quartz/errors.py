@@ -94,6 +94,11 @@ class JobPersistenceError(QuartzError):
     """The store cannot complete an operation (schema missing or too old, database refused)."""
 
 
+class SchemaVersionError(JobPersistenceError):
+    """The store's tables are missing or at a schema revision older than this version needs, and
+    this process may not upgrade them (``quartz_schema_auto_upgrade`` is off)."""
+
+
 class SchedulerStateError(QuartzError):
     """The scheduler is not in a state that allows the requested operation."""
 

@@ -45,6 +45,8 @@ __all__ = [
     "free_port",
     "interrupt_on_sigterm",
     "missing_apt_packages",
+    "multi_host_url",
+    "postgres_primary_and_standby",
     "postgres_server",
     "redis_server",
 ]
@@ -496,6 +498,81 @@ class PostgresServer(_Server):
                 f"{_log_tail(self.log_path)}"
             )
 
+    def base_backup_from(self, primary: PostgresServer) -> None:
+        """Fill this server's (empty) data folder with a base backup of ``primary``, set up as
+        its streaming standby (``pg_basebackup -R``: ``standby.signal`` and ``primary_conninfo``).
+        The standby's ``cluster_name`` setting, if any, is the name it replicates under (what
+        the primary's ``synchronous_standby_names`` lists)."""
+        command = [
+            str(self.bindir / "pg_basebackup"),
+            "--pgdata", str(self.datadir),
+            "--host", primary.host,
+            "--port", str(primary.port),
+            "--username", primary.user,
+            "--write-recovery-conf",
+            "--wal-method", "stream",
+            "--checkpoint", "fast",
+            "--no-sync",
+        ]  # fmt: skip
+        self._run_tool(command, "pg_basebackup")
+
+    def promote(self, timeout: float = START_TIMEOUT) -> None:
+        """Promote this standby to a primary (``pg_ctl promote``), waiting until it accepts
+        writes."""
+        command = [
+            str(self.bindir / "pg_ctl"), "promote",
+            "--pgdata", str(self.datadir),
+            "--wait", "--timeout", str(int(timeout)),
+        ]  # fmt: skip
+        self._run_tool(command, "pg_ctl promote")
+
+    def stop_immediately(self) -> None:
+        """PostgreSQL's "immediate" shutdown (SIGQUIT): every backend ends at once, nothing is
+        written or rolled back, clients see their connections drop, as when a host dies."""
+        _stop_process(self._proc, signal.SIGQUIT, STOP_TIMEOUT)
+        self._proc = None
+
+    def require_synchronous_standby(self, name: str, timeout: float = START_TIMEOUT) -> None:
+        """Make the standby replicating as ``name`` synchronous (a commit here returns once it
+        has the commit's WAL) and wait until it is."""
+        self.execute("ALTER SYSTEM SET synchronous_standby_names = %s", (name,))
+        self.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + timeout
+        while True:
+            conn = self.connect("postgres")
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(
+                        "SELECT sync_state FROM pg_stat_replication WHERE application_name = %s",
+                        (name,),
+                    )
+                    row = cur.fetchone()
+            finally:
+                conn.close()
+            if row is not None and row[0] == "sync":
+                return
+            if time.monotonic() > deadline:
+                raise ServiceError(f"standby {name!r} not synchronous after {timeout:.0f}s")
+            time.sleep(0.1)
+
+    def _run_tool(self, command: list[str], what: str) -> None:
+        with open(self.log_path, "ab") as log:
+            result = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.basedir,
+                timeout=120,
+                check=False,
+                **self._popen_kwargs(),
+            )
+        if result.returncode != 0:
+            raise ServiceError(
+                f"{what} failed with status {result.returncode}; log {self.log_path}:\n"
+                f"{_log_tail(self.log_path)}"
+            )
+
     def _command(self) -> list[str]:
         command = [
             str(self.bindir / "postgres"),
@@ -556,6 +633,68 @@ def postgres_server(
         finally:
             server.stop()
     finally:
+        shutil.rmtree(basedir, ignore_errors=True)
+
+
+def multi_host_url(
+    servers: Sequence[PostgresServer], driver: str = "psycopg2", dbname: str | None = None
+) -> str:
+    """A SQLAlchemy URL naming every server as a host, with ``target_session_attrs=read-write``:
+    libpq tries them in order and keeps the first that accepts writes (the primary)."""
+    first = servers[0]
+    hosts = "&".join(f"host={server.host}:{server.port}" for server in servers)
+    dialect = _DRIVERS[driver]
+    return (
+        f"postgresql+{dialect}://{first.user}@/{dbname or first.dbname}"
+        f"?{hosts}&target_session_attrs=read-write"
+    )
+
+
+@contextlib.contextmanager
+def postgres_primary_and_standby(
+    *,
+    user: str = "quartz",
+    dbname: str = "quartz",
+    standby_name: str = "standby1",
+    start_timeout: float = START_TIMEOUT,
+) -> Iterator[tuple[PostgresServer, PostgresServer]]:
+    """A throwaway primary holding database ``dbname`` and a hot standby streaming from it
+    (a base backup of it), synchronous: a commit on the primary returns once the standby has its
+    WAL, so a promoted standby holds every commit a client saw. Both use durable commits
+    (``synchronous_commit=on``); stopped and deleted on exit."""
+    bindir = find_postgres_bindir()
+    run_as = _postgres_run_user()
+    basedir = Path(tempfile.mkdtemp(prefix="cq-pgha-", dir=_temp_base(run_as is not None)))
+    servers: list[PostgresServer] = []
+    try:
+        for name in ("primary", "standby"):
+            folder = basedir / name
+            folder.mkdir()
+            if run_as is not None:
+                entry = pwd.getpwnam(run_as)
+                for path in (basedir, folder):
+                    os.chown(path, entry.pw_uid, entry.pw_gid)
+            settings = {"synchronous_commit": "on"}
+            if name == "standby":
+                settings["cluster_name"] = standby_name  # the name it replicates under
+            servers.append(
+                PostgresServer(
+                    bindir, folder, user=user, dbname=dbname, run_as=run_as, settings=settings
+                )
+            )
+        primary, standby = servers
+        primary.initdb()
+        primary.start(start_timeout)
+        if dbname != "postgres":
+            primary.create_database(dbname)
+        standby.base_backup_from(primary)
+        standby.start(start_timeout)
+        # Only now: with a synchronous standby named and absent, every commit would wait.
+        primary.require_synchronous_standby(standby_name)
+        yield primary, standby
+    finally:
+        for server in reversed(servers):
+            server.stop()
         shutil.rmtree(basedir, ignore_errors=True)
 
 

@@ -32,15 +32,9 @@ from sqlalchemy.pool import NullPool
 from celery_quartz.elections.base import Election
 from celery_quartz.errors import ConfigurationError
 from celery_quartz.leadership import SchedulerLeadership
+from celery_quartz.store.engine import postgres_connect_args
 
 logger = logging.getLogger(__name__)
-
-_KEEPALIVES = {
-    "keepalives": 1,
-    "keepalives_idle": 5,
-    "keepalives_interval": 2,
-    "keepalives_count": 3,
-}
 
 
 def advisory_lock_key(scheduler_name: str, table_prefix: str) -> int:
@@ -82,7 +76,10 @@ class PostgresAdvisoryLockElection(Election):
         self.key = advisory_lock_key(scheduler_name, table_prefix)
         self.lock_timeout = lock_timeout
         # Its own engine without a pool: the session that holds the lock is never shared.
-        self._engine = create_engine(parsed, poolclass=NullPool, connect_args=dict(_KEEPALIVES))
+        # The store's connection defaults (connect timeout, keepalives, TCP user timeout) apply.
+        self._engine = create_engine(
+            parsed, poolclass=NullPool, connect_args=postgres_connect_args(parsed)
+        )
         self._conn: Connection | None = None
 
     def _connection(self) -> Connection:

@@ -12,7 +12,7 @@ from celery_quartz.store.abc import (
     WorkerNodeStore,
     WorkerStore,
 )
-from celery_quartz.store.factory import discover_scheduler_names, open_store
+from celery_quartz.store.factory import check_worker_schema, discover_scheduler_names, open_store
 from celery_quartz.store.memory import MemoryStore
 from celery_quartz.store.records import NONE_STATE, CheckIn
 from celery_quartz.store.schema import FiringState, TriggerState, build_tables
@@ -35,6 +35,7 @@ __all__ = [
     "WorkerNodeStore",
     "WorkerStore",
     "build_tables",
+    "check_worker_schema",
     "discover_scheduler_names",
     "open_store",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -33,11 +34,49 @@ def _url_password(url: str) -> str | None:
     found = _USERINFO_PASSWORD.match(url)
     return found.group(2) if found and found.group(2) else None
 
+#: libpq connection parameters every PostgreSQL engine of the store (and the election's) gets
+#: unless its URL's query string gives them. libpq's own defaults wait on a dead server for as
+#: long as the operating system's TCP does (minutes): after a failover, or a primary that stopped
+#: answering, a process would hang on a connection instead of moving on to the next host of a
+#: multi-host URL. ``connect_timeout`` bounds each host's connection attempt (seconds);
+#: keepalives find an idle connection whose peer is gone (5 s idle, then 3 probes 2 s apart);
+#: ``tcp_user_timeout`` (milliseconds) drops a connection whose sent data stays unacknowledged
+#: that long (a statement sent to a host that vanished). None of them ends a slow query: the
+#: server's kernel acknowledges what it receives while the query runs.
+POSTGRES_CONNECT_DEFAULTS: dict[str, int] = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+
+# libpq reads these variables when a parameter is not given: one set there wins over our default.
+_LIBPQ_ENVIRONMENT = {"connect_timeout": "PGCONNECT_TIMEOUT"}
+
+
+def postgres_connect_args(url: Any, connect_args: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``connect_args`` with :data:`POSTGRES_CONNECT_DEFAULTS` added for every parameter that
+    neither they, the URL's query string (``url``, a SQLAlchemy URL), nor libpq's environment
+    variable for it (``PGCONNECT_TIMEOUT``) already set."""
+    merged = dict(connect_args or {})
+    for name, value in POSTGRES_CONNECT_DEFAULTS.items():
+        env = _LIBPQ_ENVIRONMENT.get(name)
+        if name in merged or name in url.query or (env and os.environ.get(env)):
+            continue
+        merged[name] = value
+    return merged
+
 
 def create_store_engine(
     url: str, *, idle_transaction_timeout: float | None = None, **kwargs: Any
 ) -> Engine:
     """An engine for ``url`` set up for the store's transactions.
+
+    On PostgreSQL every connection gets :data:`POSTGRES_CONNECT_DEFAULTS` (connect timeout,
+    keepalives, TCP user timeout) unless the URL's query string sets them
+    (``?connect_timeout=10&tcp_user_timeout=30000``).
 
     ``idle_transaction_timeout`` (seconds, PostgreSQL): the server ends a session of the engine
     that sits inside a transaction, waiting on its client, for that long (its
@@ -68,13 +107,14 @@ def create_store_engine(
         kwargs.pop("pool_size", None)  # nor connections kept
         return _sqlite_engine(parsed, **kwargs)
     kwargs.setdefault("pool_pre_ping", True)
+    # Timeouts and keepalives (psycopg2 and psycopg 3 alike); a value in the URL wins.
+    connect_args = postgres_connect_args(parsed, kwargs.pop("connect_args", None))
     if idle_transaction_timeout is not None:
-        # libpq's startup options (psycopg2 and psycopg 3 alike), after any the URL gives.
-        connect_args = dict(kwargs.pop("connect_args", None) or {})
+        # libpq's startup options, after any the URL gives.
         given = connect_args.get("options") or parsed.query.get("options") or ""
         setting = f"-c idle_in_transaction_session_timeout={int(idle_transaction_timeout * 1000)}"
         connect_args["options"] = f"{given} {setting}".strip()
-        kwargs["connect_args"] = connect_args
+    kwargs["connect_args"] = connect_args
     if parsed.get_driver_name() == "psycopg2":
         # Batched UPDATEs (one per fired batch) in pages, not one round trip per row; psycopg 3
         # pipelines executemany by itself.

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
+
+from sqlalchemy.exc import DBAPIError
 
 from celery_quartz.clock import Clock
 from celery_quartz.store import migrate
@@ -10,6 +13,8 @@ from celery_quartz.store.sql import SqlStore
 
 if TYPE_CHECKING:
     from celery_quartz.config import Settings
+
+logger = logging.getLogger(__name__)
 
 
 def open_store(
@@ -28,8 +33,12 @@ def open_store(
     scheduler name a message carries). ``pre_ping`` tests a pooled connection before each
     transaction; the scheduling loop turns it off and retries a failed step itself. ``pool_size``
     is how many connections the pool keeps open (for a PostgreSQL store; SQLite keeps none).
-    ``upgrade_schema`` creates or upgrades the tables first when ``quartz_schema_auto_upgrade``
-    is on (schedulers and clients do; workers and operators' tools do not). With an election
+    ``upgrade_schema`` (schedulers, clients, the CLI's writing commands) creates or upgrades the
+    tables first when ``quartz_schema_auto_upgrade`` is on, and when it is off refuses tables
+    older than this version (:class:`~celery_quartz.errors.SchemaVersionError`); it runs on
+    tables a newer version upgraded, with a warning
+    (:func:`celery_quartz.store.migrate.ensure_schema`; a worker's check is
+    :func:`check_worker_schema`). With an election
     (``quartz_election``), PostgreSQL ends a session left idle inside a transaction for
     ``quartz_election_lock_timeout``.
     """
@@ -48,9 +57,43 @@ def open_store(
         # that transaction within the lock timeout, the bound on a failover.
         idle_transaction_timeout=settings.election_lock_timeout if settings.election else None,
     )
-    if upgrade_schema and settings.schema_auto_upgrade:
-        migrate.upgrade(store.engine, settings.table_prefix)
+    if upgrade_schema:
+        try:
+            migrate.ensure_schema(
+                store.engine,
+                settings.table_prefix,
+                may_upgrade=settings.schema_auto_upgrade,
+                refuse_older=True,
+                who=f"scheduler name {store.scheduler_name!r}",
+            )
+        except BaseException:
+            store.dispose()
+            raise
     return store
+
+
+def check_worker_schema(settings: Settings) -> None:
+    """A worker's look at the schema when it starts: it never upgrades. Tables older than this
+    version (or missing) stop it with :class:`~celery_quartz.errors.SchemaVersionError` when
+    ``quartz_schema_auto_upgrade`` is off, and are only warned about when it is on (a scheduler
+    upgrades them at its start); tables a newer version upgraded are run on, with a warning. A
+    store that does not answer is warned about: the worker rides out an outage as it does for
+    every firing."""
+    from celery_quartz.store.engine import create_store_engine
+
+    engine = create_store_engine(settings.store_url)
+    try:
+        migrate.ensure_schema(
+            engine,
+            settings.table_prefix,
+            may_upgrade=False,
+            refuse_older=not settings.schema_auto_upgrade,
+            who="worker",
+        )
+    except DBAPIError as exc:
+        logger.warning("worker: the schema could not be checked at start: %s", exc)
+    finally:
+        engine.dispose()
 
 
 def discover_scheduler_names(settings: Settings) -> list[str]:

@@ -3,10 +3,15 @@
 Several scheduler processes may start at once against an empty database: the upgrade runs in one
 transaction that first takes an exclusive lock (a PostgreSQL advisory lock; SQLite's write lock),
 so one process migrates and the others find the schema at head.
+
+Every node looks at the schema at start (:func:`ensure_schema`): it upgrades the tables or refuses
+to run on tables older than it needs, and runs on tables a newer version has upgraded (a rolling
+upgrade: schema first, then nodes), which is sound while each migration is additive.
 """
 
 from __future__ import annotations
 
+import logging
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +21,13 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, text
 
+from celery_quartz.errors import SchemaVersionError
 from celery_quartz.store.schema import DEFAULT_TABLE_PREFIX, build_tables
+
+logger = logging.getLogger(__name__)
 
 
 def _config(connection: Connection | None, prefix: str) -> Config:
@@ -35,6 +44,15 @@ def head_revision() -> str:
     return head
 
 
+def is_known_revision(revision: str) -> bool:
+    """Whether ``revision`` is one of this version's migrations (a newer version's is not)."""
+    script = ScriptDirectory.from_config(_config(None, DEFAULT_TABLE_PREFIX))
+    try:
+        return script.get_revision(revision) is not None
+    except CommandError:
+        return False
+
+
 def current_revision(engine: Engine, prefix: str = DEFAULT_TABLE_PREFIX) -> str | None:
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"version_table": f"{prefix}alembic_version"})
@@ -49,6 +67,59 @@ def upgrade(engine: Engine, prefix: str = DEFAULT_TABLE_PREFIX, revision: str = 
             key = zlib.crc32(f"celery_quartz.migrate:{prefix}".encode()) & 0x7FFFFFFF
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
         command.upgrade(_config(conn, prefix), revision)
+
+
+def ensure_schema(
+    engine: Engine,
+    prefix: str = DEFAULT_TABLE_PREFIX,
+    *,
+    may_upgrade: bool,
+    refuse_older: bool = True,
+    who: str = "celery-quartz",
+) -> None:
+    """What a node does with the schema when it starts.
+
+    - Tables at this version's head: nothing.
+    - Tables at a revision this version does not know (a newer version upgraded them, the first
+      step of a rolling upgrade): run on them, with a warning; never "upgrade" them, which would
+      fail on the unknown revision.
+    - Tables missing or older: upgrade them when it ``may_upgrade``; or else, with
+      ``refuse_older``, raise :class:`~celery_quartz.errors.SchemaVersionError` naming both
+      revisions and the command to run; without it, warn (a scheduler will upgrade them).
+    """
+    current = current_revision(engine, prefix)
+    head = head_revision()
+    if current == head:
+        return
+    if current is not None and not is_known_revision(current):
+        logger.warning(
+            "%s: the tables (prefix %r) are at schema revision %s, newer than this version's "
+            "%s: a newer version upgraded them; running on them, as during a rolling upgrade "
+            "(sound while its migrations are additive; see the release notes)",
+            who,
+            prefix,
+            current,
+            head,
+        )
+        return
+    if may_upgrade:
+        logger.info(
+            "%s: upgrading the tables (prefix %r) from schema revision %s to %s",
+            who,
+            prefix,
+            current or "none",
+            head,
+        )
+        upgrade(engine, prefix)
+        return
+    found = f"at schema revision {current}" if current else "missing (no schema revision)"
+    message = (
+        f"{who}: the tables (prefix {prefix!r}) are {found}; this version needs {head}. Run "
+        "`celery -A proj quartz schema upgrade` first"
+    )
+    if refuse_older:
+        raise SchemaVersionError(f"{message} (quartz_schema_auto_upgrade is off)")
+    logger.warning("%s; a scheduler upgrades them at its start", message)
 
 
 @dataclass

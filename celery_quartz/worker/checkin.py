@@ -13,7 +13,7 @@ from celery.signals import worker_shutdown
 from celery.worker.control import inspect_command
 from sqlalchemy.exc import DBAPIError
 
-from celery_quartz.store import ClusterStore, WorkerNodeStore
+from celery_quartz.store import ClusterStore, WorkerNodeStore, check_worker_schema
 from celery_quartz.worker.ends import STORE_ACCESS
 from celery_quartz.worker.runtime import WorkerRuntime, runtime_of
 
@@ -47,6 +47,9 @@ class WorkerCheckIn(bootsteps.StartStopStep):
         runtime = runtime_of(parent.app)
         assert runtime is not None, "added to the worker's steps by celery_quartz.install"
         settings = runtime.settings
+        # Tables older than this version stop the worker here, with auto-upgrade off, rather than
+        # fail each firing it starts.
+        check_worker_schema(settings)
         store = self._store = runtime.store(settings.scheduler_name)
         queues = sorted(parent.app.amqp.queues.consume_from)
         name = parent.hostname

@@ -8,7 +8,8 @@ Configured from the environment (set by :mod:`tests.integration.processes`):
 ``CQ_EXECUTION_LIMITS`` (JSON, the mapping form of ``quartz_execution_limits``);
 ``CQ_SCHEDULING_FILES`` (paths joined by ``os.pathsep``) and ``CQ_SCHEDULING_FILES_SCAN``
 (seconds) for ``quartz_scheduling_files``; ``CQ_COMPLETION_DELAY`` (seconds) for
-``quartz_worker_completion_delay``.
+``quartz_worker_completion_delay``; ``CQ_SCHEMA_AUTO_UPGRADE`` (``0`` or ``1``) for
+``quartz_schema_auto_upgrade``.
 
 Test-only instruments, none of them in the package: ``CQ_CLOCK_OFFSET`` (seconds) moves the
 system clock every celery-quartz component reads (``celery_quartz.clock.SystemClock``) by a fixed
@@ -148,6 +149,8 @@ else:
     if os.environ.get("CQ_INSTANCE_ID"):
         app.conf.quartz_instance_id = os.environ["CQ_INSTANCE_ID"]
 app.conf.quartz_idle_wait = float(os.environ.get("CQ_IDLE_WAIT", "1"))
+if os.environ.get("CQ_SCHEMA_AUTO_UPGRADE"):
+    app.conf.quartz_schema_auto_upgrade = os.environ["CQ_SCHEMA_AUTO_UPGRADE"] == "1"
 app.conf.quartz_misfire_threshold = float(os.environ.get("CQ_MISFIRE_THRESHOLD", "60"))
 if os.environ.get("CQ_COMPLETION_DELAY"):
     app.conf.quartz_worker_completion_delay = float(os.environ["CQ_COMPLETION_DELAY"])

@@ -16,11 +16,17 @@ APP = "tests.integration.ledger_app"
 
 
 class Processes:
-    """Starts beat and worker processes of the ledger app with one environment; stops them all."""
+    """Starts beat and worker processes of the ledger app with one environment; stops them all.
 
-    def __init__(self, workdir: Path, env: dict[str, str]) -> None:
+    ``launcher`` is the command that runs Celery's umbrella command (``python -m celery``);
+    arguments follow it."""
+
+    def __init__(
+        self, workdir: Path, env: dict[str, str], launcher: list[str] | None = None
+    ) -> None:
         self.workdir = workdir
         self.env = {**os.environ, "PYTHONPATH": str(REPO), **env}
+        self.launcher = launcher or [sys.executable, "-m", "celery"]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[object] = []
 
@@ -28,7 +34,7 @@ class Processes:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop_all
         self._logs.append(log)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", app, *argv],
+            [*self.launcher, "-A", app, *argv],
             cwd=self.workdir,
             env=self.env,
             stdout=log,

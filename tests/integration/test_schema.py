@@ -132,3 +132,99 @@ def test_celery_quartz_schema_commands(tmp_path: Path, pg_url: str) -> None:
     status = _celery(["status"], pg_url, tmp_path)
     assert status.returncode == 0, status.stderr
     assert "jobs 0, triggers 0" in status.stdout
+
+
+def _older_revision() -> str:
+    """The revision before this version's head."""
+    from alembic.script import ScriptDirectory
+
+    from celery_quartz.store.migrate import _config
+
+    script = ScriptDirectory.from_config(_config(None, "quartz_"))
+    head = script.get_revision(migrate.head_revision())
+    assert head is not None and isinstance(head.down_revision, str)
+    return head.down_revision
+
+
+def test_with_auto_upgrade_off_a_node_refuses_tables_older_than_this_version(
+    pg_url: str,
+) -> None:
+    from celery_quartz.config import Settings
+    from celery_quartz.errors import SchemaVersionError
+    from celery_quartz.store import check_worker_schema, open_store
+
+    older = _older_revision()
+    engine = create_store_engine(pg_url)
+    migrate.upgrade(engine, revision=older)
+    settings = Settings(store_url=pg_url, schema_auto_upgrade=False)
+    with pytest.raises(SchemaVersionError) as scheduler:
+        open_store(settings, upgrade_schema=True)
+    with pytest.raises(SchemaVersionError) as worker:
+        check_worker_schema(settings)
+    for refused in (scheduler, worker):
+        message = str(refused.value)
+        assert older in message and migrate.head_revision() in message, message
+        assert "quartz schema upgrade" in message
+    assert migrate.current_revision(engine) == older  # left as it was
+    engine.dispose()
+
+
+def test_with_auto_upgrade_on_a_worker_leaves_older_tables_to_the_schedulers(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from celery_quartz.config import Settings
+    from celery_quartz.store import check_worker_schema, open_store
+
+    older = _older_revision()
+    engine = create_store_engine(pg_url)
+    migrate.upgrade(engine, revision=older)
+    settings = Settings(store_url=pg_url)
+    check_worker_schema(settings)
+    assert migrate.current_revision(engine) == older
+    assert "a scheduler upgrades them" in caplog.text
+    open_store(settings, upgrade_schema=True).dispose()
+    assert migrate.current_revision(engine) == migrate.head_revision()
+    engine.dispose()
+
+
+def test_a_node_runs_on_tables_a_newer_version_upgraded(
+    pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sqlalchemy import text
+
+    from celery_quartz.config import Settings
+    from celery_quartz.store import check_worker_schema, open_store
+
+    engine = create_store_engine(pg_url)
+    migrate.upgrade(engine)
+    with engine.begin() as conn:  # as a later version's migration would leave it
+        conn.execute(text("UPDATE quartz_alembic_version SET version_num = '9999'"))
+    for auto in (True, False):
+        settings = Settings(store_url=pg_url, schema_auto_upgrade=auto)
+        open_store(settings, upgrade_schema=True).dispose()
+        check_worker_schema(settings)
+    assert migrate.current_revision(engine) == "9999"
+    assert "schema revision 9999, newer than this version's" in caplog.text
+    engine.dispose()
+
+
+def test_a_beat_and_a_worker_with_auto_upgrade_off_stop_at_start_on_older_tables(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    from tests.integration import ledger_app
+    from tests.integration.processes import processes, wait_for
+
+    older = _older_revision()
+    engine = create_store_engine(pg_url)
+    migrate.upgrade(engine, revision=older)
+    engine.dispose()
+    env = ledger_app.environment(pg_url, redis_url, SCHEMA_AUTO_UPGRADE="0")
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1", concurrency=1)
+        procs.beat("beat1")
+        for name in ("worker1", "beat1"):
+            proc = procs.procs[name]
+            wait_for(lambda: proc.poll() is not None, 30, message=f"{name} to stop")  # noqa: B023
+            assert proc.returncode != 0
+            log = procs.log(name)
+            assert f"are at schema revision {older}; this version needs" in log, log[-3000:]

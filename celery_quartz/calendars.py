@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from datetime import date, datetime, time, timedelta, timezone, tzinfo
 from typing import Any, ClassVar
 
+from celery_quartz.clock import require_aware
 from celery_quartz.cron import CronExpression
 from celery_quartz.errors import ValidationError
 from celery_quartz.tz import first_instant_at_or_after, resolve_time_zone
@@ -38,12 +39,6 @@ _SEARCH_DAYS = 366 * 8
 
 #: Every calendar class, by its ``type`` name in :meth:`Calendar.to_dict`.
 CALENDAR_TYPES: dict[str, type[Calendar]] = {}
-
-
-def _aware(t: datetime) -> datetime:
-    if not isinstance(t, datetime) or t.tzinfo is None or t.utcoffset() is None:
-        raise ValueError(f"expected an aware datetime, got {t!r}")
-    return t
 
 
 class Calendar(ABC):
@@ -82,7 +77,7 @@ class Calendar(ABC):
 
     def is_time_included(self, t: datetime) -> bool:
         """Whether a trigger may fire at ``t``: this calendar and its base both allow it."""
-        _aware(t)
+        require_aware(t, f"calendar {type(self).__name__}")
         if self.base_calendar is not None and not self.base_calendar.is_time_included(t):
             return False
         return self._includes(t)
@@ -92,7 +87,7 @@ class Calendar(ABC):
 
         Raises :class:`ValidationError` when nothing is included for years ahead.
         """
-        candidate = _aware(t).astimezone(_UTC)
+        candidate = require_aware(t, f"calendar {type(self).__name__}").astimezone(_UTC)
         for _ in range(10_000):
             own = self._next_own(candidate)
             if self.base_calendar is None:

@@ -13,7 +13,8 @@ from typing import Any
 
 import click
 
-from celery_quartz.cli_ops import OPERATOR_COMMANDS, json_option, node_dict
+from celery_quartz import presentation
+from celery_quartz.cli_ops import OPERATOR_COMMANDS, json_option
 from celery_quartz.config import Settings
 from celery_quartz.errors import ConfigurationError
 from celery_quartz.store import migrate, open_store
@@ -176,7 +177,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         found = {
             "scheduler": settings.scheduler_name,
-            "nodes": [node_dict(view) for view in nodes],
+            "nodes": [presentation.node(view) for view in nodes],
             "jobs": counts["jobs"],
             "triggers": counts["triggers"],
             "firings_in_flight": dict(sorted(states.items())),

@@ -4,15 +4,14 @@ django-celery-beat and redbeat.
 
 Each verb reads through the store's read side (:class:`~celery_quartz.store.abc.StoreReader`)
 and writes through the :class:`~celery_quartz.Quartz` client, never with SQL of its own. Each
-takes ``--json`` for scripts. Errors are translated to one line by the ``quartz`` group
-(:mod:`celery_quartz.cli`).
+takes ``--json`` for scripts, in the HTTP API's shape (:mod:`celery_quartz.presentation`).
+Errors are translated to one line by the ``quartz`` group (:mod:`celery_quartz.cli`).
 """
 
 from __future__ import annotations
 
 import base64
 import copy
-import dataclasses
 import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -21,19 +20,16 @@ from typing import Any
 
 import click
 
+from celery_quartz import presentation
 from celery_quartz.config import Settings
-from celery_quartz.job import Job
 from celery_quartz.keys import DEFAULT_GROUP, JobKey, TriggerKey
 from celery_quartz.store import ClientStore, TriggerState, open_store
 from celery_quartz.store.schema import FIRING_STATES, STORED_TRIGGER_STATES
 from celery_quartz.store.views import (
     MAX_PAGE,
     FiringFilter,
-    FiringView,
     JobFilter,
-    NodeView,
     TriggerFilter,
-    TriggerView,
 )
 from celery_quartz.triggers.base import Trigger
 
@@ -56,6 +52,13 @@ def _store(ctx: click.Context) -> Iterator[ClientStore]:
         store.dispose()
 
 
+def _publisher(ctx: click.Context) -> Any:
+    """The app's publisher, for where it routes a firing (the CLI publishes nothing)."""
+    from celery_quartz.publisher import Publisher
+
+    return Publisher(ctx.find_root().obj.app)
+
+
 def _client(ctx: click.Context, store: ClientStore) -> Any:
     from celery_quartz.client import Quartz
 
@@ -63,10 +66,6 @@ def _client(ctx: click.Context, store: ClientStore) -> Any:
 
 
 # -- output ------------------------------------------------------------------------------------
-
-
-def _iso(when: datetime | None) -> str | None:
-    return None if when is None else when.astimezone(timezone.utc).isoformat()
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -111,44 +110,6 @@ def _trigger_key(spec: str, group: str) -> TriggerKey:
     return TriggerKey(spec, group)
 
 
-def job_dict(job: Job) -> dict[str, Any]:
-    return {
-        "group": job.key.group,
-        "name": job.key.name,
-        "task": job.task,
-        "description": job.description,
-        "durable": job.durable,
-        "requests_recovery": job.requests_recovery,
-        "disallow_concurrent": job.disallow_concurrent,
-        "persist_job_data": job.persist_job_data,
-        "args": list(job.args),
-        "kwargs": dict(job.kwargs),
-        "data": dict(job.data),
-        "options": dict(job.options),
-    }
-
-
-def trigger_dict(view: TriggerView) -> dict[str, Any]:
-    t = view.trigger
-    return {
-        "group": t.key.group,
-        "name": t.key.name,
-        "job_group": t.job_key.group if t.job_key else None,
-        "job_name": t.job_key.name if t.job_key else None,
-        "task": view.task,
-        "state": view.state,
-        "kind": t.kind,
-        "schedule": t.detail(),
-        "next_fire_time": _iso(t.next_fire_time),
-        "previous_fire_time": _iso(t.previous_fire_time),
-        "priority": t.priority,
-        "execution_group": t.execution_group,
-        "preferred_node": _pin(t),
-        "calendar_name": t.calendar_name,
-        "description": t.description,
-    }
-
-
 def _pin(trigger: Trigger) -> str | None:
     node, automatic = trigger.preferred_node.to_columns()
     if automatic:
@@ -161,47 +122,6 @@ def _schedule_text(trigger: Trigger) -> str:
     if "expression" in detail:
         return f"cron {detail['expression']} {detail.get('time_zone') or ''}".rstrip()
     return f"{trigger.kind} " + ", ".join(f"{k}={v}" for k, v in sorted(detail.items()))
-
-
-def firing_dict(view: FiringView) -> dict[str, Any]:
-    return {
-        "fire_instance_id": view.fire_instance_id,
-        "trigger_group": view.trigger_key.group,
-        "trigger_name": view.trigger_key.name,
-        "job_group": view.job_key.group if view.job_key else None,
-        "job_name": view.job_key.name if view.job_key else None,
-        "state": view.state,
-        "scheduler": view.instance_name,
-        "worker": view.worker_name,
-        "scheduled_time": _iso(view.scheduled_time),
-        "fired_time": _iso(view.fired_time),
-        "published_time": _iso(view.published_time),
-        "started_time": _iso(view.started_time),
-        "expires_time": _iso(view.expires_time),
-        "execution_group": view.execution_group,
-        "queue": view.queue,
-        "recovering": view.recovering,
-        "retry_attempt": view.retry_attempt,
-        "refire_count": view.refire_count,
-    }
-
-
-def node_dict(view: NodeView) -> dict[str, Any]:
-    return {
-        "instance_name": view.instance_name,
-        "kind": view.kind,
-        "alive": view.alive,
-        "last_checkin_time": _iso(view.last_checkin_time),
-        "checkin_interval": view.checkin_interval,
-        "started_time": _iso(view.started_time),
-        "clustered": view.clustered,
-        "hostname": view.hostname,
-        "pid": view.pid,
-        "status": view.status,
-        "epoch": view.epoch,
-        "queues": view.queues,
-        "concurrency": view.concurrency,
-    }
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
@@ -260,7 +180,7 @@ def jobs(
         )
     cursor = _encode_cursor(page.next_after)
     if as_json:
-        items = [job_dict(job) for job in page.items]
+        items = [presentation.job(job) for job in page.items]
         click.echo(json.dumps({"items": items, "next_after": cursor}, indent=2))
         return
     _table(
@@ -309,7 +229,7 @@ def triggers(
         page = store.list_triggers(filters, after=_decode_cursor(after, TriggerKey), limit=limit)
     cursor = _encode_cursor(page.next_after)
     if as_json:
-        items = [trigger_dict(view) for view in page.items]
+        items = [presentation.trigger(view) for view in page.items]
         click.echo(json.dumps({"items": items, "next_after": cursor}, indent=2))
         return
     _table(
@@ -319,7 +239,7 @@ def triggers(
                 v.key.group,
                 v.key.name,
                 v.state,
-                _iso(v.trigger.next_fire_time),
+                presentation.iso(v.trigger.next_fire_time),
                 _schedule_text(v.trigger),
                 v.trigger.job_key,
                 v.trigger.execution_group,
@@ -370,9 +290,9 @@ def firings(
     )
     with _store(ctx) as store:
         page = store.list_firings(filters, after=after or None, limit=limit)
-        views = _with_queues(ctx, store, page.items)
+        views = presentation.with_queues(page.items, store, _publisher(ctx).queue_of)
     if as_json:
-        items = [firing_dict(view) for view in views]
+        items = [presentation.firing(view) for view in views]
         click.echo(json.dumps({"items": items, "next_after": page.next_after}, indent=2))
         return
     _table(
@@ -382,7 +302,7 @@ def firings(
                 f.fire_instance_id,
                 f.trigger_key,
                 f.state,
-                _iso(f.scheduled_time),
+                presentation.iso(f.scheduled_time),
                 f.instance_name,
                 f.worker_name,
                 f.queue,
@@ -391,43 +311,6 @@ def firings(
         ],
     )
     _page_end(page.next_after, as_json)
-
-
-def _with_queues(
-    ctx: click.Context, store: ClientStore, views: Sequence[FiringView]
-) -> list[FiringView]:
-    """``views`` with the queue each firing was sent to. A firing with a route of its own (its
-    execution group's queue, its pinned worker's) has it stored; any other went where its job's
-    ``queue`` option or Celery's routing of its task sends it, decided here as the publisher
-    decides it (:meth:`celery_quartz.publisher.Publisher.queue_of`)."""
-    from celery_quartz.clock import to_millis
-    from celery_quartz.firing import Firing
-    from celery_quartz.publisher import Publisher
-
-    publisher = Publisher(ctx.find_root().obj.app)
-    jobs: dict[JobKey, Job | None] = {}
-    found = []
-    for view in views:
-        if view.queue is None and view.job_key is not None:
-            if view.job_key not in jobs:
-                jobs[view.job_key] = store.retrieve_job(view.job_key)
-            job = jobs[view.job_key]
-            if job is not None:
-                firing = Firing(
-                    fire_instance_id=view.fire_instance_id,
-                    scheduler_name=store.scheduler_name,
-                    task=job.task,
-                    args=list(job.args),
-                    kwargs=dict(job.kwargs),
-                    options=dict(job.options),
-                    job_key=view.job_key,
-                    trigger_key=view.trigger_key,
-                    scheduled_millis=to_millis(view.scheduled_time),
-                    fired_millis=to_millis(view.fired_time),
-                )
-                view = dataclasses.replace(view, queue=publisher.queue_of(firing))
-        found.append(view)
-    return found
 
 
 @_command
@@ -441,7 +324,7 @@ def nodes(ctx: click.Context, kind: str | None, check: bool, as_json: bool) -> N
     with _store(ctx) as store:
         views = [v for v in store.list_nodes() if kind is None or v.kind == kind]
     if as_json:
-        click.echo(json.dumps({"items": [node_dict(v) for v in views]}, indent=2))
+        click.echo(json.dumps({"items": [presentation.node(v) for v in views]}, indent=2))
     elif not views:
         click.echo("no scheduler or worker has checked in")
     else:
@@ -452,7 +335,7 @@ def nodes(ctx: click.Context, kind: str | None, check: bool, as_json: bool) -> N
                     v.kind,
                     v.instance_name,
                     "yes" if v.alive else "NO",
-                    _iso(v.last_checkin_time),
+                    presentation.iso(v.last_checkin_time),
                     v.hostname,
                     v.pid,
                     ",".join(v.queues) if v.queues else None,
@@ -662,7 +545,7 @@ def _print_times(times: list[datetime], zone: Any, as_json: bool, label: str) ->
                 {
                     "source": label,
                     "fire_times": [t.astimezone(zone).isoformat() for t in times],
-                    "fire_times_utc": [_iso(t) for t in times],
+                    "fire_times_utc": [presentation.iso(t) for t in times],
                 },
                 indent=2,
             )
@@ -670,7 +553,7 @@ def _print_times(times: list[datetime], zone: Any, as_json: bool, label: str) ->
         return
     for when in times:
         local = when.astimezone(zone)
-        click.echo(f"{local.strftime('%a')} {local.isoformat()}  ({_iso(when)})")
+        click.echo(f"{local.strftime('%a')} {local.isoformat()}  ({presentation.iso(when)})")
     if not times:
         click.echo(f"{label}: no fire time ahead")
 

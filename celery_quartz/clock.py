@@ -6,6 +6,8 @@ import threading
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
+from celery_quartz.errors import NaiveDatetimeError
+
 
 class Clock(Protocol):
     """What the scheduler needs of a clock: the current instant, aware, in UTC."""
@@ -27,8 +29,8 @@ class FakeClock:
     """A clock that moves only when told to; it may be set backwards, for tests of clock skew."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        if start is not None and start.tzinfo is None:
-            raise ValueError("FakeClock needs an aware start time")
+        if start is not None:
+            require_aware(start, "FakeClock's start")
         self._now = (start or datetime(2026, 1, 1, tzinfo=timezone.utc)).astimezone(timezone.utc)
         self._lock = threading.Lock()
 
@@ -39,8 +41,7 @@ class FakeClock:
 
     def set(self, when: datetime) -> None:
         """Move the clock to ``when`` (aware), forwards or backwards."""
-        if when.tzinfo is None:
-            raise ValueError("FakeClock.set needs an aware time")
+        require_aware(when, "FakeClock.set")
         with self._lock:
             self._now = when.astimezone(timezone.utc)
 
@@ -53,11 +54,19 @@ class FakeClock:
             return self._now
 
 
+def require_aware(when: datetime, owner: str) -> datetime:
+    """``when``, if it is an aware datetime; otherwise raises :class:`NaiveDatetimeError` naming
+    ``owner``, what it was given to (``"cron expression '0 0 2 * * ?'"``)."""
+    if not isinstance(when, datetime) or when.tzinfo is None or when.utcoffset() is None:
+        raise NaiveDatetimeError(
+            f"{owner}: {when!r} is not an aware datetime; celery-quartz needs aware datetimes"
+        )
+    return when
+
+
 def to_millis(when: datetime) -> int:
     """An aware datetime as integer milliseconds since the Unix epoch (how the store keeps time)."""
-    if when.tzinfo is None:
-        raise ValueError(f"naive datetime {when!r}: celery-quartz needs aware datetimes")
-    delta = when - _EPOCH
+    delta = require_aware(when, "a stored time") - _EPOCH
     return delta.days * 86_400_000 + delta.seconds * 1000 + delta.microseconds // 1000
 
 

@@ -25,6 +25,11 @@ class CronSyntaxError(ValidationError):
     """A cron expression cannot be parsed; the message names the field and the offending token."""
 
 
+class NaiveDatetimeError(ValidationError):
+    """A datetime without a time zone where an instant is needed (every time celery-quartz takes
+    is aware); the message names what it was given to."""
+
+
 class UnknownTimeZoneError(ValidationError):
     """A time zone name is neither an IANA name, a Windows id nor an alias of UTC."""
 

@@ -21,6 +21,7 @@ import bisect
 import logging
 from datetime import datetime, timedelta, timezone, tzinfo
 
+from celery_quartz.clock import require_aware
 from celery_quartz.cron._fields import (
     _DOM,
     _DOW,
@@ -236,7 +237,7 @@ class CronExpression:
         Agrees with :meth:`next_valid_time_after` by construction: an instant is satisfied when
         the search from just before it lands on it.
         """
-        _require_aware(t)
+        require_aware(t, f"cron expression {self.expression!r}")
         t = t.replace(microsecond=0).astimezone(_UTC)
         if not 1 < t.year < MAX_YEAR:
             return False
@@ -253,7 +254,7 @@ class CronExpression:
         * a time the fall-back repeats fires at its first pass only, unless the expression is
           an interval expression (see :attr:`is_interval`), which fires at both passes.
         """
-        _require_aware(after)
+        require_aware(after, f"cron expression {self.expression!r}")
         if after.year >= MAX_YEAR or after.year <= 1:
             # Outside the searched years (and away from datetime's own limits).
             if after.year >= MAX_YEAR:
@@ -275,7 +276,7 @@ class CronExpression:
         or after ``before``. Found by widening a window back from ``before`` until it holds a fire
         time, then bisecting it, so it costs a few dozen forward searches.
         """
-        _require_aware(before)
+        require_aware(before, f"cron expression {self.expression!r}")
         end = before.astimezone(_UTC)
         if end.microsecond:
             end = end.replace(microsecond=0) + _ONE_SECOND
@@ -322,7 +323,7 @@ class CronExpression:
         when the finer fields match everything, so a long run is not a long walk. ``None`` only
         when the run is too long to walk (over a million steps).
         """
-        _require_aware(after)
+        require_aware(after, f"cron expression {self.expression!r}")
         candidate = after.astimezone(_UTC).replace(microsecond=0)
         if not self.is_satisfied_by(candidate):
             return candidate
@@ -472,11 +473,6 @@ class CronExpression:
                 self._day_cache.clear()
             self._day_cache[key] = table
         return table
-
-
-def _require_aware(t: datetime) -> None:
-    if not isinstance(t, datetime) or t.tzinfo is None or t.utcoffset() is None:
-        raise ValueError(f"expected an aware datetime, got {t!r}")
 
 
 def _instant(wall: datetime, zone: tzinfo, fold: int) -> datetime:

@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from celery_quartz import presentation
 from celery_quartz.dashboard import present
 from celery_quartz.dashboard.actions import (
     GROUP_ACTIONS,
@@ -129,7 +130,7 @@ def read_triggers(d: Dashboard, t: Target, params: Mapping[str, str]) -> dict[st
         limit=limit_of(params),
     )
     return {
-        "items": [present.trigger(v, d.redact) for v in page.items],
+        "items": [presentation.trigger(v, d.redact) for v in page.items],
         "next_after": encode_cursor(page.next_after),
     }
 
@@ -156,8 +157,8 @@ def read_trigger(
     except ValidationError as error:  # a calendar that excludes every time tried
         raise HttpError(409, "conflict", str(error)) from None
     return {
-        **present.trigger(view, d.redact),
-        "upcoming_fire_times": [present.iso(x) for x in times],
+        **presentation.trigger(view, d.redact),
+        "upcoming_fire_times": [presentation.iso(x) for x in times],
         "paused_group": trigger.key.group in t.client.get_paused_trigger_groups(),
     }
 
@@ -170,7 +171,7 @@ def read_jobs(d: Dashboard, t: Target, params: Mapping[str, str]) -> dict[str, A
         limit=limit_of(params),
     )
     return {
-        "items": [present.job(j, d.redact) for j in page.items],
+        "items": [presentation.job(j, d.redact) for j in page.items],
         "next_after": encode_cursor(page.next_after),
     }
 
@@ -183,10 +184,10 @@ def read_job(
     if job is None:
         raise HttpError(404, "not_found", f"job {group}.{name} is not stored")
     triggers = [
-        present.trigger(v, d.redact)
+        presentation.trigger(v, d.redact)
         for v in t.store.list_triggers(TriggerFilter(job=key), limit=MAX_PAGE).items
     ]
-    return {**present.job(job, d.redact), "triggers": triggers}
+    return {**presentation.job(job, d.redact), "triggers": triggers}
 
 
 def read_firings(d: Dashboard, t: Target, params: Mapping[str, str]) -> dict[str, Any]:
@@ -200,7 +201,8 @@ def read_firings(d: Dashboard, t: Target, params: Mapping[str, str]) -> dict[str
         after=_text(params, "after"),
         limit=limit_of(params),
     )
-    return {"items": [present.firing(f) for f in page.items], "next_after": page.next_after}
+    views = presentation.with_queues(page.items, t.store, d.queue_of)
+    return {"items": [presentation.firing(f) for f in views], "next_after": page.next_after}
 
 
 def read_overview(d: Dashboard, t: Target, params: Mapping[str, str]) -> dict[str, Any]:

@@ -14,8 +14,9 @@ from celery_quartz.clock import Clock
 from celery_quartz.config import Settings
 from celery_quartz.dashboard.actions import HttpError
 from celery_quartz.dashboard.auth import READ, Principal, bearer_token, load_policy
-from celery_quartz.dashboard.present import Redactor
 from celery_quartz.dashboard.targets import Target, Targets
+from celery_quartz.presentation import Redactor
+from celery_quartz.publisher import Publisher
 
 #: The session cookie of the pages: a random id the CSRF token is bound to, and the token the
 #: user logged in with (HttpOnly, SameSite=Strict; Secure behind HTTPS).
@@ -35,6 +36,8 @@ class Dashboard:
         self.secret_key = (settings.dashboard_secret_key or secrets.token_hex(32)).encode()
         self.prefix = settings.dashboard_url_prefix.rstrip("/")
         self.default_queue = app.conf.task_default_queue or "celery"
+        # Where a firing without a route of its own was sent (the dashboard publishes nothing).
+        self.queue_of = Publisher(app).queue_of
 
     def principal(self, request: Request, *, cookie: bool) -> tuple[Principal | None, bool]:
         """The request's principal, and whether it presented a token at all. The API reads

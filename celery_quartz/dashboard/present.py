@@ -1,150 +1,17 @@
-"""What the API returns and the pages show, as JSON-ready values: the store's views turned into
-dicts (job data redacted), and the overview's judgements (group ceilings, the leader, what is
-owed and not happening) computed from the store's reads."""
+"""The overview's judgements, as JSON-ready values: group ceilings, the leader, what is owed and
+not happening, computed from the store's reads. The store's views themselves are presented by
+:mod:`celery_quartz.presentation`, as the CLI presents them."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from celery_quartz.config import Settings
-from celery_quartz.job import Job
-from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.lifecycle import SchedulerStatus
+from celery_quartz.presentation import Redactor, node, trigger
 from celery_quartz.routing import LiveWorker
 from celery_quartz.store import StoreReader
-from celery_quartz.store.views import FiringView, LastOutcome, NodeView, TriggerView
-
-REDACTED = "***"
-
-
-class Redactor:
-    """Replaces the values under secret-looking keys (at any depth) by ``***``."""
-
-    def __init__(self, pattern: str) -> None:
-        self.pattern = re.compile(pattern, re.IGNORECASE) if pattern else None
-
-    def __call__(self, value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {
-                k: REDACTED
-                if self.pattern is not None and isinstance(k, str) and self.pattern.search(k)
-                else self(v)
-                for k, v in value.items()
-            }
-        if isinstance(value, (list, tuple)):
-            return [self(v) for v in value]
-        return value
-
-
-def iso(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def key(k: JobKey | TriggerKey | None) -> dict[str, str] | None:
-    return None if k is None else {"group": k.group, "name": k.name}
-
-
-def outcome(o: LastOutcome | None) -> dict[str, Any] | None:
-    if o is None:
-        return None
-    return {
-        "started_time": iso(o.started_time),
-        "finished_time": iso(o.finished_time),
-        "succeeded": o.succeeded,
-        "error_type": o.error_type,
-        "error_message": o.error_message,
-        "duration": o.duration,
-        "consecutive_failures": o.consecutive_failures,
-    }
-
-
-def trigger(view: TriggerView, redact: Redactor) -> dict[str, Any]:
-    t = view.trigger
-    return {
-        "key": key(t.key),
-        "job": key(t.job_key),
-        "kind": t.kind,
-        "state": view.state,
-        "task": view.task,
-        "description": t.description,
-        "priority": t.priority,
-        "next_fire_time": iso(t.next_fire_time),
-        "previous_fire_time": iso(t.previous_fire_time),
-        "start_time": iso(t.start_at),
-        "end_time": iso(t.end_at),
-        "times_triggered": t.times_triggered,
-        "calendar": t.calendar_name,
-        "misfire_instruction": int(t.misfire_instruction),
-        "execution_group": t.execution_group,
-        # The pinned worker (None: none, or an automatic pin no worker claimed yet), and
-        # whether the pin is automatic (claimed by the first worker to start a firing).
-        "preferred_node": t.preferred_node.node,
-        "preferred_node_auto": t.preferred_node.is_automatic,
-        "retry_policy": t.retry_policy.to_string() if t.retry_policy else None,
-        "schedule": t.detail(),
-        "data": redact(t.data),
-        "last_outcome": outcome(view.last_outcome),
-        "error_reason": view.error_reason,
-    }
-
-
-def job(j: Job, redact: Redactor) -> dict[str, Any]:
-    return {
-        "key": key(j.key),
-        "task": j.task,
-        "description": j.description,
-        "args": redact(list(j.args)),
-        "kwargs": redact(dict(j.kwargs)),
-        "data": redact(dict(j.data)),
-        "options": redact(dict(j.options)),
-        "durable": j.durable,
-        "requests_recovery": j.requests_recovery,
-        "disallow_concurrent": j.disallow_concurrent,
-        "persist_job_data": j.persist_job_data,
-    }
-
-
-def firing(f: FiringView) -> dict[str, Any]:
-    return {
-        "fire_instance_id": f.fire_instance_id,
-        "trigger": key(f.trigger_key),
-        "job": key(f.job_key),
-        "state": f.state,
-        "instance_name": f.instance_name,
-        "worker_name": f.worker_name,
-        "scheduled_time": iso(f.scheduled_time),
-        "fired_time": iso(f.fired_time),
-        "published_time": iso(f.published_time),
-        "started_time": iso(f.started_time),
-        "expires_time": iso(f.expires_time),
-        "priority": f.priority,
-        "execution_group": f.execution_group,
-        "queue": f.queue,
-        "recovering": f.recovering,
-        "retry_attempt": f.retry_attempt,
-        "refire_count": f.refire_count,
-    }
-
-
-def node(n: NodeView) -> dict[str, Any]:
-    return {
-        "instance_name": n.instance_name,
-        "kind": n.kind,
-        "alive": n.alive,
-        "last_checkin_time": iso(n.last_checkin_time),
-        "checkin_interval": n.checkin_interval,
-        "started_time": iso(n.started_time),
-        "clustered": n.clustered,
-        "hostname": n.hostname,
-        "pid": n.pid,
-        "status": n.status,
-        "epoch": n.epoch,
-        "queues": n.queues,
-        "concurrency": n.concurrency,
-    }
+from celery_quartz.store.views import NodeView
 
 
 def nodes(store: StoreReader, views: list[NodeView] | None = None) -> dict[str, Any]:

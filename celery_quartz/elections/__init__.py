@@ -14,6 +14,7 @@ from typing import Any
 
 from celery_quartz.config import Settings
 from celery_quartz.elections.base import Election
+from celery_quartz.errors import ConfigurationError
 from celery_quartz.leadership import SchedulerLeadership
 
 __all__ = ["Election", "build_election"]
@@ -44,4 +45,7 @@ def build_election(settings: Settings, app: Any, leadership: SchedulerLeadership
             lock_timeout=settings.election_lock_timeout,
             retry_interval=settings.election_retry_interval,
         )
-    raise ValueError(f"no election configured for {settings.scheduler_name!r}")
+    raise ConfigurationError(
+        f"scheduler {settings.scheduler_name!r}: quartz_election {settings.election!r} is not an "
+        f"election (use postgresql or redis)"
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from celery_quartz.errors import ValidationError
 from celery_quartz.scheduling_files.tree import Node, Where
 
 #: Deepest nesting read (job data included): far beyond what a schedule needs.
@@ -34,7 +35,7 @@ def read_json(content: str | bytes, file: str) -> Node:
         return result
 
     def no_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
+        raise ValidationError(f"{name} is not JSON")
 
     try:
         value = json.loads(content, object_pairs_hook=pairs, parse_constant=no_constant)

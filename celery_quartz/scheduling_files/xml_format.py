@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.parsers import expat
 
-from celery_quartz.errors import SchedulingFileError
+from celery_quartz.errors import SchedulingFileError, ValidationError
 from celery_quartz.scheduling_files.tree import Node, Problems, Where
 
 #: The namespaces of ``job_scheduling_data_2_0``: Quartz.NET's (written on export) and Quartz's.
@@ -394,7 +394,7 @@ def _json(element: _Element, file: str) -> Any:
     text = "".join(element.text)
 
     def no_constant(name: str) -> Any:
-        raise ValueError(f"{name} is not JSON")
+        raise ValidationError(f"{name} is not JSON")
 
     try:
         return json.loads(text, parse_constant=no_constant) if text.strip() else None

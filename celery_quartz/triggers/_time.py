@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from celery_quartz.clock import require_aware
 from celery_quartz.errors import InvalidTriggerError
 
 UTC = timezone.utc
@@ -12,9 +13,7 @@ ONE_MICROSECOND = timedelta(microseconds=1)
 
 def utc(when: datetime) -> datetime:
     """``when`` as an aware UTC datetime; a naive one is refused."""
-    if when.tzinfo is None or when.utcoffset() is None:
-        raise ValueError(f"naive datetime {when!r}: celery-quartz needs aware datetimes")
-    return when.astimezone(UTC)
+    return require_aware(when, "a trigger's time").astimezone(UTC)
 
 
 def optional_utc(when: datetime | None) -> datetime | None:

@@ -40,7 +40,7 @@ from celery_quartz import (
     TriggerKey,
 )
 from celery_quartz.clock import to_millis
-from celery_quartz.store import SqlStore, migrate
+from celery_quartz.store import SqlStore
 from tests.integration import ledger_app
 from tests.integration.processes import Processes, wait_for
 from tests.services import PostgresServer, RedisServer
@@ -166,9 +166,7 @@ def _prepare(
     processes' environment with ``CQ_*`` ``settings``. (url, store, must-run triggers, env)"""
     url = postgres.create_database(database)
     redis.flushdb(0)
-    store = SqlStore(url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(url)
+    store = ledger_app.prepared_store(url)
     must_run = _schedule(
         Quartz(ledger_app.app, store=store), datetime.now(timezone.utc) + timedelta(seconds=5)
     )

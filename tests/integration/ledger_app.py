@@ -55,8 +55,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 import celery_quartz
 from celery_quartz.errors import RefireJob
-from celery_quartz.store import migrate
 from celery_quartz.store.sql import SqlStore
+from tests.stores import store_at
 
 metadata = MetaData()
 
@@ -239,8 +239,7 @@ def create_ledger(url: str) -> None:
 def prepared_store(url: str) -> SqlStore:
     """The store this app's processes use (scheduler name ``ledger_app``), its schema upgraded,
     with the ledger's tables created in the same database."""
-    store = SqlStore(url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
+    store = store_at(url, "ledger_app", upgrade_schema=True)
     create_ledger(url)
     return store
 

@@ -48,7 +48,7 @@ def test_a_postgres_database_without_tables_names_the_upgrade(pg_url: str) -> No
     after: list[str] = []
     while True:
         page = json.loads(run(app, "triggers", "--limit", "10", *after, "--json").output)
-        names += [t["name"] for t in page["items"]]
+        names += [t["key"]["name"] for t in page["items"]]
         if page["next_after"] is None:
             break
         after = ["--after", page["next_after"]]

@@ -12,9 +12,10 @@ from sqlalchemy import create_engine, func, select
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
 from celery_quartz.clock import to_millis
-from celery_quartz.store import SqlStore, migrate
+from celery_quartz.store import SqlStore
 from tests.integration import ledger_app
 from tests.integration.processes import processes, wait_for
+from tests.stores import store_at
 
 SCHEDULER_NAME = "ledger_app"
 INTERVALS = (1.0, 1.25, 1.5, 1.75, 2.0)
@@ -63,8 +64,7 @@ def run_cluster(
     seconds: float,
     kill_one_at: float | None = None,
 ) -> None:
-    store = SqlStore(store_url, scheduler_name=SCHEDULER_NAME)
-    migrate.upgrade(store.engine)
+    store = store_at(store_url, SCHEDULER_NAME, upgrade_schema=True)
     ledger_app.create_ledger(ledger_url)
     start = datetime.now(timezone.utc) + timedelta(seconds=3)
     triggers = schedule_fifty_triggers(store, start)

@@ -510,6 +510,24 @@ def test_a_group_at_its_ceiling_is_parked_and_its_queue_unserved(pg_url: str) ->
     assert api.get(f"{API}/firings", params={"state": "EXECUTING"}).json()["items"] == []
 
 
+def test_a_firing_without_a_route_of_its_own_shows_the_queue_its_job_routes_to(
+    pg_url: str,
+) -> None:
+    """As the CLI's firings show it: the job's ``queue`` option, decided as the publisher
+    decides it (only a grouped or pinned firing has its queue stored)."""
+    store, quartz = _setup(pg_url)
+    job = Job(key=JobKey("routed", "work"), task="ledger.noop", options={"queue": "reports"})
+    quartz.schedule_jobs([(job, [_due("routed", None)])])
+    claim = store.claim(
+        "sched-1", no_later_than=datetime.now(timezone.utc), max_count=10, time_window=0
+    )
+    [firing] = client(pg_url).get(f"{API}/firings").json()["items"]
+    assert (firing["fire_instance_id"], firing["queue"]) == (
+        claim.firings[0].fire_instance_id,
+        "reports",
+    )
+
+
 def test_a_non_clustered_leader_is_named_with_its_epoch_and_a_silent_node_is_dead(
     pg_url: str,
 ) -> None:

@@ -275,10 +275,10 @@ def test_tasks_import_with_django_celery_beat_fire_times(
     assert _quartz_times(app, "tomorrow once", "django_celery_beat", 3) == [now + timedelta(days=1)]
 
     triggers = json.loads(run(app, "triggers", "--json").output)["items"]
-    states = {t["name"]: (t["group"], t["state"]) for t in triggers}
+    states = {t["key"]["name"]: (t["key"]["group"], t["state"]) for t in triggers}
     assert states["paused report"] == ("django_celery_beat.disabled", "PAUSED")
     assert states["weekday report"] == ("django_celery_beat", "WAITING")
-    jobs = {j["name"]: j for j in json.loads(run(app, "jobs", "--json").output)["items"]}
+    jobs = {j["key"]["name"]: j for j in json.loads(run(app, "jobs", "--json").output)["items"]}
     assert jobs["weekday report"]["kwargs"] == {"kind": "daily"}
     assert jobs["weekday report"]["options"]["queue"] == "reports"
     assert jobs["weekday report"]["options"]["priority"] == 5
@@ -295,7 +295,7 @@ def test_tasks_import_with_django_celery_beat_fire_times(
     assert changed["updated"] == ["paused report"]
     assert changed["removed"] == ["quarter hour"]
     triggers = json.loads(run(app, "triggers", "--group", "django_celery_beat", "--json").output)
-    assert "paused report" in [t["name"] for t in triggers["items"]]
+    assert "paused report" in [t["key"]["name"] for t in triggers["items"]]
 
 
 def test_a_database_without_django_celery_beat_says_so(app: Celery, tmp_path: Path) -> None:

@@ -126,9 +126,9 @@ def test_entries_import_with_redbeat_fire_times(app: Celery, redis_url: str) -> 
         assert _quartz_times(app, name, "redbeat", count) == _redbeat_times(app, name, count)
 
     triggers = json.loads(run(app, "triggers", "--json").output)["items"]
-    states = {t["name"]: (t["group"], t["state"]) for t in triggers}
+    states = {t["key"]["name"]: (t["key"]["group"], t["state"]) for t in triggers}
     assert states["switched off"] == ("redbeat.disabled", "PAUSED")
-    jobs = {j["name"]: j for j in json.loads(run(app, "jobs", "--json").output)["items"]}
+    jobs = {j["key"]["name"]: j for j in json.loads(run(app, "jobs", "--json").output)["items"]}
     assert jobs["every 45 minutes"]["options"] == {"queue": "maintenance"}
     assert jobs["every 45 minutes"]["args"] == [3]
     assert jobs["three-hourly"]["kwargs"] == {"kind": "summary"}

@@ -90,9 +90,7 @@ def ledger_rows(url: str) -> tuple[set[tuple[str, int]], int]:
 
 
 def setup(pg_url: str) -> tuple[SqlStore, list[SimpleTrigger]]:
-    store = SqlStore(pg_url, scheduler_name=SCHEDULER_NAME)
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(pg_url)
+    store = ledger_app.prepared_store(pg_url)
     return store, schedule(store, datetime.now(timezone.utc) + timedelta(seconds=2))
 
 

@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, func, select
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
 from celery_quartz.publisher import Publisher
 from celery_quartz.retry import RetryPolicy
-from celery_quartz.store import SqlStore, migrate
+from celery_quartz.store import SqlStore
 from celery_quartz.triggers.simple import REPEAT_INDEFINITELY
 from tests.integration import ledger_app
 from tests.integration.processes import processes, wait_for
@@ -34,9 +34,7 @@ def _ledger_counts(url: str) -> tuple[int, int]:
 def test_the_same_firing_published_twice_starts_once(
     tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:
-    store = SqlStore(pg_url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(pg_url)
+    store = ledger_app.prepared_store(pg_url)
     now = datetime.now(timezone.utc)
     Quartz(ledger_app.app, store=store).schedule_job(
         Job(key=JobKey("once"), task="ledger.record", kwargs={"sleep": 1.0}),
@@ -77,9 +75,7 @@ def test_the_same_firing_published_twice_starts_once(
 def test_a_failing_task_completes_its_firing_and_is_not_run_again(
     tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:
-    store = SqlStore(pg_url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(pg_url)
+    store = ledger_app.prepared_store(pg_url)
     now = datetime.now(timezone.utc)
     # ledger.record with a non-numeric sleep raises TypeError after recording its start.
     Quartz(ledger_app.app, store=store).schedule_job(
@@ -173,9 +169,7 @@ def test_ends_held_for_a_batch_are_recorded_when_the_worker_stops(
     pool process when it exits, a threads pool's worker when it stops), each with its own
     finish time. The ends of a ``disallow_concurrent`` job and of a job that requests recovery
     are never held."""
-    store = SqlStore(pg_url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(pg_url)
+    store = ledger_app.prepared_store(pg_url)
     now = datetime.now(timezone.utc)
     quartz = Quartz(ledger_app.app, store=store)
     plain = [f"plain{i}" for i in range(4)]
@@ -235,9 +229,7 @@ def test_held_ends_are_recorded_within_the_delay(
 ) -> None:
     """With the default delay (0.1 s) a held end is recorded soon after the task returns,
     with no more executions to carry it."""
-    store = SqlStore(pg_url, scheduler_name="ledger_app")
-    migrate.upgrade(store.engine)
-    ledger_app.create_ledger(pg_url)
+    store = ledger_app.prepared_store(pg_url)
     now = datetime.now(timezone.utc)
     Quartz(ledger_app.app, store=store).schedule_job(
         Job(key=JobKey("one"), task="ledger.record"),

@@ -12,6 +12,7 @@ from celery import Celery
 
 from celery_quartz.clock import FakeClock
 from celery_quartz.store import MemoryStore, SqlStore
+from tests.stores import store_at
 
 #: Where every unit test's fake clock starts.
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
@@ -78,9 +79,7 @@ def db(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[SqlStore]:
     if request.param == "sqlite":
         sql_store: SqlStore = MemoryStore(scheduler_name="unit", clock=clock)
     else:
-        sql_store = SqlStore(
-            request.getfixturevalue(request.param), scheduler_name="unit", clock=clock
-        )
+        sql_store = store_at(request.getfixturevalue(request.param), "unit", clock=clock)
         sql_store.create_tables()
     yield sql_store
     sql_store.dispose()

@@ -100,6 +100,8 @@ def test_the_domain_and_the_store_import_nothing_above_them() -> None:
         "celery_quartz.misfire",
         "celery_quartz.routing",
         "celery_quartz.limits",
+        # Shared by the CLI and the dashboard, so below both (and free of Click and Starlette).
+        "celery_quartz.presentation",
     ]
     wrong = {name: _imports(modules[name], modules) & above for name in lower}
     assert {name: found for name, found in wrong.items() if found} == {}

@@ -86,12 +86,12 @@ def test_a_wrong_url_is_one_line(app: Celery) -> None:
 
 def test_triggers_pages_with_the_printed_cursor(scheduled: Celery) -> None:
     first = json.loads(run(scheduled, "triggers", "--limit", "2", "--json").output)
-    assert [t["name"] for t in first["items"]] == ["report-0", "report-1"]
+    assert [t["key"]["name"] for t in first["items"]] == ["report-0", "report-1"]
     assert first["items"][0]["state"] == "WAITING"
     second = json.loads(
         run(scheduled, "triggers", "--limit", "2", "--after", first["next_after"], "--json").output
     )
-    assert [t["name"] for t in second["items"]] == ["report-2"]
+    assert [t["key"]["name"] for t in second["items"]] == ["report-2"]
     assert second["next_after"] is None
     table = run(scheduled, "triggers", "--limit", "2")
     assert "more: --after " + first["next_after"] in table.output
@@ -108,7 +108,7 @@ def test_jobs_lists_as_a_table_and_as_json(scheduled: Celery) -> None:
 def test_pause_and_resume_a_trigger_job_and_group(scheduled: Celery) -> None:
     assert run(scheduled, "pause", "trigger", "report-0", "-g", "nightly").exit_code == 0
     paused = json.loads(run(scheduled, "triggers", "--state", "paused", "--json").output)
-    assert [t["name"] for t in paused["items"]] == ["report-0"]
+    assert [t["key"]["name"] for t in paused["items"]] == ["report-0"]
     assert run(scheduled, "pause", "group", "nightly").exit_code == 0
     assert (
         len(json.loads(run(scheduled, "triggers", "--state", "PAUSED", "--json").output)["items"])
@@ -134,7 +134,7 @@ def test_trigger_job_unschedule_delete_and_pin(scheduled: Celery) -> None:
     assert fired["done"] == "triggered"
     assert run(scheduled, "pin", "report-1", "worker@a", "-g", "nightly").exit_code == 0
     pinned = json.loads(run(scheduled, "triggers", "--node", "worker@a", "--json").output)
-    assert [t["name"] for t in pinned["items"]] == ["report-1"]
+    assert [t["key"]["name"] for t in pinned["items"]] == ["report-1"]
     assert run(scheduled, "pin", "report-1", "", "-g", "nightly").exit_code == 0
     assert (
         json.loads(run(scheduled, "triggers", "--node", "worker@a", "--json").output)["items"] == []
@@ -218,7 +218,7 @@ def test_firings_lists_what_is_in_flight(app: Celery) -> None:
     result = run(app, "firings", "--scheduler", "node-a", "--json")
     assert result.exit_code == 0, result.output
     items = json.loads(result.output)["items"]
-    assert [(f["fire_instance_id"], f["trigger_name"]) for f in items] == [
+    assert [(f["fire_instance_id"], f["trigger"]["name"]) for f in items] == [
         (fired[0].fire_instance_id, "once")
     ]
     assert run(app, "firings", "--scheduler", "node-b", "--json").output.count("fire_instance") == 0
@@ -328,7 +328,7 @@ def test_pausing_a_trigger_in_error_says_it_stays_in_error(scheduled: Celery) ->
         "as it is, as Quartz does (`reset-trigger` returns it to its schedule)\n"
     )
     errors = json.loads(run(scheduled, "triggers", "--state", "ERROR", "--json").output)
-    assert [t["name"] for t in errors["items"]] == ["report-0"]
+    assert [t["key"]["name"] for t in errors["items"]] == ["report-0"]
 
 
 def test_pausing_a_waiting_trigger_prints_its_paused_state(scheduled: Celery) -> None:

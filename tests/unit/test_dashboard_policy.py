@@ -14,8 +14,8 @@ from celery_quartz.dashboard.auth import (
     bearer_token,
     load_policy,
 )
-from celery_quartz.dashboard.present import Redactor
 from celery_quartz.errors import ConfigurationError
+from celery_quartz.presentation import Redactor
 
 TOKENS = {
     "a": "admin",

@@ -34,6 +34,7 @@ from celery_quartz.publisher import Publisher, RedisPath
 from celery_quartz.store import MemoryStore, SqlStore
 from celery_quartz.worker import runtime_of
 from tests.otel import points, sdk, spans
+from tests.stores import store_at
 from tests.unit.conftest import T0
 
 
@@ -320,7 +321,7 @@ def test_the_redis_path_renders_trace_headers_as_celery_adds_them(
 
 @pytest.fixture
 def worker_app(tmp_path: Path, clock: FakeClock) -> Iterator[tuple[Celery, SqlStore]]:
-    store = SqlStore(f"sqlite:///{tmp_path}/quartz.db", scheduler_name="t", clock=clock)
+    store = store_at(f"sqlite:///{tmp_path}/quartz.db", "t", clock=clock)
     store.create_tables()
     app = Celery("t", set_as_current=False)
     app.conf.quartz_store_url = str(store.engine.url)
@@ -507,7 +508,7 @@ def test_with_the_celery_instrumentation_our_spans_join_its_trace(
     hooked.conf.task_default_queue = queue = f"unit-{uuid.uuid4().hex}"
     now = datetime.now(timezone.utc)
     clock = FakeClock(now)
-    observed = SqlStore(str(worker_store.engine.url), scheduler_name="t", clock=clock)
+    observed = store_at(str(worker_store.engine.url), "t", clock=clock)
     _observe(observed, clock, instance)
     job = Job(key=JobKey("report"), task="tasks.report")
     trigger = SimpleTrigger(key=TriggerKey("nightly"), job_key=job.key, start_at=now)
@@ -580,13 +581,14 @@ from celery import Celery
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey, install
 from celery_quartz.firing import HEADER, FiringHeader
 from celery_quartz.observability import execution, sdk_configured
-from celery_quartz.store import SqlStore
+from celery_quartz.config import Settings
+from celery_quartz.store import open_store
 
 calls = []
 execution.ExecutionInstrumentation._start = lambda *a: calls.append("start")
 execution.ExecutionInstrumentation._veto = lambda *a: calls.append("veto")
 url = f"sqlite:///{tempfile.mkdtemp()}/quartz.db"
-store = SqlStore(url, scheduler_name="t")
+store = open_store(Settings(store_url=url, scheduler_name="t"))
 store.create_tables()
 app = Celery("t", set_as_current=False)
 app.conf.quartz_store_url = url

@@ -23,6 +23,7 @@ from celery_quartz.firing import AcquiredFiring, Firing, FiringHeader
 from celery_quartz.keys import RETRYING_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.store import MemoryStore, SqlStore, TriggerState
 from celery_quartz.triggers import SimpleTrigger, Trigger
+from tests.stores import store_at
 from tests.unit.builders import (
     A,
     B,
@@ -401,13 +402,13 @@ def test_a_one_shot_trigger_is_retried_to_its_last_attempt(
 def test_a_retry_is_persisted_and_another_scheduler_fires_it(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/quartz.db"
     clock = FakeClock(T0)
-    first = SqlStore(url, scheduler_name="s", clock=clock)
+    first = store_at(url, "s", clock=clock)
     first.create_tables()
     add(first, _with(RetryPolicy.fixed(2, 30 * S), repeating("t1", at(0), 3600)))
     _fail(first, fire_one(first, "t1"))
     first.dispose()  # the scheduler and the worker are gone
 
-    second = SqlStore(url, scheduler_name="s", clock=clock)
+    second = store_at(url, "s", clock=clock)
     clock.set(at(30))
     claimed, firing = _fire_due(second, clock, instance=B)
     assert (claimed.trigger.key.group, claimed.retry_attempt, firing.fired_by) == (

@@ -31,12 +31,13 @@ from celery_quartz.keys import RETRYING_JOBS_GROUP
 from celery_quartz.store import FiringState, SqlStore, TriggerState
 from celery_quartz.worker import WorkerRuntime, runtime_of
 from celery_quartz.worker import ends as worker_ends
+from tests.stores import store_at
 from tests.unit.conftest import T0
 
 
 @pytest.fixture
 def file_store(tmp_path: Path, clock: FakeClock) -> Iterator[SqlStore]:
-    store = SqlStore(f"sqlite:///{tmp_path}/quartz.db", scheduler_name="t", clock=clock)
+    store = store_at(f"sqlite:///{tmp_path}/quartz.db", "t", clock=clock)
     store.create_tables()
     yield store
     store.dispose()
@@ -311,7 +312,7 @@ def pg_app(
 ) -> Iterator[tuple[Celery, SqlStore]]:
     """The hooks on PostgreSQL, where a success's end may be held for a batch: ends are held
     600 s unless a test sets ``completion_delay``."""
-    store = SqlStore(pg_url, scheduler_name="t", clock=clock)
+    store = store_at(pg_url, "t", clock=clock)
     store.create_tables()
     app = Celery("t", set_as_current=False)
     app.conf.quartz_store_url = pg_url

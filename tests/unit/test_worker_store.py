@@ -15,6 +15,7 @@ from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.keys import TriggerKey
 from celery_quartz.store import NONE_STATE, FiringState, SqlStore, TriggerState
 from tests.services import PostgresServer, postgres_server
+from tests.stores import store_at
 from tests.unit.builders import A, add, one_shot, repeating
 from tests.unit.conftest import at
 
@@ -102,7 +103,7 @@ def test_on_psycopg2_the_worker_statements_are_prepared_once_per_connection(
 ) -> None:
     """psycopg2 sends statements as text, so PostgreSQL would parse and plan the start and the
     completion on every execution: they are prepared once per connection and run by name."""
-    db = SqlStore(pg_url, scheduler_name="unit", clock=clock, pool_size=1)
+    db = store_at(pg_url, clock=clock, pool_size=1)
     db.create_tables()
     try:
         add(db, repeating("t1", at(0), 1))
@@ -129,7 +130,7 @@ def test_a_prepared_statement_gone_from_its_session_is_run_unprepared_from_then_
     transaction mode) loses what was prepared: the store notices, says so once, and runs its
     statements as text from then on; no start or completion is lost. The same on the driver
     connection directly and, while a listener watches the statements, through a Connection."""
-    db = SqlStore(pg_url, scheduler_name="unit", clock=clock, pool_size=1)
+    db = store_at(pg_url, clock=clock, pool_size=1)
     db.create_tables()
     try:
         add(db, repeating("t1", at(0), 1))
@@ -192,7 +193,7 @@ def test_a_connection_broken_under_a_start_is_a_dbapi_error_and_the_next_start_r
     connection. Without pre-ping, as the worker opens its store."""
     from sqlalchemy.exc import DBAPIError
 
-    db = SqlStore(pg_url, scheduler_name="unit", clock=clock, pool_size=1, pre_ping=False)
+    db = store_at(pg_url, clock=clock, pool_size=1, pre_ping=False)
     db.create_tables()
     try:
         add(db, repeating("t1", at(0), 60), repeating("t2", at(0), 60))
@@ -234,9 +235,8 @@ def test_after_a_database_restart_one_start_fails_however_many_connections_the_p
     from sqlalchemy.exc import DBAPIError
 
     pooled = 4
-    db = SqlStore(
+    db = store_at(
         restartable_postgres.create_database(f"restart_{driver}", driver),
-        scheduler_name="unit",
         clock=clock,
         pool_size=pooled,
         pre_ping=False,
@@ -367,7 +367,7 @@ def test_ends_recorded_together_keep_each_triggers_latest_success(
 
 @pytest.fixture(params=["pg_url", "pg_url_psycopg3"])
 def pg_db(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[SqlStore]:
-    db = SqlStore(request.getfixturevalue(request.param), scheduler_name="unit", clock=clock)
+    db = store_at(request.getfixturevalue(request.param), clock=clock)
     db.create_tables()
     yield db
     db.dispose()

@@ -29,6 +29,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 from sqlalchemy import Connection, Engine
 
 from celery_quartz.clock import Clock
+from celery_quartz.errors import ConfigurationError
 from celery_quartz.hooks import StoreHooks, StoreOperation, call_safely
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
 from celery_quartz.liveness import DEFAULT_CHECKIN_MISFIRE_THRESHOLD
@@ -140,7 +141,9 @@ class SqlStore(Store):
         transaction that long (:func:`~celery_quartz.store.engine.create_store_engine`)."""
         if engine is None:
             if url is None:
-                raise ValueError("SqlStore needs a url or an engine")
+                raise ConfigurationError(
+                    f"the store of scheduler {scheduler_name!r} needs a url or an engine"
+                )
             options: dict[str, Any] = {"pool_pre_ping": pre_ping}
             if pool_size is not None:
                 options["pool_size"] = pool_size

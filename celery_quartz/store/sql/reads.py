@@ -19,6 +19,7 @@ from sqlalchemy import (
 )
 
 from celery_quartz.clock import from_millis
+from celery_quartz.errors import ValidationError
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.liveness import failed_after
@@ -441,7 +442,7 @@ class _CheckInTimes:
 
 def _page_size(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"a page holds 1 to {MAX_PAGE} rows, not {limit!r}")
+        raise ValidationError(f"page limit {limit!r}: a page holds 1 to {MAX_PAGE} rows")
     return min(limit, MAX_PAGE)
 
 

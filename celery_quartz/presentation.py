@@ -1,0 +1,195 @@
+"""The store's views as JSON-ready values, in the one shape the HTTP API (its OpenAPI document,
+:mod:`celery_quartz.dashboard.openapi`) and the CLI's ``--json`` both print.
+
+Keys are nested as they are in the store (``{"key": {"group", "name"}}``), times are ISO 8601 in
+UTC, and job and trigger data pass through a :class:`Redactor` (the dashboard hides the values
+under secret-looking keys; the CLI, run by whoever holds the store's URL, shows them). Neither
+the dashboard's framework nor the CLI's is imported here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from celery_quartz.clock import to_millis
+from celery_quartz.firing import Firing
+from celery_quartz.job import Job
+from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.store.abc import ClientStore
+from celery_quartz.store.views import FiringView, LastOutcome, NodeView, TriggerView
+
+REDACTED = "***"
+
+
+class Redactor:
+    """Replaces the values under keys matching ``pattern`` (at any depth, in any case) by
+    ``***``; an empty pattern replaces none."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = re.compile(pattern, re.IGNORECASE) if pattern else None
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {
+                k: REDACTED
+                if self.pattern is not None and isinstance(k, str) and self.pattern.search(k)
+                else self(v)
+                for k, v in value.items()
+            }
+        if isinstance(value, (list, tuple)):
+            return [self(v) for v in value]
+        return value
+
+
+#: Shows every value (the CLI's).
+NO_REDACTION = Redactor("")
+
+
+def iso(value: datetime | None) -> str | None:
+    """``value`` as ISO 8601 in UTC, or None."""
+    return None if value is None else value.astimezone(timezone.utc).isoformat()
+
+
+def key(k: JobKey | TriggerKey | None) -> dict[str, str] | None:
+    return None if k is None else {"group": k.group, "name": k.name}
+
+
+def outcome(o: LastOutcome | None) -> dict[str, Any] | None:
+    if o is None:
+        return None
+    return {
+        "started_time": iso(o.started_time),
+        "finished_time": iso(o.finished_time),
+        "succeeded": o.succeeded,
+        "error_type": o.error_type,
+        "error_message": o.error_message,
+        "duration": o.duration,
+        "consecutive_failures": o.consecutive_failures,
+    }
+
+
+def trigger(view: TriggerView, redact: Redactor = NO_REDACTION) -> dict[str, Any]:
+    """A trigger with its state, its job's task, its last outcome and, in ERROR, why."""
+    t = view.trigger
+    return {
+        "key": key(t.key),
+        "job": key(t.job_key),
+        "kind": t.kind,
+        "state": view.state,
+        "task": view.task,
+        "description": t.description,
+        "priority": t.priority,
+        "next_fire_time": iso(t.next_fire_time),
+        "previous_fire_time": iso(t.previous_fire_time),
+        "start_time": iso(t.start_at),
+        "end_time": iso(t.end_at),
+        "times_triggered": t.times_triggered,
+        "calendar": t.calendar_name,
+        "misfire_instruction": int(t.misfire_instruction),
+        "execution_group": t.execution_group,
+        # The pinned worker (None: none, or an automatic pin no worker claimed yet), and
+        # whether the pin is automatic (claimed by the first worker to start a firing).
+        "preferred_node": t.preferred_node.node,
+        "preferred_node_auto": t.preferred_node.is_automatic,
+        "retry_policy": t.retry_policy.to_string() if t.retry_policy else None,
+        "schedule": t.detail(),
+        "data": redact(t.data),
+        "last_outcome": outcome(view.last_outcome),
+        "error_reason": view.error_reason,
+    }
+
+
+def job(j: Job, redact: Redactor = NO_REDACTION) -> dict[str, Any]:
+    return {
+        "key": key(j.key),
+        "task": j.task,
+        "description": j.description,
+        "args": redact(list(j.args)),
+        "kwargs": redact(dict(j.kwargs)),
+        "data": redact(dict(j.data)),
+        "options": redact(dict(j.options)),
+        "durable": j.durable,
+        "requests_recovery": j.requests_recovery,
+        "disallow_concurrent": j.disallow_concurrent,
+        "persist_job_data": j.persist_job_data,
+    }
+
+
+def firing(f: FiringView) -> dict[str, Any]:
+    """A firing in flight; its ``queue`` as :func:`with_queues` found it."""
+    return {
+        "fire_instance_id": f.fire_instance_id,
+        "trigger": key(f.trigger_key),
+        "job": key(f.job_key),
+        "state": f.state,
+        "instance_name": f.instance_name,
+        "worker_name": f.worker_name,
+        "scheduled_time": iso(f.scheduled_time),
+        "fired_time": iso(f.fired_time),
+        "published_time": iso(f.published_time),
+        "started_time": iso(f.started_time),
+        "expires_time": iso(f.expires_time),
+        "priority": f.priority,
+        "execution_group": f.execution_group,
+        "queue": f.queue,
+        "recovering": f.recovering,
+        "retry_attempt": f.retry_attempt,
+        "refire_count": f.refire_count,
+    }
+
+
+def node(n: NodeView) -> dict[str, Any]:
+    return {
+        "instance_name": n.instance_name,
+        "kind": n.kind,
+        "alive": n.alive,
+        "last_checkin_time": iso(n.last_checkin_time),
+        "checkin_interval": n.checkin_interval,
+        "started_time": iso(n.started_time),
+        "clustered": n.clustered,
+        "hostname": n.hostname,
+        "pid": n.pid,
+        "status": n.status,
+        "epoch": n.epoch,
+        "queues": n.queues,
+        "concurrency": n.concurrency,
+    }
+
+
+def with_queues(
+    views: Sequence[FiringView],
+    store: ClientStore,
+    queue_of: Callable[[Firing], str | None],
+) -> list[FiringView]:
+    """``views`` with the queue each firing was sent to. A firing with a route of its own (its
+    execution group's queue, its pinned worker's) has it stored; any other went where its job's
+    ``queue`` option or Celery's routing of its task sends it, decided from the job as stored
+    now by ``queue_of``, the publisher's own rule
+    (:meth:`celery_quartz.publisher.Publisher.queue_of`). It stays None when the job is gone."""
+    jobs: dict[JobKey, Job | None] = {}
+    found = []
+    for view in views:
+        if view.queue is None and view.job_key is not None:
+            if view.job_key not in jobs:
+                jobs[view.job_key] = store.retrieve_job(view.job_key)
+            stored = jobs[view.job_key]
+            if stored is not None:
+                routed = Firing(
+                    fire_instance_id=view.fire_instance_id,
+                    scheduler_name=store.scheduler_name,
+                    task=stored.task,
+                    args=list(stored.args),
+                    kwargs=dict(stored.kwargs),
+                    options=dict(stored.options),
+                    job_key=view.job_key,
+                    trigger_key=view.trigger_key,
+                    scheduled_millis=to_millis(view.scheduled_time),
+                    fired_millis=to_millis(view.fired_time),
+                )
+                view = dataclasses.replace(view, queue=queue_of(routed))
+        found.append(view)
+    return found

@@ -40,12 +40,11 @@ from datetime import datetime
 from typing import Any
 
 from celery_quartz.clock import Clock
+from celery_quartz.definitions import Plan, SchedulingData
 from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.routing import Router, Unserved
-from celery_quartz.scheduling_files.model import SchedulingData
-from celery_quartz.scheduling_files.plan import Plan
 from celery_quartz.store.records import (
     CheckIn,
     Claim,
@@ -212,7 +211,7 @@ class JobStore(abc.ABC):
     ) -> Plan:
         """Load scheduling files' definitions: all of their changes or none, and what changed
         (with ``dry_run``, what would change; nothing is written). What changes is decided by
-        :func:`celery_quartz.scheduling_files.plan.plan` over the stored jobs and triggers the
+        :func:`celery_quartz.definitions.plan.plan` over the stored jobs and triggers the
         files touch; a job or trigger that ends as it is stored is left alone.
 
         Race settled: several schedulers loading the same files as they start together; the

@@ -18,7 +18,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
 
-from celery_quartz.store.schema import DEFAULT_TABLE_PREFIX, build_tables
+from celery_quartz.store.schema import build_tables
+from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
 
 def _config(connection: Connection | None, prefix: str) -> Config:

@@ -8,10 +8,10 @@ from datetime import timedelta
 import pytest
 
 from celery_quartz import JobKey, PreferredNode, TriggerKey
+from celery_quartz.definitions import Snapshot, plan
 from celery_quartz.errors import SchedulingFileError
 from celery_quartz.job import Job
 from celery_quartz.scheduling_files import parse_scheduling_data
-from celery_quartz.scheduling_files.plan import Snapshot, plan
 from celery_quartz.triggers import CronTrigger
 from tests.unit.conftest import T0
 

@@ -43,7 +43,7 @@ from celery_quartz.store.abc import (
 )
 from celery_quartz.store.engine import create_store_engine
 from celery_quartz.store.records import NONE_STATE, Fence
-from celery_quartz.store.schema import DEFAULT_TABLE_PREFIX, Tables
+from celery_quartz.store.schema import Tables
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._firings import FiringEnds
@@ -53,6 +53,7 @@ from celery_quartz.store.sql.jobs import JobsSql
 from celery_quartz.store.sql.reads import ReadsSql
 from celery_quartz.store.sql.scheduling import SchedulingSql
 from celery_quartz.store.sql.worker import WorkerSql
+from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
 __all__ = ["NONE_STATE", "SqlStore", "in_acquisition_order"]
 

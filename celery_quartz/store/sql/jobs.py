@@ -21,6 +21,16 @@ from sqlalchemy import (
 )
 
 from celery_quartz.clock import to_millis
+from celery_quartz.definitions import (
+    ALL_GROUPS,
+    PROTECTED_GROUPS,
+    Needs,
+    Plan,
+    SchedulingData,
+    Snapshot,
+    needs,
+    plan,
+)
 from celery_quartz.errors import (
     CalendarInUseError,
     ObjectAlreadyExistsError,
@@ -28,8 +38,6 @@ from celery_quartz.errors import (
 )
 from celery_quartz.job import Job, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.scheduling_files.model import ALL_GROUPS, PROTECTED_GROUPS, SchedulingData
-from celery_quartz.scheduling_files.plan import Needs, Plan, Snapshot, needs, plan
 from celery_quartz.store.abc import JobStore
 from celery_quartz.store.records import (
     NONE_STATE,

@@ -1,14 +1,15 @@
-"""What loading scheduling files changes: a pure decision over what the store holds.
+"""What loading definitions changes: a pure decision over what the store holds.
 
-:func:`plan` replays each file's pre-processing commands and then its jobs and triggers (with its
-processing directives) over a snapshot of the stored jobs and triggers it touches, the way
-Quartz's ``XMLSchedulingDataProcessor`` does against a scheduler, and then compares the result
-with the snapshot. A job or trigger that ends as it was stored is *unchanged* and is not written,
-even if a delete command removed it and the file defined it again: so loading the same files
-twice changes nothing the second time, and a trigger keeps its fire times across restarts.
+:func:`plan` replays each source's pre-processing commands (a scheduling file's) and then its
+jobs and triggers (with its processing directives) over a snapshot of the stored jobs and triggers
+it touches, the way Quartz's ``XMLSchedulingDataProcessor`` does against a scheduler, and then
+compares the result with the snapshot. A job or trigger that ends as it was stored is *unchanged*
+and is not written, even if a delete command removed it and the source defined it again: so
+loading the same definitions twice changes nothing the second time, and a trigger keeps its fire
+times across restarts.
 
 No database here: the store reads the snapshot and writes the plan in one transaction
-(:mod:`celery_quartz.store.scheduling_data`).
+(:meth:`celery_quartz.store.abc.JobStore.apply_scheduling_data`).
 """
 
 from __future__ import annotations
@@ -20,16 +21,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery_quartz.clock import to_millis
+from celery_quartz.definitions.model import (
+    ALL_GROUPS,
+    PROTECTED_GROUPS,
+    Problems,
+    SchedulingData,
+    TriggerDefinition,
+    Where,
+)
 from celery_quartz.errors import QuartzError, SchedulingFileError
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.scheduling_files.model import (
-    ALL_GROUPS,
-    PROTECTED_GROUPS,
-    SchedulingData,
-    TriggerDefinition,
-)
-from celery_quartz.scheduling_files.tree import Problems, Where
 from celery_quartz.triggers.base import Trigger
 
 

@@ -17,12 +17,14 @@ from celery_quartz.definitions.model import (
     SchedulingData,
     TriggerDefinition,
     Where,
+    owned_group,
 )
-from celery_quartz.definitions.plan import Needs, Plan, Snapshot, needs, plan
+from celery_quartz.definitions.plan import JobChanges, Needs, Plan, Snapshot, needs, plan
 
 __all__ = [
     "ALL_GROUPS",
     "PROTECTED_GROUPS",
+    "JobChanges",
     "JobDefinition",
     "Needs",
     "Plan",
@@ -32,5 +34,6 @@ __all__ = [
     "TriggerDefinition",
     "Where",
     "needs",
+    "owned_group",
     "plan",
 ]

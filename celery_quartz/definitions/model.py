@@ -50,13 +50,18 @@ class JobDefinition:
 
 @dataclass
 class TriggerDefinition:
-    """A trigger as the file defines it. ``start_at`` is given explicitly (``StartTime``), or
-    relative to the load (``StartTimeSecondsInFuture``, or now when neither is given)."""
+    """A trigger as its source defines it. ``start_at`` is given explicitly (a file's
+    ``StartTime``), or relative to the load: ``StartTimeSecondsInFuture`` (now when neither is
+    given), or, with ``own_start``, the trigger's own ``start_at``, which its source computed
+    from the load's time (``beat_schedule``'s first interval after now; now when it has none).
+    A start relative to the load is not compared with the stored one: a trigger stored earlier
+    keeps its own."""
 
     trigger: Trigger
     where: Where
     start_at: datetime | None = None
     start_in_seconds: int = 0
+    own_start: bool = False
 
     @property
     def explicit_start(self) -> bool:
@@ -66,17 +71,17 @@ class TriggerDefinition:
         """A fresh trigger with its start time resolved against ``now``."""
         trigger = copy.copy(self.trigger)
         trigger.data = dict(trigger.data)
-        trigger.start_at = (
-            self.start_at
-            if self.start_at is not None
-            else now + timedelta(seconds=self.start_in_seconds)
-        )
+        if self.start_at is not None:
+            trigger.start_at = self.start_at
+        elif not self.own_start or trigger.start_at is None:
+            trigger.start_at = now + timedelta(seconds=self.start_in_seconds)
         return trigger
 
 
 @dataclass
 class SchedulingData:
-    """One scheduling file, read and checked (not yet against a Celery app or a store)."""
+    """What one source defines, read and checked (not yet against a Celery app or a store): a
+    scheduling file, or the entries of a source that owns a job group (:func:`owned_group`)."""
 
     source: str
     delete_job_groups: list[str] = field(default_factory=list)
@@ -96,10 +101,41 @@ class SchedulingData:
     triggers: list[TriggerDefinition] = field(default_factory=list)
     #: How the file spells the model's keys (XML's element names; None: as the keys are).
     spelling: Mapping[str, str] | None = None
+    #: Job groups the source defines whole (``beat_schedule``'s, an importer's): a stored job
+    #: of one that it does not define is deleted with its triggers. Unlike a file's delete
+    #: commands, this reaches a protected group: the source that owns it.
+    owned_job_groups: list[str] = field(default_factory=list)
+    #: Each job is one entry with the triggers defined with it (``beat_schedule``, an
+    #: importer): a job replaced has them replaced too, starting again, where a file's
+    #: replaced job keeps its triggers' fire times.
+    entries: bool = False
 
     def name(self, key: str) -> str:
         """``key`` as this file spells it."""
         return spelled(self.spelling, key)
+
+
+def owned_group(
+    source: str, group: str, entries: Mapping[str, tuple[Job, Trigger, bool]]
+) -> SchedulingData:
+    """The definitions of a source that owns the job group ``group`` (``beat_schedule``, an
+    importer): each entry, by name, is a job with its one trigger, and whether that trigger's
+    start is the source's own (compared with the stored one, as a file's ``StartTime``) or,
+    false, computed from the load's time (kept as stored). Loaded, the group holds exactly
+    these jobs, and an entry defined as it is stored is left alone."""
+    data = SchedulingData(source=source, owned_job_groups=[group], entries=True)
+    for name, (job, trigger, explicit_start) in entries.items():
+        where = Where(source, path=repr(name))
+        data.jobs.append(JobDefinition(job, where))
+        data.triggers.append(
+            TriggerDefinition(
+                trigger,
+                where,
+                start_at=trigger.start_at if explicit_start else None,
+                own_start=not explicit_start,
+            )
+        )
+    return data
 
 
 # -- where things are written ---------------------------------------------------------------------

@@ -150,9 +150,9 @@ def _layer(module: str) -> int | None:
     best: tuple[int, int] | None = None
     for index, (_name, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if relative == prefix or (prefix and relative.startswith(f"{prefix}.")):
-                if best is None or len(prefix) > best[0]:
-                    best = (len(prefix), index)
+            within = relative == prefix or (prefix and relative.startswith(f"{prefix}."))
+            if within and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), index)
     return None if best is None else best[1]
 
 

@@ -208,7 +208,6 @@ class SqlStore(Store):
 
     # -- JobStore ---------------------------------------------------------------------------------
     store_jobs_and_triggers = _Operation("jobs", JobStore.store_jobs_and_triggers)
-    sync_job_group = _Operation("jobs", JobStore.sync_job_group)
     store_calendar = _Operation("jobs", JobStore.store_calendar)
     retrieve_calendar = _Operation("jobs", JobStore.retrieve_calendar)
     remove_calendar = _Operation("jobs", JobStore.remove_calendar)
@@ -280,4 +279,3 @@ class SqlStore(Store):
     current_epoch = _Operation("reader", StoreReader.current_epoch)
     count_rows = _Operation("reader", StoreReader.count_rows)
     firing_states = _Operation("reader", StoreReader.firing_states)
-    definition_hashes = _Operation("reader", StoreReader.definition_hashes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,10 +39,7 @@ from celery_quartz.errors import (
 from celery_quartz.job import Job, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store.abc import JobStore
-from celery_quartz.store.records import (
-    NONE_STATE,
-    SyncResult,
-)
+from celery_quartz.store.records import NONE_STATE
 from celery_quartz.store.schema import (
     TriggerState,
 )
@@ -64,7 +61,7 @@ from celery_quartz.triggers.base import (
 
 logger = logging.getLogger(__name__)
 
-#: An import that adds at least this many jobs refreshes PostgreSQL's planner statistics.
+#: A load that adds at least this many jobs refreshes PostgreSQL's planner statistics.
 _ANALYZE_AFTER_ROWS = 1000
 
 
@@ -83,57 +80,11 @@ class JobsSql(JobStore):
         items: Sequence[tuple[Job | None, Sequence[Trigger]]],
         *,
         replace: bool = False,
-        definition_hashes: dict[JobKey, str] | None = None,
     ) -> None:
-        hashes = definition_hashes or {}
-        jobs = [(job, hashes.get(job.key)) for job, _ in items if job is not None]
+        jobs = [job for job, _ in items if job is not None]
         triggers = [trigger for _, item_triggers in items for trigger in item_triggers]
         with self.sql.transaction() as conn:
             self.definitions.store_many(conn, jobs, triggers, replace, self.sql.clock.now())
-
-    def sync_job_group(
-        self, group: str, desired: Mapping[JobKey, tuple[Job, Sequence[Trigger], str]]
-    ) -> SyncResult:
-        """The whole comparison and write is one transaction under the TRIGGER_ACCESS lock row
-        (SQLite: its write lock)."""
-        now = self.sql.clock.now()
-        result = SyncResult()
-        j = self.sql.tables.jobs
-        with self.sql.transaction() as conn:
-            self.sql.lock(conn, "TRIGGER_ACCESS")
-            stored = {
-                JobKey(r.job_name, r.job_group): r.definition_hash
-                for r in conn.execute(
-                    select(j.c.job_name, j.c.job_group, j.c.definition_hash).where(
-                        self.sql.scoped(j), j.c.job_group == group
-                    )
-                )
-            }
-            jobs: list[tuple[Job, str | None]] = []
-            new_triggers: list[Trigger] = []
-            for key, (job, triggers, definition_hash) in desired.items():
-                if key in stored and stored[key] == definition_hash:
-                    result.unchanged.append(key)
-                    continue
-                if key in stored:
-                    self.definitions.delete_job(conn, key)
-                    result.updated.append(key)
-                else:
-                    result.added.append(key)
-                jobs.append((job, definition_hash))
-                new_triggers.extend(triggers)
-            self.definitions.store_many(conn, jobs, new_triggers, False, now)
-            for key in stored.keys() - desired.keys():
-                self.definitions.delete_job(conn, key)
-                result.removed.append(key)
-        if self.sql.dialect == "postgresql" and len(result.added) >= _ANALYZE_AFTER_ROWS:
-            # Fresh statistics: a planner that has never seen the new rows scans a whole trigger
-            # group where one key lookup would do, until autovacuum gets round to it.
-            with self.sql.engine.connect() as conn:
-                conn.execute(text(f"ANALYZE {self.sql.tables.jobs.name}"))
-                conn.execute(text(f"ANALYZE {self.sql.tables.triggers.name}"))
-                conn.commit()
-        return result
 
     def store_calendar(self, name: str, calendar: Any, *, replace: bool = False) -> None:
         c = self.sql.tables.calendars
@@ -394,11 +345,7 @@ class JobsSql(JobStore):
             for key in result.jobs_deleted:
                 self.definitions.delete_job(conn, key)
             self.definitions.store_many(
-                conn,
-                [(job, None) for job in result.jobs_to_write],
-                result.triggers_to_write,
-                True,
-                now,
+                conn, result.jobs_to_write, result.triggers_to_write, True, now
             )
             # A trigger scheduled relative to the one it replaced keeps the next fire time the
             # plan gave it (the store computed one from its start).
@@ -408,6 +355,13 @@ class JobsSql(JobStore):
                     .where(self.sql.trigger_key(tkey))
                     .values(next_fire_time=to_millis(when))
                 )
+        if self.sql.dialect == "postgresql" and len(result.jobs_added) >= _ANALYZE_AFTER_ROWS:
+            # Fresh statistics: a planner that has never seen the new rows scans a whole trigger
+            # group where one key lookup would do, until autovacuum gets round to it.
+            with self.sql.engine.connect() as conn:
+                conn.execute(text(f"ANALYZE {self.sql.tables.jobs.name}"))
+                conn.execute(text(f"ANALYZE {self.sql.tables.triggers.name}"))
+                conn.commit()
         return result
 
     def scheduled_definitions(self) -> tuple[list[Job], list[Trigger]]:

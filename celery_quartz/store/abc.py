@@ -194,14 +194,15 @@ class JobStore(abc.ABC):
     def apply_scheduling_data(
         self, files: Sequence[SchedulingData], now: datetime, *, dry_run: bool = False
     ) -> Plan:
-        """Load scheduling files' definitions: all of their changes or none, and what changed
-        (with ``dry_run``, what would change; nothing is written). What changes is decided by
-        :func:`celery_quartz.definitions.plan.plan` over the stored jobs and triggers the
-        files touch; a job or trigger that ends as it is stored is left alone.
+        """Load definitions (scheduling files, ``beat_schedule``, an importer's group), in
+        order: all of their changes or none, and what changed (with ``dry_run``, what would
+        change; nothing is written). What changes is decided by
+        :func:`celery_quartz.definitions.plan.plan` over the stored jobs and triggers they
+        touch; a job or trigger that ends as it is stored is left alone.
 
-        Race settled: several schedulers loading the same files as they start together; the
-        read, the decision and the write are one transaction under the TRIGGER_ACCESS lock row,
-        so the second loader finds every job and trigger unchanged and writes nothing.
+        Race settled: several schedulers loading the same definitions as they start together;
+        the read, the decision and the write are one transaction under the TRIGGER_ACCESS lock
+        row, so the second loader finds every job and trigger unchanged and writes nothing.
         """
 
     @abc.abstractmethod

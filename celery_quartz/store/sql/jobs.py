@@ -392,13 +392,23 @@ def _read_snapshot(conn: Connection, sql: SqlContext, rows: Rows, wanted: Needs)
 
     def add_triggers(found: Any) -> None:
         for row in found:
-            trigger = trigger_from_row(row)
-            triggers[trigger.key] = trigger
+            key = TriggerKey.stored(row.trigger_name, row.trigger_group)
+            if key not in triggers:  # a delete command's group and a job's may overlap
+                triggers[key] = trigger_from_row(row)
 
     def add_jobs(found: Any) -> None:
         for row in found:
             job = job_from_row(row)
             jobs[job.key] = job
+
+    def add_jobs_by_key(keys: set[JobKey]) -> None:
+        add_jobs(rows.by_key(conn, select(j), j.c.job_name, j.c.job_group, sorted(keys)))
+
+    def add_triggers_of(keys: set[JobKey]) -> None:
+        add_triggers(rows.by_key(conn, select(t), t.c.job_name, t.c.job_group, sorted(keys)))
+
+    def jobs_of_triggers() -> set[JobKey]:
+        return {tr.job_key for tr in triggers.values() if tr.job_key}
 
     everyone = sql.scoped(t)
     if ALL_GROUPS in wanted.trigger_groups:
@@ -407,21 +417,27 @@ def _read_snapshot(conn: Connection, sql: SqlContext, rows: Rows, wanted: Needs)
         add_triggers(
             conn.execute(select(t).where(everyone, t.c.trigger_group.in_(wanted.trigger_groups)))
         )
-    add_triggers(
-        rows.by_key(
-            conn, select(t), t.c.trigger_name, t.c.trigger_group, sorted(wanted.trigger_keys)
-        )
-    )
-    job_keys = set(wanted.job_keys) | {tr.job_key for tr in triggers.values() if tr.job_key}
     if ALL_GROUPS in wanted.job_groups:
         add_jobs(conn.execute(select(j).where(sql.scoped(j))))
     elif wanted.job_groups:
         add_jobs(conn.execute(select(j).where(sql.scoped(j), j.c.job_group.in_(wanted.job_groups))))
-    add_jobs(
-        rows.by_key(conn, select(j), j.c.job_name, j.c.job_group, sorted(job_keys - jobs.keys()))
-    )
+    add_jobs_by_key((set(wanted.job_keys) | jobs_of_triggers()) - jobs.keys())
     # Every trigger of every job read: whether a job keeps a trigger is judged on all of them.
-    add_triggers(rows.by_key(conn, select(t), t.c.job_name, t.c.job_group, sorted(jobs)))
+    add_triggers_of(set(jobs))
+    # Then the triggers named by key that none of those jobs holds (one moving to another job),
+    # with their jobs and those jobs' triggers: each trigger is read once.
+    add_triggers(
+        rows.by_key(
+            conn,
+            select(t),
+            t.c.trigger_name,
+            t.c.trigger_group,
+            sorted(wanted.trigger_keys - triggers.keys()),
+        )
+    )
+    moved = jobs_of_triggers() - jobs.keys()
+    add_jobs_by_key(moved)
+    add_triggers_of(moved)
     return Snapshot(
         jobs=jobs,
         triggers=triggers,

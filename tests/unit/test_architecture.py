@@ -82,8 +82,8 @@ def test_no_module_imports_itself_back_through_another() -> None:
 #: its own layer and those below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
-        # Decides, with no database; with the settings the store is opened from and the definitions
-        # it loads.
+        # Decides, with no database: among it the definitions the store loads and the settings
+        # it is opened from.
         "domain",
         (
             "affinity",

@@ -1,16 +1,15 @@
 """Celery's ``beat_schedule`` read into the store, idempotently.
 
 Each entry becomes a job and a trigger in the group ``celery.beat_schedule``, both named after the
-entry. The import compares a hash of each entry's definition with the one stored beside its job:
-unchanged entries are left alone (a restart keeps their fire times), changed ones are replaced,
-entries no longer configured are removed. Several schedulers importing at once produce one job
-and one trigger per entry (see :meth:`~celery_quartz.store.abc.JobStore.sync_job_group`).
+entry. The group is loaded as a source that owns it (:func:`celery_quartz.definitions.owned_group`)
+through the same plan as the scheduling files: an entry defined as it is stored is left alone (a
+restart keeps its trigger's start and fire times), a changed one is replaced, starting again, and
+an entry no longer configured is removed. Several schedulers importing at once produce one job
+and one trigger per entry (see :meth:`~celery_quartz.store.abc.JobStore.apply_scheduling_data`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -23,12 +22,12 @@ from celery_quartz.affinity import PreferredNode
 from celery_quartz.celery_schedules import trigger_from_celery_schedule
 from celery_quartz.client import check_task_registered
 from celery_quartz.clock import Clock
+from celery_quartz.definitions import JobChanges, owned_group
 from celery_quartz.errors import ValidationError
 from celery_quartz.job import Job
 from celery_quartz.keys import BEAT_SCHEDULE_GROUP, JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.store.abc import JobStore
-from celery_quartz.store.records import SyncResult
 from celery_quartz.triggers.base import Trigger
 
 logger = logging.getLogger(__name__)
@@ -45,16 +44,19 @@ def import_beat_schedule(
     entries: Mapping[str, Mapping[str, Any] | ScheduleEntry],
     *,
     max_data_bytes: int,
-) -> SyncResult:
-    """Make the store's ``celery.beat_schedule`` jobs match ``entries``; raises before writing
-    anything if an entry is invalid (the error names the entry)."""
+) -> JobChanges:
+    """Make the store's ``celery.beat_schedule`` jobs match ``entries``, and say what changed
+    by job; raises before writing anything if an entry is invalid (the error names the entry)."""
     default_tz = str(app.conf.timezone or "UTC")
     now = clock.now()
-    desired: dict[JobKey, tuple[Job, list[Trigger], str]] = {}
-    for name, raw in entries.items():
-        job, trigger = entry_to_job(app, name, raw, default_tz, now, max_data_bytes)
-        desired[job.key] = (job, [trigger], definition_hash(job, trigger))
-    result = store.sync_job_group(BEAT_SCHEDULE_GROUP, desired)
+    # Each trigger's start is computed from now (an interval's first fire is one interval
+    # later): relative to the load, so a restart keeps the stored one.
+    defined = {
+        name: (*entry_to_job(app, name, raw, default_tz, now, max_data_bytes), False)
+        for name, raw in entries.items()
+    }
+    data = owned_group("beat_schedule", BEAT_SCHEDULE_GROUP, defined)
+    result = store.apply_scheduling_data([data], now).by_job()
     logger.info(
         "beat_schedule: %d added, %d updated, %d removed, %d unchanged",
         len(result.added),
@@ -152,28 +154,3 @@ def _apply_quartz_fields(where: str, trigger: Trigger, quartz: object) -> None:
             f"{where}: quartz retry_policy must be a RetryPolicy, got {type(policy).__name__}"
         )
     trigger.retry_policy = policy
-
-
-def definition_hash(job: Job, trigger: Trigger) -> str:
-    """What the entry says, hashed: equal hashes mean the stored job and trigger stand as is."""
-    definition = {
-        "task": job.task,
-        "args": list(job.args),
-        "kwargs": dict(job.kwargs),
-        "options": dict(job.options),
-        "trigger": [
-            trigger.kind,
-            trigger.detail(),
-            trigger.priority,
-            int(trigger.misfire_instruction),
-        ],
-    }
-    # Only when set: entries imported before these fields existed keep their hash.
-    if trigger.execution_group is not None:
-        definition["execution_group"] = trigger.execution_group
-    if not trigger.preferred_node.is_none:
-        definition["preferred_node"] = trigger.preferred_node.to_columns()
-    if trigger.retry_policy:
-        definition["retry_policy"] = trigger.retry_policy.to_string()
-    encoded = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(encoded.encode()).hexdigest()

@@ -15,7 +15,7 @@ from celery_quartz.limits import ExecutionLimits
 from celery_quartz.liveness import DEFAULT_CHECKIN_MISFIRE_THRESHOLD
 from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
 from celery_quartz.routing import Router
-from celery_quartz.store.schema import DEFAULT_TABLE_PREFIX
+from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
 AUTO = "AUTO"
 #: Values of ``quartz_election``: none, a PostgreSQL advisory lock, a Redis lock.

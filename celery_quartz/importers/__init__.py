@@ -4,8 +4,9 @@ and triggers, idempotently.
 Each source module reads its scheduler's own storage (django-celery-beat's tables over a
 database URL, redbeat's keys in Redis) into :class:`SourceEntry` values; :func:`run_import` turns
 them into one job and one trigger each, in a group of their own (``django_celery_beat``,
-``redbeat``), and stores them in one transaction with :meth:`~celery_quartz.store.abc.JobStore.
-sync_job_group`. A hash of each entry's source definition is stored beside its job: an entry
+``redbeat``), and loads that group as a source that owns it
+(:func:`celery_quartz.definitions.owned_group`) in one transaction, through the same plan as the
+scheduling files (:meth:`~celery_quartz.store.abc.JobStore.apply_scheduling_data`): an entry
 imported again unchanged is left alone (its trigger keeps its fire times), a changed one is
 replaced, one no longer in the source is removed. What cannot be represented exactly (solar
 schedules, rrules, custom message headers, tasks the app does not register) is reported by name
@@ -16,14 +17,13 @@ See docs/migrating.md.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from celery_quartz.celery_schedules import trigger_from_celery_schedule
+from celery_quartz.definitions import owned_group
 from celery_quartz.errors import QuartzError, ValidationError
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
@@ -38,9 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["ImportReport", "SourceEntry", "disabled_group", "read_crontab", "run_import"]
 
 logger = logging.getLogger(__name__)
-
-#: Bumped when the translation of an unchanged source entry changes, so entries are re-imported.
-_TRANSLATION_VERSION = 2
 
 
 def disabled_group(group: str) -> str:
@@ -57,14 +54,13 @@ class SourceEntry:
     one-off at a fixed time (django-celery-beat's clocked schedule), that aware datetime.
     ``first_fire`` is when an interval schedule next runs under the source scheduler (from its
     last run), ``not_before`` a start time before which nothing runs, ``end_at`` when it
-    expires. ``definition`` is the source's own fields, hashed to detect a change.
+    expires.
     """
 
     name: str
     task: str
     schedule: Any
     time_zone: str
-    definition: dict[str, Any]
     args: list[Any] = field(default_factory=list)
     kwargs: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)
@@ -140,21 +136,13 @@ def read_crontab(fields: dict[str, Any]) -> tuple[Any, str | None]:
     return None, f"Celery cannot read the crontab {fields!r}: {error}"
 
 
-def definition_hash(entry: SourceEntry) -> str:
-    encoded = json.dumps(
-        {"v": _TRANSLATION_VERSION, **entry.definition},
-        sort_keys=True,
-        separators=(",", ":"),
-        default=str,
-    )
-    return hashlib.sha256(encoded.encode()).hexdigest()
-
-
 def build(
     app: Celery, entry: SourceEntry, group: str, now: datetime, max_data_bytes: int
-) -> tuple[Job, Trigger]:
-    """The job and trigger that run ``entry`` as its scheduler would; raises
-    :class:`ValidationError` naming the entry for what no trigger can say exactly."""
+) -> tuple[Job, Trigger, bool]:
+    """The job and trigger that run ``entry`` as its scheduler would, and whether the trigger's
+    start is the source's own (a fixed time, a start time still ahead) rather than computed
+    from ``now`` or the source's last run; raises :class:`ValidationError` naming the entry for
+    what no trigger can say exactly."""
     if entry.skip_reason:
         raise ValidationError(entry.skip_reason)
     app.loader.import_default_modules()
@@ -172,6 +160,7 @@ def build(
     job.validate(max_data_bytes)
     trigger_key = TriggerKey(entry.name, group if entry.enabled else disabled_group(group))
     trigger: Trigger
+    explicit_start = isinstance(entry.schedule, datetime)
     if isinstance(entry.schedule, datetime):
         trigger = _once(trigger_key, entry.schedule)
     else:
@@ -184,8 +173,11 @@ def build(
         )
         if isinstance(trigger, (SimpleTrigger, CalendarIntervalTrigger)):
             trigger.start_at = _interval_start(entry, trigger.start_at or now, now)
+            # Held back by the source's start time: its own, not one counted from a run.
+            explicit_start = entry.not_before is not None and trigger.start_at == entry.not_before
         elif entry.not_before is not None and entry.not_before > now:
             trigger.start_at = entry.not_before
+            explicit_start = True
         if entry.one_off:
             # Runs once, at the schedule's first time, then the source disables it.
             probe = _copy_for_probe(trigger, now)
@@ -193,13 +185,14 @@ def build(
             if first_fire is None:
                 raise ValidationError("a one-off task whose schedule never fires")
             trigger = _once(trigger_key, first_fire)
+            explicit_start = False
     trigger.description = entry.description
     trigger.end_at = entry.end_at
     trigger.job_key = key
     trigger.validate()
     if entry.end_at is not None and entry.end_at <= now:
         raise ValidationError(f"expired at {entry.end_at.isoformat()}")
-    return job, trigger
+    return job, trigger, explicit_start
 
 
 def _interval_start(entry: SourceEntry, translated: datetime, now: datetime) -> datetime:
@@ -241,39 +234,27 @@ def run_import(
     ``dry_run``, report what would change and write nothing). Running it twice over the same
     entries changes nothing the second time."""
     report = ImportReport(source=source, group=group, dry_run=dry_run)
-    desired: dict[JobKey, tuple[Job, list[Trigger], str]] = {}
-    names: dict[JobKey, str] = {}
+    defined: dict[str, tuple[Job, Trigger, bool]] = {}
     any_disabled = False
     for entry in entries:
         try:
-            job, trigger = build(app, entry, group, now, store.max_data_bytes)
+            defined[entry.name] = build(app, entry, group, now, store.max_data_bytes)
         except QuartzError as exc:
             report.skipped[entry.name] = _reason(entry.name, exc)
             continue
-        desired[job.key] = (job, [trigger], definition_hash(entry))
-        names[job.key] = entry.name
         any_disabled = any_disabled or not entry.enabled
-    if dry_run:
-        stored = store.definition_hashes(group)
-        for key, (_job, _triggers, wanted) in desired.items():
-            if key not in stored:
-                report.added.append(key.name)
-            elif stored[key] == wanted:
-                report.unchanged.append(key.name)
-            else:
-                report.updated.append(key.name)
-        report.removed = sorted(k.name for k in stored.keys() - desired.keys())
-        return report
-    if any_disabled and disabled_group(group) not in store.paused_trigger_groups():
+    if not dry_run and any_disabled and disabled_group(group) not in store.paused_trigger_groups():
         # Paused before the import's transaction, so its disabled triggers are stored PAUSED
         # in it; pausing a group is idempotent and a group with no trigger changes nothing.
         store.pause_trigger_group(disabled_group(group))
-    result = store.sync_job_group(group, desired)
-    report.added = [k.name for k in result.added]
-    report.updated = [k.name for k in result.updated]
-    report.removed = [k.name for k in result.removed]
-    report.unchanged = [k.name for k in result.unchanged]
-    logger.info("import %s", report.summary())
+    data = owned_group(f"import:{source}", group, defined)
+    changes = store.apply_scheduling_data([data], now, dry_run=dry_run).by_job()
+    report.added = [k.name for k in changes.added]
+    report.updated = [k.name for k in changes.updated]
+    report.removed = [k.name for k in changes.removed]
+    report.unchanged = [k.name for k in changes.unchanged]
+    if not dry_run:
+        logger.info("import %s", report.summary())
     return report
 
 

@@ -118,19 +118,7 @@ def _entry(task: Any, rows: dict[str, dict[int, Any]], now: datetime) -> SourceE
             f"custom message headers {sorted(headers)} cannot be carried: celery-quartz "
             f"sets a firing's headers itself"
         )
-    schedule, zone, first_fire, described, reason = _schedule(task, rows, now)
-    definition = {
-        "task": task["task"],
-        "schedule": described,
-        "args": task.get("args"),
-        "kwargs": task.get("kwargs"),
-        "headers": task.get("headers"),
-        "options": options,
-        "enabled": enabled,
-        "one_off": one_off,
-        "start_time": start_time,
-        "expires": expires,
-    }
+    schedule, zone, first_fire, reason = _schedule(task, rows, now)
     if first_fire is not None and start_time is not None and task.get("last_run_at") is None:
         # With a start time and no run yet, its scheduler runs the task at the start time (it
         # dates the last run 30 years back); after a run, the start time only holds runs back.
@@ -140,7 +128,6 @@ def _entry(task: Any, rows: dict[str, dict[int, Any]], now: datetime) -> SourceE
         task=task["task"],
         schedule=schedule,
         time_zone=zone,
-        definition=definition,
         args=args if isinstance(args, list) else [],
         kwargs=kwargs if isinstance(kwargs, dict) else {},
         options=options,
@@ -156,8 +143,8 @@ def _entry(task: Any, rows: dict[str, dict[int, Any]], now: datetime) -> SourceE
 
 def _schedule(
     task: Any, rows: dict[str, dict[int, Any]], now: datetime
-) -> tuple[Any, str, datetime | None, Any, str | None]:
-    """(schedule, its zone, an interval's next run, the schedule's fields, why it is skipped)."""
+) -> tuple[Any, str, datetime | None, str | None]:
+    """(schedule, its zone, an interval's next run, why it is skipped)."""
     if task.get("crontab_id") is not None:
         c = rows["crontabschedule"][task["crontab_id"]]
         fields = {
@@ -165,31 +152,28 @@ def _schedule(
         }
         zone = str(c.get("timezone") or "UTC")
         crontab, unreadable = read_crontab(fields)
-        return crontab, zone, None, {"crontab": fields, "tz": zone}, unreadable
+        return crontab, zone, None, unreadable
     if task.get("interval_id") is not None:
         i = rows["intervalschedule"][task["interval_id"]]
         if i["period"] not in _PERIODS:
-            return None, "UTC", None, dict(i), f"unknown interval period {i['period']!r}"
+            return None, "UTC", None, f"unknown interval period {i['period']!r}"
         every = timedelta(**{i["period"]: i["every"]})
         # django-celery-beat counts from the last run, else from when the task last changed.
         last = _aware(task.get("last_run_at")) or _aware(task.get("date_changed")) or now
-        described = {"every": i["every"], "period": i["period"]}
-        return schedules.schedule(every), "UTC", last + every, described, None
+        return schedules.schedule(every), "UTC", last + every, None
     if task.get("clocked_id") is not None and "clockedschedule" in rows:
         clocked = _aware(rows["clockedschedule"][task["clocked_id"]]["clocked_time"])
-        return clocked, "UTC", None, {"clocked": clocked}, None
+        return clocked, "UTC", None, None
     if task.get("solar_id") is not None and "solarschedule" in rows:
         s = rows["solarschedule"][task["solar_id"]]
-        described = {"solar": s["event"], "lat": str(s["latitude"]), "lon": str(s["longitude"])}
         return (
             None,
             "UTC",
             None,
-            described,
             f"solar schedule ({s['event']}) cannot be represented: the event moves every day and "
             f"no Quartz trigger kind follows the sun",
         )
-    return None, "UTC", None, None, "has no schedule"
+    return None, "UTC", None, "has no schedule"
 
 
 def _aware(value: Any) -> datetime | None:

@@ -90,7 +90,6 @@ def _entry(
         task=raw.get("task") or "",
         schedule=schedule,
         time_zone=zone,
-        definition={"definition": raw, "tz": zone},
         args=list(args),
         kwargs=dict(kwargs),
         options=dict(options),
@@ -102,9 +101,7 @@ def _entry(
 
 
 def _broken(name: str, why: str) -> SourceEntry:
-    return SourceEntry(
-        name=name, task="", schedule=None, time_zone="UTC", definition={}, skip_reason=why
-    )
+    return SourceEntry(name=name, task="", schedule=None, time_zone="UTC", skip_reason=why)
 
 
 def _datetime(value: Any) -> datetime | None:

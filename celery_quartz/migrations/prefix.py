@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from celery_quartz.store.schema import DEFAULT_TABLE_PREFIX
+from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
 
 def table_prefix() -> str:

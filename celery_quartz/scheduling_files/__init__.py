@@ -19,13 +19,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from celery_quartz.clock import Clock, SystemClock
+from celery_quartz.definitions import Plan, Problems, SchedulingData, Where
 from celery_quartz.errors import QuartzError, SchedulingFileError, UnknownTaskError
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
+from celery_quartz.scheduling_files.build import build
 from celery_quartz.scheduling_files.export import document_tree
 from celery_quartz.scheduling_files.json_format import read_json, write_json
-from celery_quartz.scheduling_files.model import SchedulingData, build
-from celery_quartz.scheduling_files.plan import Plan
-from celery_quartz.scheduling_files.tree import Node, Problems, Where
+from celery_quartz.scheduling_files.tree import Node
 from celery_quartz.scheduling_files.xml_format import read_xml, write_xml
 from celery_quartz.scheduling_files.yaml_format import read_yaml, write_yaml
 

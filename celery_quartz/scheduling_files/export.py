@@ -11,7 +11,7 @@ from typing import Any
 from celery_quartz.errors import SchedulingFileError
 from celery_quartz.job import Job
 from celery_quartz.retry import RetryPolicy
-from celery_quartz.scheduling_files.model import SCHEDULE_MISFIRE_NAMES, SIMPLE_MISFIRE_NAMES
+from celery_quartz.scheduling_files.build import SCHEDULE_MISFIRE_NAMES, SIMPLE_MISFIRE_NAMES
 from celery_quartz.triggers import (
     DEFAULT_PRIORITY,
     CalendarIntervalTrigger,

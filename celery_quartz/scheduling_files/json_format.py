@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from celery_quartz.definitions.model import Where
 from celery_quartz.errors import ValidationError
-from celery_quartz.scheduling_files.tree import Node, Where
+from celery_quartz.scheduling_files.tree import Node
 
 #: Deepest nesting read (job data included): far beyond what a schedule needs.
 MAX_DEPTH = 64

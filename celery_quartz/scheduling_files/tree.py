@@ -1,19 +1,16 @@
 """The document tree every format's reader produces (:mod:`.xml_format`, :mod:`.json_format`,
-:mod:`.yaml_format`) and :mod:`.model` checks: mappings keyed by the JSON spelling of
+:mod:`.yaml_format`) and :mod:`.build` checks: mappings keyed by the JSON spelling of
 ``job_scheduling_data_2_0``, each knowing where it and its keys were written and how its file
-spells them; the keys each mapping may hold; and the errors found while reading, gathered.
+spells them; and the keys each mapping may hold. Where a thing was written
+(:class:`~celery_quartz.definitions.model.Where`) is the definitions' own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
-from celery_quartz.errors import SchedulingFileError
-
-_P = ParamSpec("_P")
-_T = TypeVar("_T")
+from celery_quartz.definitions.model import Where, spelled
 
 #: The trigger kinds a scheduling file has, by their key in the tree.
 KINDS = ("Simple", "Cron", "CalendarInterval")
@@ -79,28 +76,7 @@ RETRY_KEYS = {
 KEY_KEYS = ("Name", "Group")
 
 
-# -- where things are written ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Where:
-    """A place in a scheduling file: a line (XML, YAML) or a path in the document (JSON)."""
-
-    file: str
-    line: int | None = None
-    path: str | None = None
-
-    def __str__(self) -> str:
-        if self.line is not None:
-            return f"{self.file}:{self.line}"
-        if self.path is not None:
-            return f"{self.file} at {self.path}"
-        return self.file
-
-    def error(self, message: str) -> SchedulingFileError:
-        return SchedulingFileError(
-            f"{self}: {message}", file=self.file, line=self.line, path=self.path
-        )
+# -- the mappings of a document ---------------------------------------------------------------
 
 
 class Node(dict[str, Any]):
@@ -126,39 +102,6 @@ class Node(dict[str, Any]):
     def name(self, key: str) -> str:
         """``key`` as the file spells it (``job-type`` in XML, ``JobType`` in JSON and YAML)."""
         return spelled(self.spelling, key)
-
-
-def spelled(spelling: Mapping[str, str] | None, key: str) -> str:
-    return key if spelling is None else spelling.get(key, key)
-
-
-class Problems:
-    """The errors found while reading or loading files, gathered so that one load reports
-    every one of them instead of stopping at the first."""
-
-    def __init__(self) -> None:
-        self.errors: list[SchedulingFileError] = []
-
-    def read(self, reader: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T | None:
-        """``reader(*args, **kwargs)``; None when it raises a SchedulingFileError, which is kept."""
-        try:
-            return reader(*args, **kwargs)
-        except SchedulingFileError as error:
-            self.errors.extend(error.errors)
-            return None
-
-    def raise_if_any(self) -> None:
-        """Raise what was found: one error as it is, several as one error listing each."""
-        if len(self.errors) == 1:
-            raise self.errors[0]
-        if self.errors:
-            files = list(dict.fromkeys(error.file for error in self.errors))
-            head = f"{len(self.errors)} errors in {', '.join(files)}"
-            raise SchedulingFileError(
-                head + "".join(f"\n{error}" for error in self.errors),
-                file=files[0],
-                errors=self.errors,
-            )
 
 
 def plain(value: Any) -> Any:

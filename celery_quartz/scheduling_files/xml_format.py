@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.parsers import expat
 
+from celery_quartz.definitions.model import Problems, Where
 from celery_quartz.errors import SchedulingFileError, ValidationError
-from celery_quartz.scheduling_files.tree import Node, Problems, Where
+from celery_quartz.scheduling_files.tree import Node
 
 #: The namespaces of ``job_scheduling_data_2_0``: Quartz.NET's (written on export) and Quartz's.
 NAMESPACE = "http://quartznet.sourceforge.net/JobSchedulingData"

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery_quartz.definitions.model import Where
 from celery_quartz.errors import SchedulingFileError
-from celery_quartz.scheduling_files.tree import Node, Where
+from celery_quartz.scheduling_files.tree import Node
 
 #: Deepest nesting read, as for JSON.
 MAX_DEPTH = 64

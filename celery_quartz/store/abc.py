@@ -8,8 +8,9 @@ calls it and writes the outcome.
 
 Roles, and who holds each:
 
-* :class:`JobStore` — the client (:class:`celery_quartz.Quartz`), the ``beat_schedule`` import and
-  the scheduling files: jobs, triggers, calendars, pause and resume.
+* :class:`JobStore` — the client (:class:`celery_quartz.Quartz`), and the loads of definitions (the
+  scheduling files, the ``beat_schedule`` import, the importers): jobs, triggers, calendars, pause
+  and resume.
 * :class:`SchedulingStore` — the scheduling loop (:mod:`celery_quartz.loop`): claim, fire, record
   publication, release, misfires.
 * :class:`ClusterStore` — the cluster manager (:mod:`celery_quartz.cluster`) and the worker's
@@ -35,17 +36,16 @@ transaction. Errors are those of :mod:`celery_quartz.errors`; a method that rais
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from celery_quartz.clock import Clock
+from celery_quartz.definitions import Plan, SchedulingData
 from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.routing import Router, Unserved
-from celery_quartz.scheduling_files.model import SchedulingData
-from celery_quartz.scheduling_files.plan import Plan
 from celery_quartz.store.records import (
     CheckIn,
     Claim,
@@ -55,7 +55,6 @@ from celery_quartz.store.records import (
     LeaderMoveRecovery,
     ProcessLoss,
     StartedExecution,
-    SyncResult,
     WorkerRecovery,
 )
 from celery_quartz.store.views import (
@@ -88,7 +87,6 @@ class JobStore(abc.ABC):
         items: Sequence[tuple[Job | None, Sequence[Trigger]]],
         *,
         replace: bool = False,
-        definition_hashes: dict[JobKey, str] | None = None,
     ) -> None:
         """Store jobs and their triggers in one transaction: all of them, or none.
 
@@ -99,20 +97,6 @@ class JobStore(abc.ABC):
         is false, :class:`~celery_quartz.errors.JobNotFoundError` when a trigger names a job that
         is not stored, :class:`~celery_quartz.errors.InvalidTriggerError` for a trigger that is
         invalid, names a calendar not stored, or would never fire.
-        """
-
-    @abc.abstractmethod
-    def sync_job_group(
-        self, group: str, desired: Mapping[JobKey, tuple[Job, Sequence[Trigger], str]]
-    ) -> SyncResult:
-        """Make the jobs of ``group`` exactly ``desired`` (job, its triggers, a definition hash).
-
-        Idempotent: a job whose stored hash equals the desired one is left alone, so its
-        triggers keep their fire times across restarts; a changed one is replaced with its
-        triggers; one no longer desired is removed.
-
-        Race settled: several schedulers importing the same configuration at start; the second
-        importer sees the first one's rows and finds nothing to do.
         """
 
     @abc.abstractmethod
@@ -210,14 +194,15 @@ class JobStore(abc.ABC):
     def apply_scheduling_data(
         self, files: Sequence[SchedulingData], now: datetime, *, dry_run: bool = False
     ) -> Plan:
-        """Load scheduling files' definitions: all of their changes or none, and what changed
-        (with ``dry_run``, what would change; nothing is written). What changes is decided by
-        :func:`celery_quartz.scheduling_files.plan.plan` over the stored jobs and triggers the
-        files touch; a job or trigger that ends as it is stored is left alone.
+        """Load definitions (scheduling files, ``beat_schedule``, an importer's group), in
+        order: all of their changes or none, and what changed (with ``dry_run``, what would
+        change; nothing is written). What changes is decided by
+        :func:`celery_quartz.definitions.plan.plan` over the stored jobs and triggers they
+        touch; a job or trigger that ends as it is stored is left alone.
 
-        Race settled: several schedulers loading the same files as they start together; the
-        read, the decision and the write are one transaction under the TRIGGER_ACCESS lock row,
-        so the second loader finds every job and trigger unchanged and writes nothing.
+        Race settled: several schedulers loading the same definitions as they start together;
+        the read, the decision and the write are one transaction under the TRIGGER_ACCESS lock
+        row, so the second loader finds every job and trigger unchanged and writes nothing.
         """
 
     @abc.abstractmethod
@@ -654,12 +639,6 @@ class StoreReader(abc.ABC):
     @abc.abstractmethod
     def firing_states(self) -> dict[str, str]:
         """Every fired row: fire instance id → state (diagnostics and tests)."""
-
-    @abc.abstractmethod
-    def definition_hashes(self, group: str) -> dict[JobKey, str | None]:
-        """The jobs of ``group`` and the definition hash each was imported with (None when it
-        was stored otherwise): what an import's dry run compares against (see
-        :meth:`JobStore.sync_job_group`)."""
 
 
 class OpenedStore(abc.ABC):

@@ -25,7 +25,8 @@ from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, text
 
 from celery_quartz.errors import SchemaVersionError
-from celery_quartz.store.schema import DEFAULT_TABLE_PREFIX, build_tables
+from celery_quartz.store.schema import build_tables
+from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from celery_quartz.firing import AcquiredFiring, Firing
-from celery_quartz.keys import JobKey
 from celery_quartz.routing import Unserved
 
 #: ``get_trigger_state`` of a key that is not stored (Quartz's ``TriggerState.None``).
@@ -40,16 +39,6 @@ class Claim:
     #: Groups (or pinned workers) whose due triggers were held back because no live worker
     #: serves them (see :mod:`celery_quartz.routing`).
     unserved: list[Unserved] = field(default_factory=list)
-
-
-@dataclass
-class SyncResult:
-    """What :meth:`~celery_quartz.store.abc.JobStore.sync_job_group` did, by job key."""
-
-    added: list[JobKey] = field(default_factory=list)
-    updated: list[JobKey] = field(default_factory=list)
-    removed: list[JobKey] = field(default_factory=list)
-    unchanged: list[JobKey] = field(default_factory=list)
 
 
 @dataclass

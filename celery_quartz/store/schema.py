@@ -42,8 +42,7 @@ from sqlalchemy import (
 )
 
 from celery_quartz.keys import MAX_DESCRIPTION_LENGTH, MAX_TASK_NAME_LENGTH
-
-DEFAULT_TABLE_PREFIX = "quartz_"
+from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
 # Column widths shared by every table (Quartz's are 120/190/200; we keep room for Celery names).
 SCHED_NAME = 120

@@ -77,34 +77,104 @@ def test_no_module_imports_itself_back_through_another() -> None:
     assert _cycles(graph) == []
 
 
-def test_the_domain_and_the_store_import_nothing_above_them() -> None:
+#: The layers, from the bottom up, as docs/architecture.md draws them: every module of the
+#: package is in one, by the longest prefix of its name listed here. A module imports only from
+#: its own layer and those below it.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        # Decides, with no database: among it the definitions the store loads and the settings
+        # it is opened from.
+        "domain",
+        (
+            "affinity",
+            "calendars",
+            "celery_schedules",
+            "clock",
+            "config",
+            "context",
+            "cron",
+            "definitions",
+            "errors",
+            "firing",
+            "hooks",
+            "job",
+            "keys",
+            "limits",
+            "liveness",
+            "misfire",
+            "retry",
+            "routing",
+            "table_prefix",
+            "triggers",
+            "tz",
+        ),
+    ),
+    ("store", ("store",)),
+    (
+        "engine",
+        (
+            "cluster",
+            "consumers",
+            "elections",
+            "health",
+            "leadership",
+            "lifecycle",
+            "loop",
+            "observability",
+            # The store's views as JSON, shared by the CLI and the dashboard (below both).
+            "presentation",
+            "publisher",
+        ),
+    ),
+    (
+        # Plug into Celery or face the user: what reads files, sources and Celery's configuration.
+        "adapters",
+        (
+            "",  # the package root, which exports the public names lazily
+            "beat",
+            "beat_schedule",
+            "cli",
+            "cli_ops",
+            "client",
+            "dashboard",
+            "filesystem_broker",
+            "importers",
+            "scheduling_files",
+            "worker",
+        ),
+    ),
+]
+
+
+def _layer(module: str) -> int | None:
+    """The index in :data:`LAYERS` of ``module``'s layer (None: in none)."""
+    relative = module.removeprefix("celery_quartz").removeprefix(".")
+    best: tuple[int, int] | None = None
+    for index, (_name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            within = relative == prefix or (prefix and relative.startswith(f"{prefix}."))
+            if within and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), index)
+    return None if best is None else best[1]
+
+
+def test_every_module_is_in_a_layer() -> None:
+    assert [name for name in _modules() if _layer(name) is None] == []
+
+
+def test_no_module_imports_a_layer_above_its_own() -> None:
+    """The store imports neither the scheduling files' adapter nor the engine, the settings
+    import no store, the domain imports neither: imports point down."""
     modules = _modules()
-    above = {
-        "celery_quartz.beat",
-        "celery_quartz.client",
-        "celery_quartz.cli",
-        "celery_quartz.loop",
-        "celery_quartz.cluster",
-        "celery_quartz.publisher",
-        "celery_quartz.health",
-    } | {
-        name
-        for name in modules
-        if name.startswith(("celery_quartz.dashboard", "celery_quartz.worker"))
+    upward = {
+        name: sorted(
+            f"{other} ({LAYERS[_layer(other) or 0][0]})"
+            for other in _imports(path, modules)
+            if (_layer(other) or 0) > (_layer(name) or 0)
+        )
+        for name, path in modules.items()
     }
-    lower = [name for name in modules if name.startswith("celery_quartz.store")] + [
-        "celery_quartz.triggers",
-        "celery_quartz.cron",
-        "celery_quartz.calendars",
-        "celery_quartz.retry",
-        "celery_quartz.misfire",
-        "celery_quartz.routing",
-        "celery_quartz.limits",
-        # Shared by the CLI and the dashboard, so below both (and free of Click and Starlette).
-        "celery_quartz.presentation",
-    ]
-    wrong = {name: _imports(modules[name], modules) & above for name in lower}
-    assert {name: found for name, found in wrong.items() if found} == {}
+    assert {name: found for name, found in upward.items() if found} == {}
 
 
 def test_no_module_is_longer_than_800_lines() -> None:

@@ -78,9 +78,7 @@ def test_beat_loads_the_files_at_start_and_rescans_them(app: Celery, tmp_path: P
         scheduler.close()
 
 
-def test_without_a_scan_interval_the_files_load_at_start_only(
-    app: Celery, tmp_path: Path
-) -> None:
+def test_without_a_scan_interval_the_files_load_at_start_only(app: Celery, tmp_path: Path) -> None:
     path = tmp_path / "quartz_jobs.xml"
     path.write_text(CRON.format(expression="0 0 2 * * ?"))
     clock = FakeClock(T0)

@@ -24,7 +24,6 @@ def _entry(name: str, **fields: object) -> SourceEntry:
         "task": "tasks.report",
         "schedule": crontab(minute="0", hour="3"),
         "time_zone": "Europe/Helsinki",
-        "definition": {"name": name, **{k: repr(v) for k, v in fields.items()}},
     }
     values.update(fields)
     return SourceEntry(name=name, **values)

@@ -12,10 +12,10 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from celery_quartz import JobKey, PreferredNode, RetryPolicy, TriggerKey
+from celery_quartz.definitions import SchedulingData
 from celery_quartz.errors import SchedulingFileError
 from celery_quartz.scheduling_files import parse_scheduling_data
 from celery_quartz.scheduling_files.export import job_tree, trigger_tree
-from celery_quartz.scheduling_files.model import SchedulingData
 from celery_quartz.triggers import (
     CalendarIntervalTrigger,
     CronMisfireInstruction,

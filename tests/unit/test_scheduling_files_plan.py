@@ -8,10 +8,11 @@ from datetime import timedelta
 import pytest
 
 from celery_quartz import JobKey, PreferredNode, TriggerKey
+from celery_quartz.definitions import SchedulingData, Snapshot, owned_group, plan
 from celery_quartz.errors import SchedulingFileError
 from celery_quartz.job import Job
+from celery_quartz.keys import BEAT_SCHEDULE_GROUP
 from celery_quartz.scheduling_files import parse_scheduling_data
-from celery_quartz.scheduling_files.plan import Snapshot, plan
 from celery_quartz.triggers import CronTrigger
 from tests.unit.conftest import T0
 
@@ -133,3 +134,45 @@ def test_a_job_defined_twice_without_a_trigger_is_refused_once_at_its_last_defin
         plan(Snapshot(), [parse_scheduling_data(text, "q.yaml")], T0)
     assert [error.line for error in caught.value.errors] == [3]
     assert "job DEFAULT.report has no trigger, so it must be durable" in str(caught.value)
+
+
+# -- a source that owns a job group (beat_schedule, an importer) ------------------------------
+
+
+def owned(task: str = "tasks.report") -> list[SchedulingData]:
+    """The group celery.beat_schedule as its source defines it: job report, trigger nightly."""
+    job = Job(key=JobKey("report", BEAT_SCHEDULE_GROUP), task=task)
+    trigger = CronTrigger(
+        key=TriggerKey("nightly", BEAT_SCHEDULE_GROUP), job_key=job.key, expression="0 0 2 * * ?"
+    )
+    return [owned_group("beat_schedule", BEAT_SCHEDULE_GROUP, {"report": (job, trigger, False)})]
+
+
+def stored_owned(task: str = "tasks.report") -> Snapshot:
+    (data,) = owned(task)
+    trigger = data.triggers[0].build(T0 - timedelta(days=3))
+    return Snapshot(jobs={data.jobs[0].job.key: data.jobs[0].job}, triggers={trigger.key: trigger})
+
+
+def test_an_owned_group_defined_as_stored_is_no_change_and_keeps_its_start() -> None:
+    result = plan(stored_owned(), owned(), T0)
+    assert not result.changed
+    assert result.by_job().unchanged == [JobKey("report", BEAT_SCHEDULE_GROUP)]
+
+
+def test_a_job_its_owner_no_longer_defines_is_deleted_though_its_group_is_protected() -> None:
+    snapshot = stored_owned()
+    gone = Job(key=JobKey("gone", BEAT_SCHEDULE_GROUP), task="tasks.gone", durable=True)
+    snapshot.jobs[gone.key] = gone
+    result = plan(snapshot, owned(), T0)
+    assert result.by_job().removed == [gone.key]
+    assert result.jobs_unchanged == [JobKey("report", BEAT_SCHEDULE_GROUP)]
+
+
+def test_an_entrys_trigger_starts_again_with_its_changed_job() -> None:
+    """An entry is one unit, where a file's replaced job keeps its trigger's fire times."""
+    result = plan(stored_owned(), owned("tasks.other"), T0)
+    assert result.jobs_replaced == [JobKey("report", BEAT_SCHEDULE_GROUP)]
+    assert result.triggers_replaced == [TriggerKey("nightly", BEAT_SCHEDULE_GROUP)]
+    assert result.triggers_to_write[0].start_at == T0
+    assert result.by_job().updated == [JobKey("report", BEAT_SCHEDULE_GROUP)]

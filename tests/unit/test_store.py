@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 from celery_quartz.clock import FakeClock, to_millis
+from celery_quartz.definitions import JobChanges, owned_group
 from celery_quartz.errors import JobNotFoundError
 from celery_quartz.firing import AcquiredFiring
 from celery_quartz.hooks import StoreOperation
@@ -30,7 +31,6 @@ from celery_quartz.triggers import (
     CronMisfireInstruction,
     SimpleMisfireInstruction,
     SimpleTrigger,
-    Trigger,
 )
 from tests.unit.builders import (
     IGNORE,
@@ -703,13 +703,14 @@ def test_the_firing_owners_name_each_executing_worker_with_its_earliest_start(
     assert store.firing_owners().executing_since == {"w1": started, "w2": to_millis(at(5))}
 
 
-# -- importing a group of jobs -----------------------------------------------------------------
+# -- loading a group of jobs a source owns ----------------------------------------------------
 
 
-def _desired(*entries: tuple[str, str, str]) -> dict[JobKey, tuple[Job, list[Trigger], str]]:
-    """(name, task, hash) → what sync_job_group wants: a job with a trigger every minute."""
-    desired = {}
-    for name, task, definition_hash in entries:
+def _load_owned(store: MemoryStore, *entries: tuple[str, str]) -> JobChanges:
+    """Load the group "imported" as a source that owns it, (name, task) → a job with a
+    trigger every minute from at(60)."""
+    defined = {}
+    for name, task in entries:
         key = JobKey(name, "imported")
         trigger = SimpleTrigger(
             key=TriggerKey(name, "imported"),
@@ -718,30 +719,17 @@ def _desired(*entries: tuple[str, str, str]) -> dict[JobKey, tuple[Job, list[Tri
             repeat_interval=timedelta(minutes=1),
             repeat_count=-1,
         )
-        desired[key] = (Job(key=key, task=task), [trigger], definition_hash)
-    return desired
+        defined[name] = (Job(key=key, task=task), trigger, True)
+    data = owned_group("test", "imported", defined)
+    return store.apply_scheduling_data([data], store.clock.now()).by_job()
 
 
-def test_sync_job_group_adds_updates_removes_and_leaves_unchanged(
+def test_loading_an_owned_group_adds_updates_removes_and_leaves_unchanged(
     store: MemoryStore, clock: FakeClock
 ) -> None:
-    store.sync_job_group(
-        "imported",
-        _desired(
-            ("keep", "tasks.keep", "h-keep"),
-            ("change", "tasks.old", "h-old"),
-            ("drop", "tasks.d", "h-d"),
-        ),
-    )
+    _load_owned(store, ("keep", "tasks.keep"), ("change", "tasks.old"), ("drop", "tasks.d"))
     clock.set(at(30))
-    result = store.sync_job_group(
-        "imported",
-        _desired(
-            ("keep", "tasks.keep", "h-keep"),
-            ("change", "tasks.new", "h-new"),
-            ("add", "tasks.a", "h-a"),
-        ),
-    )
+    result = _load_owned(store, ("keep", "tasks.keep"), ("change", "tasks.new"), ("add", "tasks.a"))
     assert (result.added, result.updated, result.removed, result.unchanged) == (
         [JobKey("add", "imported")],
         [JobKey("change", "imported")],
@@ -758,22 +746,22 @@ def test_sync_job_group_adds_updates_removes_and_leaves_unchanged(
     assert store.get_trigger_state(TriggerKey("drop", "imported")) == NONE_STATE
 
 
-def test_sync_job_group_leaves_an_unchanged_job_s_trigger_as_it_was(
+def test_loading_an_owned_group_leaves_an_unchanged_job_s_trigger_as_it_was(
     store: MemoryStore, clock: FakeClock
 ) -> None:
-    store.sync_job_group("imported", _desired(("keep", "tasks.keep", "h")))
+    _load_owned(store, ("keep", "tasks.keep"))
     clock.set(at(60))
     store.fire(A, acquire(store, until=at(60)))
-    result = store.sync_job_group("imported", _desired(("keep", "tasks.keep", "h")))
+    result = _load_owned(store, ("keep", "tasks.keep"))
     assert result.unchanged == [JobKey("keep", "imported")]
     trigger = store.retrieve_trigger(TriggerKey("keep", "imported"))
     assert trigger is not None
     assert (trigger.next_fire_time, trigger.times_triggered) == (at(120), 1)
 
 
-def test_sync_job_group_leaves_other_groups_alone(store: MemoryStore) -> None:
+def test_loading_an_owned_group_leaves_other_groups_alone(store: MemoryStore) -> None:
     key = add(store, one_shot("t1", at(1)))
-    store.sync_job_group("imported", {})
+    _load_owned(store)
     assert store.job_keys() == [key]
 
 

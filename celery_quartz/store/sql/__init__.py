@@ -44,7 +44,7 @@ from celery_quartz.store.abc import (
 )
 from celery_quartz.store.engine import create_store_engine
 from celery_quartz.store.records import NONE_STATE, Fence
-from celery_quartz.store.schema import DEFAULT_TABLE_PREFIX, Tables
+from celery_quartz.store.schema import Tables
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._firings import FiringEnds
@@ -54,6 +54,7 @@ from celery_quartz.store.sql.jobs import JobsSql
 from celery_quartz.store.sql.reads import ReadsSql
 from celery_quartz.store.sql.scheduling import SchedulingSql
 from celery_quartz.store.sql.worker import WorkerSql
+from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
 __all__ = ["NONE_STATE", "SqlStore", "in_acquisition_order"]
 
@@ -210,7 +211,6 @@ class SqlStore(Store):
 
     # -- JobStore ---------------------------------------------------------------------------------
     store_jobs_and_triggers = _Operation("jobs", JobStore.store_jobs_and_triggers)
-    sync_job_group = _Operation("jobs", JobStore.sync_job_group)
     store_calendar = _Operation("jobs", JobStore.store_calendar)
     retrieve_calendar = _Operation("jobs", JobStore.retrieve_calendar)
     remove_calendar = _Operation("jobs", JobStore.remove_calendar)
@@ -282,4 +282,3 @@ class SqlStore(Store):
     current_epoch = _Operation("reader", StoreReader.current_epoch)
     count_rows = _Operation("reader", StoreReader.count_rows)
     firing_states = _Operation("reader", StoreReader.firing_states)
-    definition_hashes = _Operation("reader", StoreReader.definition_hashes)

@@ -56,12 +56,12 @@ class Definitions:
     def store_many(
         self,
         conn: Connection,
-        jobs: Sequence[tuple[Job, str | None]],
+        jobs: Sequence[Job],
         triggers: Sequence[Trigger],
         replace: bool,
         now: datetime,
     ) -> None:
-        """Store jobs (each with its definition hash) and triggers, reading and writing by batch:
+        """Store jobs and triggers, reading and writing by batch:
         a few statements whatever their number (a ``beat_schedule`` of 10,000 entries is
         imported in one transaction).
 
@@ -74,10 +74,10 @@ class Definitions:
             return
         j, t = self.sql.tables.jobs, self.sql.tables.triggers
         job_values: dict[JobKey, dict[str, Any]] = {}
-        for job, definition_hash in jobs:
+        for job in jobs:
             if job.key in job_values and not replace:
                 raise ObjectAlreadyExistsError(f"job {job.key} already exists")
-            job_values[job.key] = {**self.rows.job_values(job), "definition_hash": definition_hash}
+            job_values[job.key] = self.rows.job_values(job)
         stored_jobs = self.rows.stored_keys(conn, j.c.job_name, j.c.job_group, list(job_values))
         if stored_jobs and not replace:
             key = next(k for k in job_values if (k.name, k.group) in stored_jobs)

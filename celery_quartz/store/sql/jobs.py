@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,16 @@ from sqlalchemy import (
 )
 
 from celery_quartz.clock import to_millis
+from celery_quartz.definitions import (
+    ALL_GROUPS,
+    PROTECTED_GROUPS,
+    Needs,
+    Plan,
+    SchedulingData,
+    Snapshot,
+    needs,
+    plan,
+)
 from celery_quartz.errors import (
     CalendarInUseError,
     ObjectAlreadyExistsError,
@@ -28,13 +38,8 @@ from celery_quartz.errors import (
 )
 from celery_quartz.job import Job, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.scheduling_files.model import ALL_GROUPS, PROTECTED_GROUPS, SchedulingData
-from celery_quartz.scheduling_files.plan import Needs, Plan, Snapshot, needs, plan
 from celery_quartz.store.abc import JobStore
-from celery_quartz.store.records import (
-    NONE_STATE,
-    SyncResult,
-)
+from celery_quartz.store.records import NONE_STATE
 from celery_quartz.store.schema import (
     TriggerState,
 )
@@ -56,7 +61,7 @@ from celery_quartz.triggers.base import (
 
 logger = logging.getLogger(__name__)
 
-#: An import that adds at least this many jobs refreshes PostgreSQL's planner statistics.
+#: A load that adds at least this many jobs refreshes PostgreSQL's planner statistics.
 _ANALYZE_AFTER_ROWS = 1000
 
 
@@ -75,57 +80,11 @@ class JobsSql(JobStore):
         items: Sequence[tuple[Job | None, Sequence[Trigger]]],
         *,
         replace: bool = False,
-        definition_hashes: dict[JobKey, str] | None = None,
     ) -> None:
-        hashes = definition_hashes or {}
-        jobs = [(job, hashes.get(job.key)) for job, _ in items if job is not None]
+        jobs = [job for job, _ in items if job is not None]
         triggers = [trigger for _, item_triggers in items for trigger in item_triggers]
         with self.sql.transaction() as conn:
             self.definitions.store_many(conn, jobs, triggers, replace, self.sql.clock.now())
-
-    def sync_job_group(
-        self, group: str, desired: Mapping[JobKey, tuple[Job, Sequence[Trigger], str]]
-    ) -> SyncResult:
-        """The whole comparison and write is one transaction under the TRIGGER_ACCESS lock row
-        (SQLite: its write lock)."""
-        now = self.sql.clock.now()
-        result = SyncResult()
-        j = self.sql.tables.jobs
-        with self.sql.transaction() as conn:
-            self.sql.lock(conn, "TRIGGER_ACCESS")
-            stored = {
-                JobKey(r.job_name, r.job_group): r.definition_hash
-                for r in conn.execute(
-                    select(j.c.job_name, j.c.job_group, j.c.definition_hash).where(
-                        self.sql.scoped(j), j.c.job_group == group
-                    )
-                )
-            }
-            jobs: list[tuple[Job, str | None]] = []
-            new_triggers: list[Trigger] = []
-            for key, (job, triggers, definition_hash) in desired.items():
-                if key in stored and stored[key] == definition_hash:
-                    result.unchanged.append(key)
-                    continue
-                if key in stored:
-                    self.definitions.delete_job(conn, key)
-                    result.updated.append(key)
-                else:
-                    result.added.append(key)
-                jobs.append((job, definition_hash))
-                new_triggers.extend(triggers)
-            self.definitions.store_many(conn, jobs, new_triggers, False, now)
-            for key in stored.keys() - desired.keys():
-                self.definitions.delete_job(conn, key)
-                result.removed.append(key)
-        if self.sql.dialect == "postgresql" and len(result.added) >= _ANALYZE_AFTER_ROWS:
-            # Fresh statistics: a planner that has never seen the new rows scans a whole trigger
-            # group where one key lookup would do, until autovacuum gets round to it.
-            with self.sql.engine.connect() as conn:
-                conn.execute(text(f"ANALYZE {self.sql.tables.jobs.name}"))
-                conn.execute(text(f"ANALYZE {self.sql.tables.triggers.name}"))
-                conn.commit()
-        return result
 
     def store_calendar(self, name: str, calendar: Any, *, replace: bool = False) -> None:
         c = self.sql.tables.calendars
@@ -386,11 +345,7 @@ class JobsSql(JobStore):
             for key in result.jobs_deleted:
                 self.definitions.delete_job(conn, key)
             self.definitions.store_many(
-                conn,
-                [(job, None) for job in result.jobs_to_write],
-                result.triggers_to_write,
-                True,
-                now,
+                conn, result.jobs_to_write, result.triggers_to_write, True, now
             )
             # A trigger scheduled relative to the one it replaced keeps the next fire time the
             # plan gave it (the store computed one from its start).
@@ -400,6 +355,13 @@ class JobsSql(JobStore):
                     .where(self.sql.trigger_key(tkey))
                     .values(next_fire_time=to_millis(when))
                 )
+        if self.sql.dialect == "postgresql" and len(result.jobs_added) >= _ANALYZE_AFTER_ROWS:
+            # Fresh statistics: a planner that has never seen the new rows scans a whole trigger
+            # group where one key lookup would do, until autovacuum gets round to it.
+            with self.sql.engine.connect() as conn:
+                conn.execute(text(f"ANALYZE {self.sql.tables.jobs.name}"))
+                conn.execute(text(f"ANALYZE {self.sql.tables.triggers.name}"))
+                conn.commit()
         return result
 
     def scheduled_definitions(self) -> tuple[list[Job], list[Trigger]]:
@@ -430,13 +392,23 @@ def _read_snapshot(conn: Connection, sql: SqlContext, rows: Rows, wanted: Needs)
 
     def add_triggers(found: Any) -> None:
         for row in found:
-            trigger = trigger_from_row(row)
-            triggers[trigger.key] = trigger
+            key = TriggerKey.stored(row.trigger_name, row.trigger_group)
+            if key not in triggers:  # a delete command's group and a job's may overlap
+                triggers[key] = trigger_from_row(row)
 
     def add_jobs(found: Any) -> None:
         for row in found:
             job = job_from_row(row)
             jobs[job.key] = job
+
+    def add_jobs_by_key(keys: set[JobKey]) -> None:
+        add_jobs(rows.by_key(conn, select(j), j.c.job_name, j.c.job_group, sorted(keys)))
+
+    def add_triggers_of(keys: set[JobKey]) -> None:
+        add_triggers(rows.by_key(conn, select(t), t.c.job_name, t.c.job_group, sorted(keys)))
+
+    def jobs_of_triggers() -> set[JobKey]:
+        return {tr.job_key for tr in triggers.values() if tr.job_key}
 
     everyone = sql.scoped(t)
     if ALL_GROUPS in wanted.trigger_groups:
@@ -445,21 +417,27 @@ def _read_snapshot(conn: Connection, sql: SqlContext, rows: Rows, wanted: Needs)
         add_triggers(
             conn.execute(select(t).where(everyone, t.c.trigger_group.in_(wanted.trigger_groups)))
         )
-    add_triggers(
-        rows.by_key(
-            conn, select(t), t.c.trigger_name, t.c.trigger_group, sorted(wanted.trigger_keys)
-        )
-    )
-    job_keys = set(wanted.job_keys) | {tr.job_key for tr in triggers.values() if tr.job_key}
     if ALL_GROUPS in wanted.job_groups:
         add_jobs(conn.execute(select(j).where(sql.scoped(j))))
     elif wanted.job_groups:
         add_jobs(conn.execute(select(j).where(sql.scoped(j), j.c.job_group.in_(wanted.job_groups))))
-    add_jobs(
-        rows.by_key(conn, select(j), j.c.job_name, j.c.job_group, sorted(job_keys - jobs.keys()))
-    )
+    add_jobs_by_key((set(wanted.job_keys) | jobs_of_triggers()) - jobs.keys())
     # Every trigger of every job read: whether a job keeps a trigger is judged on all of them.
-    add_triggers(rows.by_key(conn, select(t), t.c.job_name, t.c.job_group, sorted(jobs)))
+    add_triggers_of(set(jobs))
+    # Then the triggers named by key that none of those jobs holds (one moving to another job),
+    # with their jobs and those jobs' triggers: each trigger is read once.
+    add_triggers(
+        rows.by_key(
+            conn,
+            select(t),
+            t.c.trigger_name,
+            t.c.trigger_group,
+            sorted(wanted.trigger_keys - triggers.keys()),
+        )
+    )
+    moved = jobs_of_triggers() - jobs.keys()
+    add_jobs_by_key(moved)
+    add_triggers_of(moved)
     return Snapshot(
         jobs=jobs,
         triggers=triggers,

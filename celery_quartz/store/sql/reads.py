@@ -398,16 +398,6 @@ class ReadsSql(StoreReader):
             ),
         )
 
-    def definition_hashes(self, group: str) -> dict[JobKey, str | None]:
-        j = self.sql.tables.jobs
-        with self.sql.transaction() as conn:
-            rows = conn.execute(
-                select(j.c.job_name, j.c.job_group, j.c.definition_hash).where(
-                    self.sql.scoped(j), j.c.job_group == group
-                )
-            ).all()
-        return {JobKey.stored(r.job_name, r.job_group): r.definition_hash for r in rows}
-
 
 def scheduler_names(engine: Engine, tables: Tables) -> list[str]:
     """Every scheduler name with rows in ``tables`` (jobs, triggers or check-ins), sorted: what

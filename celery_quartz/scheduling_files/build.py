@@ -1,35 +1,35 @@
-"""What a scheduling file says, independent of its format, and how it becomes jobs and triggers.
+"""A scheduling file's document tree checked and built into definitions.
 
 Each format's reader (:mod:`.xml_format`, :mod:`.json_format`, :mod:`.yaml_format`) produces the
 same tree of :class:`~.tree.Node` mappings (:mod:`.tree`), keyed by the JSON spelling of
 ``job_scheduling_data_2_0`` (``Jobs``, ``Triggers``, ``JobName``, ``Cron``…), each mapping knowing
 where it was written and how its file spells its keys. This module checks that tree and builds
-:class:`SchedulingData` from it (:mod:`.export` turns stored jobs and triggers back into the same
-tree). Every error is a :class:`SchedulingFileError` naming the file, the line (or JSON path) and
-the job or trigger, and every error of a file is reported, not only the first.
+:class:`~celery_quartz.definitions.model.SchedulingData` from it (:mod:`.export` turns stored
+jobs and triggers back into the same tree). Every error is a :class:`SchedulingFileError`
+naming the file, the line (or JSON path) and the job or trigger, and every error of a file is
+reported, not only the first.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
 from celery_quartz.affinity import PreferredNode
+from celery_quartz.definitions.model import (
+    PROTECTED_GROUPS,
+    JobDefinition,
+    Problems,
+    SchedulingData,
+    TriggerDefinition,
+    Where,
+)
 from celery_quartz.errors import CronSyntaxError, QuartzError, SchedulingFileError
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json_object
-from celery_quartz.keys import (
-    BEAT_SCHEDULE_GROUP,
-    DEFAULT_GROUP,
-    RECOVERING_JOBS_GROUP,
-    RETRYING_JOBS_GROUP,
-    JobKey,
-    TriggerKey,
-)
+from celery_quartz.keys import DEFAULT_GROUP, JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.scheduling_files.tree import (
     COMMAND_KEYS,
@@ -42,10 +42,7 @@ from celery_quartz.scheduling_files.tree import (
     RETRY_KEYS,
     TRIGGER_KEYS,
     Node,
-    Problems,
-    Where,
     plain,
-    spelled,
 )
 from celery_quartz.triggers import (
     DEFAULT_PRIORITY,
@@ -60,13 +57,6 @@ from celery_quartz.triggers import (
 from celery_quartz.tz import resolve_time_zone
 
 UTC = timezone.utc
-
-#: Groups a scheduling file may not define, and that its delete commands never touch (Quartz's
-#: "groups to never delete"): the one-off recovery and retry triggers, and ``beat_schedule``'s
-#: own group, which its import keeps.
-PROTECTED_GROUPS = frozenset({RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, BEAT_SCHEDULE_GROUP})
-#: A delete command's group meaning "every group".
-ALL_GROUPS = "*"
 
 #: Quartz's misfire instruction names, per trigger kind.
 SIMPLE_MISFIRE_NAMES: dict[str, int] = {
@@ -94,69 +84,6 @@ SCHEDULE_MISFIRE_NAMES: dict[str, int] = {
 }
 #: Quartz's interval unit names.
 UNIT_NAMES = {unit.value.capitalize(): unit for unit in IntervalUnit}
-
-# -- the model --------------------------------------------------------------------------------
-
-
-@dataclass
-class JobDefinition:
-    job: Job
-    where: Where
-
-
-@dataclass
-class TriggerDefinition:
-    """A trigger as the file defines it. ``start_at`` is given explicitly (``StartTime``), or
-    relative to the load (``StartTimeSecondsInFuture``, or now when neither is given)."""
-
-    trigger: Trigger
-    where: Where
-    start_at: datetime | None = None
-    start_in_seconds: int = 0
-
-    @property
-    def explicit_start(self) -> bool:
-        return self.start_at is not None
-
-    def build(self, now: datetime) -> Trigger:
-        """A fresh trigger with its start time resolved against ``now``."""
-        trigger = copy.copy(self.trigger)
-        trigger.data = dict(trigger.data)
-        trigger.start_at = (
-            self.start_at
-            if self.start_at is not None
-            else now + timedelta(seconds=self.start_in_seconds)
-        )
-        return trigger
-
-
-@dataclass
-class SchedulingData:
-    """One scheduling file, read and checked (not yet against a Celery app or a store)."""
-
-    source: str
-    delete_job_groups: list[str] = field(default_factory=list)
-    delete_trigger_groups: list[str] = field(default_factory=list)
-    delete_jobs: list[JobKey] = field(default_factory=list)
-    delete_triggers: list[TriggerKey] = field(default_factory=list)
-    #: Replace stored jobs and triggers of the same keys (Quartz's default, true).
-    overwrite_existing_data: bool = True
-    #: With ``overwrite_existing_data`` false: leave stored ones alone instead of failing.
-    ignore_duplicates: bool = False
-    #: Quartz.NET's ``schedule-trigger-relative-to-replaced-trigger`` (default false): a trigger
-    #: that replaces one, with a start less than 5 s after the load (none given, say), keeps the
-    #: replaced one's start and previous fire time and fires next at its own first fire time
-    #: after that previous fire time (or, when it never fired, after that start).
-    schedule_trigger_relative_to_replaced_trigger: bool = False
-    jobs: list[JobDefinition] = field(default_factory=list)
-    triggers: list[TriggerDefinition] = field(default_factory=list)
-    #: How the file spells the model's keys (XML's element names; None: as the keys are).
-    spelling: Mapping[str, str] | None = None
-
-    def name(self, key: str) -> str:
-        """``key`` as this file spells it."""
-        return spelled(self.spelling, key)
-
 
 # -- reading the tree --------------------------------------------------------------------------
 

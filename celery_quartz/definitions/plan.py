@@ -1,14 +1,15 @@
-"""What loading scheduling files changes: a pure decision over what the store holds.
+"""What loading definitions changes: a pure decision over what the store holds.
 
-:func:`plan` replays each file's pre-processing commands and then its jobs and triggers (with its
-processing directives) over a snapshot of the stored jobs and triggers it touches, the way
-Quartz's ``XMLSchedulingDataProcessor`` does against a scheduler, and then compares the result
-with the snapshot. A job or trigger that ends as it was stored is *unchanged* and is not written,
-even if a delete command removed it and the file defined it again: so loading the same files
-twice changes nothing the second time, and a trigger keeps its fire times across restarts.
+:func:`plan` replays each source's pre-processing commands (a scheduling file's) and then its
+jobs and triggers (with its processing directives) over a snapshot of the stored jobs and triggers
+it touches, the way Quartz's ``XMLSchedulingDataProcessor`` does against a scheduler, and then
+compares the result with the snapshot. A job or trigger that ends as it was stored is *unchanged*
+and is not written, even if a delete command removed it and the source defined it again: so
+loading the same definitions twice changes nothing the second time, and a trigger keeps its fire
+times across restarts.
 
 No database here: the store reads the snapshot and writes the plan in one transaction
-(:mod:`celery_quartz.store.scheduling_data`).
+(:meth:`celery_quartz.store.abc.JobStore.apply_scheduling_data`).
 """
 
 from __future__ import annotations
@@ -20,16 +21,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from celery_quartz.clock import to_millis
+from celery_quartz.definitions.model import (
+    ALL_GROUPS,
+    PROTECTED_GROUPS,
+    Problems,
+    SchedulingData,
+    TriggerDefinition,
+    Where,
+)
 from celery_quartz.errors import QuartzError, SchedulingFileError
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.scheduling_files.model import (
-    ALL_GROUPS,
-    PROTECTED_GROUPS,
-    SchedulingData,
-    TriggerDefinition,
-)
-from celery_quartz.scheduling_files.tree import Problems, Where
 from celery_quartz.triggers.base import Trigger
 
 
@@ -62,6 +64,7 @@ def needs(files: Sequence[SchedulingData]) -> Needs:
     trigger_keys: set[TriggerKey] = set()
     for data in files:
         job_groups.update(data.delete_job_groups)
+        job_groups.update(data.owned_job_groups)
         trigger_groups.update(data.delete_trigger_groups)
         job_keys.update(data.delete_jobs)
         job_keys.update(d.job.key for d in data.jobs)
@@ -97,6 +100,8 @@ class Plan:
     #: replaces (``schedule-trigger-relative-to-replaced-trigger``): the store keeps it instead
     #: of computing a first fire time from the start.
     next_fire_times: dict[TriggerKey, datetime] = field(default_factory=dict)
+    #: The job of each trigger added, replaced or deleted.
+    job_of: dict[TriggerKey, JobKey] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -126,6 +131,23 @@ class Plan:
             },
         }
 
+    def by_job(self) -> JobChanges:
+        """What changes told by job, a job with its triggers being one entry (of
+        ``beat_schedule``, of an importer): a job kept whose triggers change is updated."""
+        touched = {self.job_of[tkey] for tkey in self.triggers_changed}
+        return JobChanges(
+            added=list(self.jobs_added),
+            updated=sorted(
+                set(self.jobs_replaced) | (set(self.jobs_unchanged) & touched), key=_by_group
+            ),
+            removed=list(self.jobs_deleted),
+            unchanged=[key for key in self.jobs_unchanged if key not in touched],
+        )
+
+    @property
+    def triggers_changed(self) -> list[TriggerKey]:
+        return [*self.triggers_added, *self.triggers_replaced, *self.triggers_deleted]
+
     def summary(self) -> str:
         return (
             f"jobs: {len(self.jobs_added)} added, {len(self.jobs_replaced)} replaced, "
@@ -151,6 +173,16 @@ class Plan:
         ):
             out.extend(f"{mark} {kind} {key}" for key in sorted(keys, key=_by_group))
         return out
+
+
+@dataclass
+class JobChanges:
+    """A plan told by job (:meth:`Plan.by_job`)."""
+
+    added: list[JobKey] = field(default_factory=list)
+    updated: list[JobKey] = field(default_factory=list)
+    removed: list[JobKey] = field(default_factory=list)
+    unchanged: list[JobKey] = field(default_factory=list)
 
 
 #: Finds a stored calendar for a trigger (raises naming the trigger when it is not stored).
@@ -206,7 +238,12 @@ def plan(
     # one is (Quartz.NET stores the first, then replaces it: the last wins when overwriting).
     defined: set[JobKey | TriggerKey] = set()
     relative_next: dict[TriggerKey, datetime] = {}
+    # The triggers defined with their job as one entry: replaced whenever it is.
+    with_job: set[TriggerKey] = set()
     for data in files:
+        for group in data.owned_job_groups:
+            for key in [k for k in jobs if k.group == group]:
+                delete_job(key)
         for group in data.delete_job_groups:
             for key in [k for k in jobs if _in_group(k.group, group)]:
                 delete_job(key)
@@ -275,6 +312,10 @@ def plan(
                     relative_next[tkey] = next_fire_time
             put(trigger)
             explicit_start[tkey] = definition.explicit_start
+            if data.entries:
+                with_job.add(tkey)
+            else:
+                with_job.discard(tkey)
 
         # Quartz: a job left without triggers must be durable (said once for a job defined
         # twice, at its last definition).
@@ -291,7 +332,7 @@ def plan(
 
     found.raise_if_any()
     return _compare(
-        snapshot, jobs, triggers, explicit_start, defined_where, calendar, relative_next
+        snapshot, jobs, triggers, explicit_start, defined_where, calendar, relative_next, with_job
     )
 
 
@@ -337,6 +378,7 @@ def _compare(
     defined_where: dict[JobKey | TriggerKey, Where],
     calendar: CalendarLookup | None,
     relative_next: dict[TriggerKey, datetime],
+    with_job: set[TriggerKey],
 ) -> Plan:
     result = Plan()
     found = Problems()
@@ -353,19 +395,25 @@ def _compare(
             result.jobs_replaced.append(key)
             result.jobs_to_write.append(after)
     calendars: dict[str, Any] = {}
+    replaced_jobs = set(result.jobs_replaced)
     for tkey in sorted(snapshot.triggers.keys() | triggers.keys(), key=_by_group):
         stored, wanted = snapshot.triggers.get(tkey), triggers.get(tkey)
         if wanted is None:
+            assert stored is not None and stored.job_key is not None
             result.triggers_deleted.append(tkey)
+            result.job_of[tkey] = stored.job_key
             continue
-        if stored is wanted or (
-            stored is not None and same_trigger(stored, wanted, explicit_start.get(tkey, True))
-        ):
+        assert wanted.job_key is not None
+        if (
+            stored is wanted
+            or (stored is not None and same_trigger(stored, wanted, explicit_start.get(tkey, True)))
+        ) and not (tkey in with_job and wanted.job_key in replaced_jobs):
             result.triggers_unchanged.append(tkey)
             continue
         if found.read(_check_fires, wanted, defined_where.get(tkey), calendar, calendars) is None:
             continue
         (result.triggers_added if stored is None else result.triggers_replaced).append(tkey)
+        result.job_of[tkey] = wanted.job_key
         result.triggers_to_write.append(wanted)
         if tkey in relative_next:
             result.next_fire_times[tkey] = relative_next[tkey]

@@ -481,22 +481,7 @@ class PostgresServer(_Server):
             "--no-locale",
             "--no-sync",
         ]  # fmt: skip
-        with open(self.log_path, "ab") as log:
-            result = subprocess.run(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.basedir,
-                timeout=120,
-                check=False,
-                **self._popen_kwargs(),
-            )
-        if result.returncode != 0:
-            raise ServiceError(
-                f"initdb failed with status {result.returncode}; log {self.log_path}:\n"
-                f"{_log_tail(self.log_path)}"
-            )
+        self._run_tool(command, "initdb")
 
     def base_backup_from(self, primary: PostgresServer) -> None:
         """Fill this server's (empty) data folder with a base backup of ``primary``, set up as
@@ -556,6 +541,8 @@ class PostgresServer(_Server):
             time.sleep(0.1)
 
     def _run_tool(self, command: list[str], what: str) -> None:
+        """Run one of the server's tools (initdb, pg_basebackup) as the server's user, its
+        output to the server's log; raise naming the tool when it fails."""
         with open(self.log_path, "ab") as log:
             result = subprocess.run(
                 command,

@@ -182,7 +182,7 @@ def build_job(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> JobDef
     args = read(_json_list, node, "Args", owner)
     kwargs = read(_json_object, node, "Kwargs", owner)
     options = read(_json_object, node, "Options", owner)
-    data = read(_data_map, node, "JobDataMap", owner)
+    data = read(_json_object, node, "JobDataMap", owner)
     description = read(_text, node, "Description", owner)
     flags = {
         attribute: bool(read(_bool, node, name, owner))
@@ -299,7 +299,7 @@ def _seconds_in_future(node: Node, owner: str) -> int | None:
 
 
 def _bounded_data_map(node: Node, owner: str, max_data_bytes: int) -> dict[str, Any]:
-    data = _data_map(node, "JobDataMap", owner)
+    data = _json_object(node, "JobDataMap", owner)
     try:
         encode_json_object(owner, node.name("JobDataMap"), data, max_data_bytes)
     except QuartzError as exc:
@@ -644,15 +644,6 @@ def _datetime(node: Node, key: str, owner: str, zone: tzinfo) -> datetime | None
             f"{_FIRST_YEAR} to {_LAST_YEAR}"
         )
     return when
-
-
-def _data_map(node: Node, key: str, owner: str) -> dict[str, Any]:
-    value = node.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise node.at(key).error(f"{owner}: {node.name(key)} must be a mapping, got {_type(value)}")
-    return plain(value)
 
 
 def _json_list(node: Node, key: str, owner: str) -> list[Any]:

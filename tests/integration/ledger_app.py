@@ -48,7 +48,9 @@ from sqlalchemy import (
     String,
     Table,
     create_engine,
+    func,
     insert,
+    select,
     update,
 )
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -234,6 +236,26 @@ def create_ledger(url: str) -> None:
     engine = create_engine(url)
     metadata.create_all(engine)
     engine.dispose()
+
+
+def ledger_rows(url: str) -> list[Any]:
+    """Every row of the ledger in the database at ``url``: one per execution start."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(select(ledger)).all())
+    finally:
+        engine.dispose()
+
+
+def row_count(url: str, table: Table) -> int:
+    """How many rows ``table`` (the ledger, duplicates, recoveries) holds at ``url``."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def prepared_store(url: str) -> SqlStore:

@@ -20,7 +20,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Table, create_engine, func, select
 
 from celery_quartz import SimpleTrigger, TriggerKey
 from celery_quartz.clock import to_millis
@@ -108,30 +107,10 @@ def _run(argv: list[str], env: dict[str, str], cwd: Path) -> str:
 
 
 def _ledger(url: str) -> list[tuple[str, int, str | None, str | None, float]]:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                select(
-                    ledger_app.ledger.c.trigger_name,
-                    ledger_app.ledger.c.scheduled_ms,
-                    ledger_app.ledger.c.fired_by,
-                    ledger_app.ledger.c.worker,
-                    ledger_app.ledger.c.started,
-                )
-            ).all()
-    finally:
-        engine.dispose()
-    return [(r.trigger_name, r.scheduled_ms, r.fired_by, r.worker, r.started) for r in rows]
-
-
-def _count(url: str, table: Table) -> int:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
-    finally:
-        engine.dispose()
+    return [
+        (r.trigger_name, r.scheduled_ms, r.fired_by, r.worker, r.started)
+        for r in ledger_app.ledger_rows(url)
+    ]
 
 
 def _starts_since(url: str, since: float, **match: str) -> list[tuple[str | None, str | None]]:
@@ -273,7 +252,9 @@ def test_old_and_new_nodes_share_a_cluster_through_a_schema_upgrade_and_a_rollin
         f"\nold commit {commit[:10]} (schema {old_head}) beside {migrate.head_revision()}: "
         f"{len(rows)} starts by workers {sorted({w or '' for *_, w, _ in rows})}"
     )
-    assert _count(pg_url, ledger_app.duplicates) == 0, "an occurrence started twice"
-    assert _count(pg_url, ledger_app.recoveries) == 0, "a live worker's firing recovered"
+    assert ledger_app.row_count(pg_url, ledger_app.duplicates) == 0, "an occurrence started twice"
+    assert ledger_app.row_count(pg_url, ledger_app.recoveries) == 0, (
+        "a live worker's firing recovered"
+    )
     assert due - executed == set(), f"never ran: {sorted(due - executed)}"
     assert executed <= possible, f"not occurrences: {sorted(executed - possible)}"

@@ -12,7 +12,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Table, create_engine, func, select
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
 from celery_quartz.clock import to_millis
@@ -59,29 +58,10 @@ def _schedule(store: SqlStore, start: datetime) -> tuple[SimpleTrigger, list[Sim
 
 
 def _starts(ledger_url: str) -> list[tuple[str, int, float, str | None]]:
-    engine = create_engine(ledger_url)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                select(
-                    ledger_app.ledger.c.trigger_name,
-                    ledger_app.ledger.c.scheduled_ms,
-                    ledger_app.ledger.c.started,
-                    ledger_app.ledger.c.worker,
-                )
-            ).all()
-    finally:
-        engine.dispose()
-    return [(r.trigger_name, r.scheduled_ms, r.started, r.worker) for r in rows]
-
-
-def _count(ledger_url: str, table: Table) -> int:
-    engine = create_engine(ledger_url)
-    try:
-        with engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
-    finally:
-        engine.dispose()
+    return [
+        (r.trigger_name, r.scheduled_ms, r.started, r.worker)
+        for r in ledger_app.ledger_rows(ledger_url)
+    ]
 
 
 def test_both_drivers_find_the_promoted_standby_through_the_multi_host_url(
@@ -178,8 +158,12 @@ def test_a_promoted_synchronous_standby_takes_over_with_nothing_lost_or_started_
         if trigger.start_at <= stopped - timedelta(seconds=2):
             due.add((trigger.key.name, to_millis(trigger.start_at)))
 
-    assert _count(ledger_url, ledger_app.duplicates) == 0, "an occurrence started twice"
-    assert _count(ledger_url, ledger_app.recoveries) == 0, "a live worker's firing recovered"
+    assert ledger_app.row_count(ledger_url, ledger_app.duplicates) == 0, (
+        "an occurrence started twice"
+    )
+    assert ledger_app.row_count(ledger_url, ledger_app.recoveries) == 0, (
+        "a live worker's firing recovered"
+    )
     assert due - executed == set(), f"never ran: {sorted(due - executed)}"
     assert executed <= possible, f"not occurrences: {sorted(executed - possible)}"
     # The same worker ran firings on both sides of the failover.

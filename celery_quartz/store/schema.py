@@ -52,6 +52,8 @@ NODE_NAME = 255
 STATE = 16
 #: Longest error reason or exception message kept on a trigger (longer ones are cut).
 ERROR_TEXT = 1000
+#: Longest summary a task reports for its run, and longest reason of a run that did not happen.
+SUMMARY_TEXT = 1000
 
 
 class TriggerState:
@@ -109,6 +111,10 @@ class Tables:
     locks: Table
     paused_trigger_groups: Table
     calendars: Table
+    history: Table
+    history_rollups: Table
+    run_status: Table
+    audit: Table
     prefix: str
 
 
@@ -152,6 +158,8 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("requests_recovery", Boolean, nullable=False, server_default=false()),
         # What produced the row (e.g. a beat_schedule entry): lets an import tell "unchanged".
         Column("definition_hash", String(64)),
+        # The job must succeed at least this often (ms), or it is listed as owed (schema 0006).
+        Column("require_success_within", BigInteger),
     )
 
     triggers = Table(
@@ -345,6 +353,167 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("calendar", Text, nullable=False),
     )
 
+    # -- run history (schema 0006, docs/history.md) -------------------------------------------
+    # One row per finished execution (result: succeeded, failed, cancelled, interrupted,
+    # recovered, retried) and per occurrence that did not run (misfired, expired, held,
+    # skipped), with a reason. Written by the worker in the transaction that ends the firing,
+    # and by the scheduler where it decides a non-run. ``event_time`` is when it finished or
+    # was decided: the axis of paging, statistics and retention.
+    history = Table(
+        f"{p}history",
+        md,
+        Column(
+            "history_id",
+            BigInteger().with_variant(Integer, "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+        Column("sched_name", String(SCHED_NAME), nullable=False),
+        Column("event_time", BigInteger, nullable=False),
+        Column("result", String(STATE), nullable=False),
+        # The occurrence: its original trigger (a recovery or retry firing's origin) and time.
+        Column("trigger_name", String(KEY_PART), nullable=False),
+        Column("trigger_group", String(KEY_PART), nullable=False),
+        Column("job_name", String(KEY_PART)),
+        Column("job_group", String(KEY_PART)),
+        Column("scheduled_time", BigInteger),
+        # The firing, when there was one.
+        Column("fire_instance_id", String(95)),
+        Column("task_name", String(TASK_NAME)),
+        Column("task_id", String(120)),
+        Column("published_time", BigInteger),
+        Column("started_time", BigInteger),
+        Column("finished_time", BigInteger),
+        Column("duration_ms", BigInteger),
+        Column("lateness_ms", BigInteger),
+        Column("error_type", String(KEY_PART)),
+        Column("error_message", String(ERROR_TEXT)),
+        Column("worker_name", String(NODE_NAME)),
+        # The scheduler instance that published the firing, or decided the non-run.
+        Column("instance_name", String(NODE_NAME)),
+        Column("retry_attempt", Integer, nullable=False, server_default=text("0")),
+        Column("recovering", Boolean, nullable=False, server_default=false()),
+        # Why an occurrence did not run (or what became of it: the misfire instruction applied).
+        Column("reason", String(SUMMARY_TEXT)),
+        # What the task reported (current_context().report), bounded.
+        Column("summary", String(SUMMARY_TEXT)),
+        Column("metrics", Text),
+        # The run's arguments (JSON), for "Run again"; None when over the bound.
+        Column("args", Text),
+        Column("kwargs", Text),
+        # Not yet folded into the rollups (the sweep folds, then clears it).
+        Column("unfolded", Boolean, nullable=False, server_default=true()),
+    )
+    Index(
+        f"ix_{p}history_time",
+        history.c.sched_name,
+        history.c.event_time,
+        history.c.history_id,
+    )
+    Index(
+        f"ix_{p}history_job",
+        history.c.sched_name,
+        history.c.job_group,
+        history.c.job_name,
+        history.c.event_time,
+        history.c.history_id,
+    )
+    Index(
+        f"ix_{p}history_trigger",
+        history.c.sched_name,
+        history.c.trigger_group,
+        history.c.trigger_name,
+        history.c.event_time,
+        history.c.history_id,
+    )
+    Index(
+        f"ix_{p}history_result",
+        history.c.sched_name,
+        history.c.result,
+        history.c.event_time,
+        history.c.history_id,
+    )
+    # Partial: only the rows the sweep has still to fold have an entry.
+    Index(
+        f"ix_{p}history_unfolded",
+        history.c.sched_name,
+        history.c.history_id,
+        **_where(history.c.unfolded.is_(True)),
+    )
+
+    # Counts and percentiles of the history by bucket, folded by the sweep: per job and for the
+    # whole scheduler (job_group = job_name = ''), at 300 s, 3600 s and 86400 s. Durations and
+    # latenesses are kept as sparse histograms (JSON {bin: count}, log-spaced bins) so that
+    # p50/p95 of any range merge from the buckets.
+    history_rollups = Table(
+        f"{p}history_rollups",
+        md,
+        _sched_name(),
+        Column("job_group", String(KEY_PART), primary_key=True),
+        Column("job_name", String(KEY_PART), primary_key=True),
+        Column("bucket_seconds", Integer, primary_key=True),
+        Column("bucket_start", BigInteger, primary_key=True),
+        Column("result", String(STATE), primary_key=True),
+        Column("runs", BigInteger, nullable=False, server_default=text("0")),
+        Column("duration_max", BigInteger),
+        Column("duration_hist", Text),
+        Column("lateness_max", BigInteger),
+        Column("lateness_hist", Text),
+    )
+
+    # Each job's and trigger's runs in short, kept when the history rows are swept: the last
+    # run and success, failures in a row, counts. Folded in the transaction of the history row.
+    run_status = Table(
+        f"{p}run_status",
+        md,
+        _sched_name(),
+        # "job" or "trigger".
+        Column("kind", String(8), primary_key=True),
+        Column("key_group", String(KEY_PART), primary_key=True),
+        Column("key_name", String(KEY_PART), primary_key=True),
+        # When this status was first written (a deadline with no success yet counts from here).
+        Column("since_time", BigInteger, nullable=False),
+        Column("last_run_time", BigInteger),
+        Column("last_result", String(STATE)),
+        Column("last_success_time", BigInteger),
+        Column("consecutive_failures", Integer, nullable=False, server_default=text("0")),
+        Column("runs", BigInteger, nullable=False, server_default=text("0")),
+        Column("failures", BigInteger, nullable=False, server_default=text("0")),
+        # History rows of this key still stored (the sweep's count, for the per-trigger cap).
+        Column("history_rows", BigInteger, nullable=False, server_default=text("0")),
+    )
+
+    # Every change, by whom, through what (docs/history.md#audit).
+    audit = Table(
+        f"{p}audit",
+        md,
+        Column(
+            "audit_id",
+            BigInteger().with_variant(Integer, "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
+        Column("sched_name", String(SCHED_NAME), nullable=False),
+        Column("event_time", BigInteger, nullable=False),
+        Column("principal", String(NODE_NAME), nullable=False),
+        # client, cli, api, dashboard, file, import, beat_schedule, scheduler.
+        Column("via", String(32), nullable=False),
+        Column("action", String(64), nullable=False),
+        # job, trigger, calendar, group, scheduler, ...
+        Column("target_kind", String(16), nullable=False),
+        Column("target", String(2 * KEY_PART + 1)),
+        # JSON: {"field": [before, after], ...} with secrets redacted, or the action's details.
+        Column("changes", Text),
+    )
+    Index(f"ix_{p}audit_time", audit.c.sched_name, audit.c.event_time, audit.c.audit_id)
+    Index(
+        f"ix_{p}audit_principal",
+        audit.c.sched_name,
+        audit.c.principal,
+        audit.c.event_time,
+        audit.c.audit_id,
+    )
+
     return Tables(
         metadata=md,
         jobs=jobs,
@@ -354,5 +523,9 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         locks=locks,
         paused_trigger_groups=paused,
         calendars=calendars,
+        history=history,
+        history_rollups=history_rollups,
+        run_status=run_status,
+        audit=audit,
         prefix=prefix,
     )

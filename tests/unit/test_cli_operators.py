@@ -350,12 +350,16 @@ def test_schema_check_on_an_empty_database_names_each_missing_table_on_a_line(
     result = run(app, "schema", "check")
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        "schema quartz_*: at nothing, expected 0005",
+        "schema quartz_*: at nothing, expected 0006",
+        "  missing table quartz_audit",
         "  missing table quartz_calendars",
         "  missing table quartz_fired_triggers",
+        "  missing table quartz_history",
+        "  missing table quartz_history_rollups",
         "  missing table quartz_jobs",
         "  missing table quartz_locks",
         "  missing table quartz_paused_trigger_grps",
+        "  missing table quartz_run_status",
         "  missing table quartz_scheduler_state",
         "  missing table quartz_triggers",
         "create the tables with `celery -A <app> quartz schema upgrade`",
@@ -377,7 +381,7 @@ def test_schema_check_names_a_missing_index_and_an_unexpected_column(app: Celery
     result = run(app, "schema", "check")
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        "schema quartz_*: at 0005, expected 0005",
+        "schema quartz_*: at 0006, expected 0006",
         "  unexpected column quartz_jobs.extra",
         "  missing index ix_quartz_triggers_group on quartz_triggers",
     ]
@@ -391,7 +395,7 @@ def test_schema_check_json_before_and_after_the_upgrade(app: Celery) -> None:
         "table_prefix": "quartz_",
         "ok": False,
         "current": None,
-        "head": "0005",
+        "head": "0006",
     }
     assert "missing table quartz_jobs" in found["differences"]
     upgraded = run(app, "schema", "upgrade", "--json")
@@ -399,15 +403,15 @@ def test_schema_check_json_before_and_after_the_upgrade(app: Celery) -> None:
     assert json.loads(upgraded.output) == {
         "table_prefix": "quartz_",
         "before": None,
-        "after": "0005",
+        "after": "0006",
     }
     matches = run(app, "schema", "check", "--json")
     assert matches.exit_code == 0
     assert json.loads(matches.output) == {
         "table_prefix": "quartz_",
         "ok": True,
-        "current": "0005",
-        "head": "0005",
+        "current": "0006",
+        "head": "0006",
         "differences": [],
     }
 

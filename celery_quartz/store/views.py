@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Generic, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
 
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.triggers.base import Trigger
@@ -188,3 +188,141 @@ class OwedTriggers:
     blocked_count: int
     error_count: int
     count_cap: int
+
+
+# -- run history and audit (docs/history.md) ----------------------------------------------------
+
+#: Where a history or audit page resumes: (event time in epoch ms, row id) of its last row.
+HistoryCursor = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class HistoryFilter:
+    """Conditions on history rows; None means any. ``results`` holds result names (see
+    :class:`celery_quartz.history.RunResult`); ``since`` is inclusive, ``until`` exclusive."""
+
+    job: JobKey | None = None
+    trigger: TriggerKey | None = None
+    group: str | None = None
+    results: frozenset[str] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One row of the run history: a finished execution, or an occurrence that did not run."""
+
+    history_id: int
+    event_time: datetime
+    result: str
+    trigger_key: TriggerKey
+    job_key: JobKey | None
+    scheduled_fire_time: datetime | None
+    fire_instance_id: str | None
+    task_name: str | None
+    task_id: str | None
+    published_time: datetime | None
+    started_time: datetime | None
+    finished_time: datetime | None
+    #: Seconds from start to finish; start lateness: seconds from the scheduled time to start.
+    duration: float | None
+    start_lateness: float | None
+    error_type: str | None
+    error_message: str | None
+    worker_name: str | None
+    instance_name: str | None
+    retry_attempt: int
+    recovering: bool
+    reason: str | None
+    summary: str | None
+    metrics: dict[str, Any] | None
+    args: list[Any] | None
+    kwargs: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class StatisticsBucket:
+    """The history in one bucket: counts by result, and duration and start lateness
+    percentiles (seconds) of the executions that started."""
+
+    start: datetime
+    counts: dict[str, int]
+    duration_p50: float | None
+    duration_p95: float | None
+    duration_max: float | None
+    lateness_p50: float | None
+    lateness_p95: float | None
+    lateness_max: float | None
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """:meth:`~celery_quartz.store.abc.HistoryReader.statistics`: buckets of ``bucket`` from
+    ``since`` to ``until`` for ``job`` (None: the whole scheduler), oldest first, and the
+    whole window's totals as one more bucket starting at ``since``."""
+
+    job: JobKey | None
+    since: datetime
+    until: datetime
+    bucket: timedelta
+    buckets: list[StatisticsBucket]
+    total: StatisticsBucket
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """A job's or trigger's runs in short, kept when its history rows are swept."""
+
+    kind: str  # "job" or "trigger"
+    key: JobKey | TriggerKey
+    since: datetime
+    last_run_time: datetime | None
+    last_result: str | None
+    last_success_time: datetime | None
+    consecutive_failures: int
+    runs: int
+    failures: int
+    #: A job's success deadline (None: none), and whether it is past it now.
+    require_success_within: timedelta | None = None
+    overdue: bool = False
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    """Conditions on audit rows; None means any. ``since`` inclusive, ``until`` exclusive."""
+
+    principal: str | None = None
+    via: str | None = None
+    action: str | None = None
+    target: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One change: who (``principal``), through what (``via``), which action, on what, and
+    what changed (``changes``: field → [before, after], secrets redacted), when."""
+
+    audit_id: int
+    event_time: datetime
+    principal: str
+    via: str
+    action: str
+    target_kind: str
+    target: str | None
+    changes: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What one :meth:`~celery_quartz.store.abc.HistoryKeeper.sweep_history` did."""
+
+    folded: int = 0
+    deleted_by_age: int = 0
+    deleted_by_cap: int = 0
+    audit_deleted: int = 0
+    rollups_deleted: int = 0
+    #: More remained than one sweep's batches took: sweep again soon.
+    more: bool = False

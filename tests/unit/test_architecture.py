@@ -96,6 +96,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "definitions",
             "errors",
             "firing",
+            "history",
             "hooks",
             "job",
             "keys",

@@ -28,6 +28,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
 
+from celery_quartz.audit import DEFAULT_REDACT_KEYS
 from celery_quartz.clock import Clock
 from celery_quartz.errors import ConfigurationError
 from celery_quartz.hooks import StoreHooks, StoreOperation, call_safely
@@ -45,6 +46,7 @@ from celery_quartz.store.abc import (
 from celery_quartz.store.engine import create_store_engine
 from celery_quartz.store.records import NONE_STATE, Fence
 from celery_quartz.store.schema import Tables
+from celery_quartz.store.sql._audit import AuditTrail
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._firings import FiringEnds
@@ -124,6 +126,7 @@ class SqlStore(Store):
         idle_transaction_timeout: float | None = None,
         misfire_threshold: float = DEFAULT_MISFIRE_THRESHOLD,
         checkin_misfire_threshold: float = DEFAULT_CHECKIN_MISFIRE_THRESHOLD,
+        redact_keys: str = DEFAULT_REDACT_KEYS,
     ) -> None:
         """Open the store of ``scheduler_name`` on ``url`` (or on an existing ``engine``).
 
@@ -139,7 +142,9 @@ class SqlStore(Store):
         default, 5, unless given): a process whose threads use the store at once (a threads-pool
         worker) keeps one each rather than opening and closing the rest every time.
         ``idle_transaction_timeout`` (seconds, PostgreSQL) ends a session left idle inside a
-        transaction that long (:func:`~celery_quartz.store.engine.create_store_engine`)."""
+        transaction that long (:func:`~celery_quartz.store.engine.create_store_engine`).
+        ``redact_keys`` is the regular expression of the keys whose values the audit records
+        as ``[redacted]`` (``quartz_dashboard_redact_keys``)."""
         if engine is None:
             if url is None:
                 raise ConfigurationError(
@@ -166,7 +171,7 @@ class SqlStore(Store):
         ends = FiringEnds(sql, rows, definitions)
         #: What every role object builds on.
         self.context = sql
-        self.jobs = JobsSql(sql, rows, definitions)
+        self.jobs = JobsSql(sql, rows, definitions, AuditTrail(sql, redact_keys))
         self.scheduling = SchedulingSql(sql, rows, definitions, ends)
         self.cluster = ClusterSql(sql, definitions, ends)
         self.worker = WorkerSql(sql, ends)

@@ -322,11 +322,12 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         body: dict[str, Any] = {}
         if verb == "preferred-node":
             body = {"preferred_node": form.get("preferred_node") or None}
+        audited = d.acting(request, "dashboard", work, cookie=True)
         try:
             if kind == "groups":
-                await run_in_threadpool(work, target.client, p["group"])
+                await run_in_threadpool(audited, target.client, p["group"])
             else:
-                await run_in_threadpool(work, target.client, p["group"], p["name"], body)
+                await run_in_threadpool(audited, target.client, p["group"], p["name"], body)
         except QuartzError as error:
             raise from_quartz_error(error) from None
         back = form.get("back", "")

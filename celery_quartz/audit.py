@@ -47,7 +47,10 @@ class Actor:
     """Who makes a change (``principal``: a user, a token's principal, ``file:<name>``, …) and
     through what (``via``: one of :data:`VIAS`)."""
 
+    #: Who: a user, a token's principal, ``file:<name>``, ``import:<source>``, ``beat_schedule``.
     principal: str
+    #: Through what: ``client``, ``cli``, ``api``, ``dashboard``, ``file``, ``import``,
+    #: ``beat_schedule`` or ``scheduler``.
     via: str
 
     def __post_init__(self) -> None:

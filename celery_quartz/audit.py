@@ -40,6 +40,8 @@ REDACTED = "[redacted]"
 DEFAULT_REDACT_KEYS = "password|passwd|secret|token|key|credential|auth"
 #: The principal when the operating system names no user.
 UNKNOWN_USER = "unknown"
+#: The types JSON holds as they are.
+_JSON_SCALARS = frozenset({str, int, float, bool})
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,8 @@ class Redaction:
 
     def __call__(self, value: Any) -> Any:
         """``value`` with every value under a secret key, at any depth, redacted."""
+        if value is None or type(value) in _JSON_SCALARS:
+            return value
         if isinstance(value, Mapping):
             return {
                 k: REDACTED if isinstance(k, str) and self.secret(k) else self(v)
@@ -141,7 +145,15 @@ def diff(
     top-level fields, read :data:`REDACTED` (a changed secret still shows as changed)."""
     redaction = redaction or Redaction("")
     found: dict[str, list[Any]] = {}
-    _compare(before or {}, after or {}, "", False, redaction, found)
+    if before is None or after is None:  # added or removed: every field, against None
+        side = 1 if before is None else 0
+        for name, value in ((after if before is None else before) or {}).items():
+            if value is not None:
+                pair = [None, None]
+                pair[side] = redaction(value)
+                found[name] = pair
+        return found
+    _compare(before, after, "", False, redaction, found)
     return found
 
 
@@ -170,6 +182,8 @@ def _compare(
 def json_value(value: Any) -> Any:
     """``value`` as JSON can hold it: times as ISO 8601, durations as seconds, enumerations as
     their value, tuples as lists."""
+    if value is None or type(value) in _JSON_SCALARS:
+        return value
     if isinstance(value, Enum):
         return json_value(value.value)
     if isinstance(value, (datetime, date, time)):
@@ -187,9 +201,19 @@ def json_value(value: Any) -> Any:
 
 def job_fields(job: Job) -> dict[str, Any]:
     """A job's definition as the audit compares it: every field but its key."""
-    return {
-        f.name: json_value(getattr(job, f.name)) for f in dataclasses.fields(job) if f.name != "key"
-    }
+    return {name: json_value(getattr(job, name)) for name in _job_field_names(type(job))}
+
+
+def _job_field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(
+            f.name for f in dataclasses.fields(cls) if f.name != "key"
+        )
+    return names
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def trigger_fields(trigger: Trigger) -> dict[str, Any]:

@@ -111,10 +111,12 @@ class Change:
 
 class Redaction:
     """Replaces the values under keys matching ``pattern`` (case-insensitive, searched anywhere in
-    the key; an empty pattern matches none) by :data:`REDACTED`."""
+    the key; an empty pattern matches none) by ``marker`` (the audit's :data:`REDACTED`; the
+    dashboard shows ``***``)."""
 
-    def __init__(self, pattern: str = DEFAULT_REDACT_KEYS) -> None:
+    def __init__(self, pattern: str = DEFAULT_REDACT_KEYS, marker: str = REDACTED) -> None:
         self.pattern = re.compile(pattern, re.IGNORECASE) if pattern else None
+        self.marker = marker
 
     def secret(self, key: str) -> bool:
         return self.pattern is not None and self.pattern.search(key) is not None
@@ -125,7 +127,7 @@ class Redaction:
             return value
         if isinstance(value, Mapping):
             return {
-                k: REDACTED if isinstance(k, str) and self.secret(k) else self(v)
+                k: self.marker if isinstance(k, str) and self.secret(k) else self(v)
                 for k, v in value.items()
             }
         if isinstance(value, (list, tuple)):

@@ -89,7 +89,8 @@ class Dashboard:
 
         def run(*args: Any) -> Any:
             principal, _ = self.principal(request, cookie=cookie)
-            with acting_as(ANONYMOUS if principal is None else principal.name, via):
+            name = principal.name if principal is not None else ""
+            with acting_as(name if name.strip() else ANONYMOUS, via):
                 return work(*args)
 
         return run

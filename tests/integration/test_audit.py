@@ -16,7 +16,7 @@ from celery_quartz.audit import REDACTED
 from celery_quartz.keys import BEAT_SCHEDULE_GROUP
 from celery_quartz.triggers import CronTrigger
 from tests.integration import ledger_app
-from tests.integration.dashboard_helpers import ADMIN, API, G, csrf_of, serve, with_jobs
+from tests.integration.dashboard_helpers import ADMIN, API, G, client, csrf_of, serve, with_jobs
 from tests.integration.processes import processes, wait_for
 from tests.stores import audit_rows
 
@@ -81,6 +81,23 @@ def test_api_and_dashboard_form_writes_are_audited_as_the_token_s_principal(
     assert [(r["action"], r["target"], r["principal"], r["via"]) for r in rows] == [
         ("pause_trigger", f"{G}.hourly", "admin", "api"),
         ("pause_trigger", f"{G}.daily", "admin", "dashboard"),
+    ]
+
+
+def anyone_writes(principal: object, scheduler: str, action: str) -> bool:
+    """A policy letting requests without a token write (for the test below)."""
+    return True
+
+
+def test_a_write_no_token_names_is_audited_as_anonymous(pg_url: str) -> None:
+    store, _ = with_jobs(pg_url)
+    before = len(audit_rows(store))
+    api = client(pg_url, token=None, dashboard_authorization=f"{__name__}:anyone_writes")
+    assert api.post(f"{API}/triggers/{G}/hourly/pause").status_code == 200
+    rows = audit_rows(store)[before:]
+    store.dispose()
+    assert [(r["action"], r["principal"], r["via"]) for r in rows] == [
+        ("pause_trigger", "anonymous", "api")
     ]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from celery import Celery
 from sqlalchemy import event
+from sqlalchemy.exc import DBAPIError
 
 from celery_quartz.audit import (
     REDACTED,
@@ -254,6 +255,17 @@ def test_a_write_that_raises_records_nothing(db: SqlStore) -> None:
         db.replace_trigger(TriggerKey("t"), never)
     assert audit_rows(db) == before
     assert db.get_trigger_state(TriggerKey("t")) == "WAITING"
+
+
+def test_a_write_whose_audit_row_cannot_be_written_is_not_made(db: SqlStore) -> None:
+    add(db, cron("t", "0 0 * * * ?"))
+    db.tables.audit.drop(db.engine)  # the audit's INSERT now fails, inside the write's transaction
+    with pytest.raises(DBAPIError):
+        db.pause_trigger(TriggerKey("t"))
+    with pytest.raises(DBAPIError):
+        db.remove_job(JobKey("job"))
+    assert db.get_trigger_state(TriggerKey("t")) == "WAITING"
+    assert db.retrieve_job(JobKey("job")) is not None
 
 
 def test_removing_a_trigger_records_it_and_the_job_it_leaves_without_trigger(

@@ -14,14 +14,28 @@ import pytest
 
 from tests.services import (
     PostgresServer,
+    RabbitMQServer,
     RedisServer,
+    SentinelQuorum,
     interrupt_on_sigterm,
     postgres_server,
+    rabbitmq_server,
+    redis_sentinels,
     redis_server,
 )
 
 # Tests using these fixtures get the `integration` marker (`-m "not integration"` leaves them out).
-SERVICE_FIXTURES = {"postgres", "redis", "pg_url", "pg_url_psycopg3", "redis_url"}
+SERVICE_FIXTURES = {
+    "postgres",
+    "redis",
+    "pg_url",
+    "pg_url_psycopg3",
+    "redis_url",
+    "rabbitmq",
+    "rabbitmq_url",
+    "broker_url",
+    "sentinels",
+}
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +48,21 @@ def postgres() -> Iterator[PostgresServer]:
 def redis() -> Iterator[RedisServer]:
     with redis_server() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def rabbitmq() -> Iterator[RabbitMQServer]:
+    """One RabbitMQ node per test process (xdist worker), started when a test first needs it."""
+    with rabbitmq_server() as server:
+        yield server
+
+
+@pytest.fixture
+def sentinels() -> Iterator[SentinelQuorum]:
+    """A Redis master, a replica and three Sentinels (quorum 2) of this test's own: a test
+    fails its master over, so no other test shares them."""
+    with redis_sentinels() as quorum:
+        yield quorum
 
 
 _database_numbers = itertools.count(1)
@@ -71,6 +100,21 @@ def redis_url(redis: RedisServer) -> str:
     db = next(_redis_dbs)
     redis.flushdb(db)
     return redis.url(db)
+
+
+@pytest.fixture
+def rabbitmq_url(rabbitmq: RabbitMQServer) -> str:
+    """URL of a RabbitMQ virtual host no other test used: its queues start empty."""
+    return rabbitmq.url(rabbitmq.new_vhost())
+
+
+@pytest.fixture
+def broker_url(request: pytest.FixtureRequest) -> str:
+    """The broker of a test that runs on several (``tests/integration/brokers.py``:
+    ``on_both_brokers`` parametrizes it with ``"redis"`` and ``"rabbitmq"``); Redis unless
+    parametrized."""
+    kind = getattr(request, "param", "redis")
+    return str(request.getfixturevalue(f"{kind}_url"))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -820,7 +820,7 @@ class RedisSentinel(RedisServer):
             "daemonize no\n"
             f"sentinel monitor {self.master_name} {host} {port} {self.quorum}\n"
             f"sentinel down-after-milliseconds {self.master_name} 1000\n"
-            f"sentinel failover-timeout {self.master_name} 10000\n"
+            f"sentinel failover-timeout {self.master_name} 3000\n"
             f"sentinel parallel-syncs {self.master_name} 1\n"
         )
         return [str(self.binary), str(config)]
@@ -915,18 +915,42 @@ class SentinelQuorum:
 
     def failover(self, timeout: float = 30.0) -> tuple[RedisServer, RedisServer]:
         """``SENTINEL FAILOVER``: a replica promoted, the master demoted to a replica of it.
-        Returns (old master, new master) once the Sentinels name the new one."""
+        Returns (old master, new master) once the Sentinels name the new one and the old one
+        serves as its replica. (Between the two, the old master still takes writes that its
+        demotion then throws away: Sentinel's failover is not free of loss.)"""
         old = self.master()
         with self.sentinel_client() as client:
             client.execute_command("SENTINEL", "FAILOVER", self.master_name)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            with contextlib.suppress(ServiceError, StopIteration):
+            with contextlib.suppress(ServiceError, StopIteration, OSError, Exception):
                 new = self.master()
-                if new is not old:
+                if new is not old and self._role(old) == "slave" and self._role(new) == "master":
                     return old, new
             time.sleep(0.1)
         raise ServiceError(f"no failover of {self.master_name} within {timeout}s")
+
+    def kill_master(self, timeout: float = 30.0) -> tuple[RedisServer, RedisServer]:
+        """SIGKILL the master (its unreplicated writes die with it) and wait until the Sentinels
+        agree it is down (1 s of silence), promote a replica, and name it. Returns (old master,
+        new master); the old one stays down."""
+        old = self.master()
+        assert old._proc is not None
+        old._proc.kill()
+        old.stop()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ServiceError, StopIteration, OSError, Exception):
+                new = self.master()
+                if new is not old and self._role(new) == "master":
+                    return old, new
+            time.sleep(0.1)
+        raise ServiceError(f"no failover of {self.master_name} within {timeout}s of the kill")
+
+    @staticmethod
+    def _role(server: RedisServer) -> str:
+        with server.client() as client:
+            return str(client.info("replication")["role"])
 
 
 @contextlib.contextmanager

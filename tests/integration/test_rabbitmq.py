@@ -77,7 +77,7 @@ def test_a_quorum_queue_carries_every_occurrence_once_under_per_consumer_qos(
     assert "Global QoS is disabled" in worker_log
     # The broker holds `celery` as a quorum queue: declaring it classic is refused.
     with Connection(rabbitmq_url) as conn, pytest.raises(PreconditionFailed, match="x-queue-type"):
-        conn.default_channel.queue_declare("celery", durable=True, arguments={})
+        conn.default_channel.queue_declare("celery", durable=True, auto_delete=False, arguments={})
     store.dispose()
 
 

@@ -1175,6 +1175,10 @@ class RabbitMQServer(_Server):
         finally:
             conn.collect()
 
+    def restart(self, timeout: float = RABBITMQ_START_TIMEOUT) -> None:
+        """Stop and start again on the same ports and data (durable queues and vhosts kept)."""
+        super().restart(timeout)
+
     def stop(self, timeout: float = STOP_TIMEOUT) -> None:
         """SIGTERM (RabbitMQ stops gently on it, as ``rabbitmqctl stop`` does, without booting
         a CLI VM), SIGKILL after ``timeout``; then this node's epmd."""

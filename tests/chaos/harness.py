@@ -1,7 +1,7 @@
-"""The chaos run: three schedulers and two workers on PostgreSQL and Redis, processes killed with
-SIGKILL every few seconds (and started again; a worker's pool process alone, which Celery
-replaces), PostgreSQL restarted once and Redis once, a mix of jobs; then a ledger written by the
-tasks is checked.
+"""The chaos run: three schedulers and two workers on PostgreSQL and Redis (or RabbitMQ), processes
+killed with SIGKILL every few seconds (and started again; a worker's pool process alone, which
+Celery replaces), PostgreSQL restarted once and the broker once, a mix of jobs; then a ledger
+written by the tasks is checked.
 
 Checked at the end:
 
@@ -43,7 +43,7 @@ from celery_quartz.clock import to_millis
 from celery_quartz.store import SqlStore
 from tests.integration import ledger_app
 from tests.integration.processes import Processes, wait_for
-from tests.services import PostgresServer, RedisServer
+from tests.services import PostgresServer, RabbitMQServer, RedisServer
 
 IGNORE = SimpleMisfireInstruction.IGNORE_MISFIRE_POLICY
 GROUP = "chaos"
@@ -159,19 +159,27 @@ def _schedule(quartz: Quartz, start: datetime) -> list[SimpleTrigger]:
     return [*plain, *recoverable, *exclusive, *long]
 
 
+def _broker_url(broker: RedisServer | RabbitMQServer) -> str:
+    """An empty place on the broker: Redis's database 0 flushed, or a new RabbitMQ vhost."""
+    if isinstance(broker, RabbitMQServer):
+        return broker.url(broker.new_vhost())
+    broker.flushdb(0)
+    return broker.url(0)
+
+
 def _prepare(
-    postgres: PostgresServer, redis: RedisServer, database: str, **settings: str
+    postgres: PostgresServer, broker: RedisServer | RabbitMQServer, database: str, **settings: str
 ) -> tuple[str, SqlStore, list[SimpleTrigger], dict[str, str]]:
     """A fresh database with the store, the ledger and the job mix (starting in 5 s); the
     processes' environment with ``CQ_*`` ``settings``. (url, store, must-run triggers, env)"""
     url = postgres.create_database(database)
-    redis.flushdb(0)
+    broker_url = _broker_url(broker)
     store = ledger_app.prepared_store(url)
     must_run = _schedule(
         Quartz(ledger_app.app, store=store), datetime.now(timezone.utc) + timedelta(seconds=5)
     )
     env = {
-        "CQ_BROKER_URL": redis.url(0),
+        "CQ_BROKER_URL": broker_url,
         "CQ_STORE_URL": url,
         "CQ_LEDGER_URL": url,
         "CQ_CHECKIN_INTERVAL": "1",
@@ -202,16 +210,18 @@ def _drain(procs: Processes, store: SqlStore, report: ChaosReport, timeout: floa
 def run_chaos(
     workdir: Path,
     postgres: PostgresServer,
-    redis: RedisServer,
+    broker: RedisServer | RabbitMQServer,
     *,
     seconds: float = 120.0,
     seed: int = 1,
     settle: float = 30.0,
 ) -> ChaosReport:
+    """The chaos run on ``broker`` (Redis or RabbitMQ), which is restarted once, as PostgreSQL
+    is (a restarted Redis forgets its queues; RabbitMQ keeps its durable ones)."""
     rng = random.Random(seed)
     url, store, must_run, env = _prepare(
         postgres,
-        redis,
+        broker,
         f"chaos_{int(time.time())}_{seed}",
         MISFIRE_THRESHOLD="10",
         QUARTZ_DEBUG="1",
@@ -225,14 +235,14 @@ def run_chaos(
             procs.beat(name)
         time.sleep(5)
         began = time.monotonic()
-        restarted_pg = restarted_redis = False
+        restarted_pg = restarted_broker = False
         while (elapsed := time.monotonic() - began) < seconds:
             if not restarted_pg and elapsed > seconds * 0.35:
                 postgres.restart()
                 restarted_pg = True
-            elif not restarted_redis and elapsed > seconds * 0.65:
-                redis.restart()
-                restarted_redis = True
+            elif not restarted_broker and elapsed > seconds * 0.65:
+                broker.restart()
+                restarted_broker = True
             elif (victim := rng.choice(SCHEDULERS + WORKERS + POOL_PROCESSES)) in POOL_PROCESSES:
                 worker = victim.split()[0]
                 pool = _children(procs.procs[worker].pid)

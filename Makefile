@@ -1,7 +1,7 @@
-# make test: lint, the docs site, and the whole suite against real PostgreSQL and Redis started by
-# the tests themselves.
-# The server binaries come from the machine (apt packages postgresql, redis-server; .ci/run installs
-# them when run as root).
+# make test: lint, the docs site, and the whole suite against real PostgreSQL, Redis (with Sentinel)
+# and RabbitMQ started by the tests themselves.
+# The server binaries come from the machine (apt packages postgresql, redis-server, redis-sentinel,
+# rabbitmq-server; .ci/run installs them when run as root).
 
 PYTHON ?= python3
 VENV := .venv

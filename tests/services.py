@@ -1,4 +1,5 @@
-"""Throwaway PostgreSQL and Redis servers started from the machine's own binaries.
+"""Throwaway PostgreSQL, Redis (and a Redis Sentinel quorum) and RabbitMQ servers started from the
+machine's own binaries.
 
 Used by the test suite (``tests/conftest.py``) and by the benchmarks (``from tests.services import
 postgres_server``). Each server lives in its own temporary folder on a free port of 127.0.0.1, is
@@ -7,6 +8,10 @@ also on errors.
 
 PostgreSQL refuses to run as root; when this process is root the server runs as the ``postgres``
 system user (the one the Debian ``postgresql`` package creates).
+
+A RabbitMQ node is started from the server's own scripts (Debian: /usr/lib/rabbitmq/bin) with
+everything of its own: node name, AMQP, distribution and epmd ports, Erlang cookie, database, logs
+and configuration, so it never meets the machine's system node.
 
 A missing binary is an error (:class:`ServiceBinaryNotFound`) naming the apt package to install:
 the suite fails rather than skips when a service cannot start.

@@ -70,6 +70,8 @@ class ChaosReport:
     left_detail: list[str] = field(default_factory=list)
     #: Occurrences still owed at the end: due, but at or after their trigger's next fire time.
     owed: int = 0
+    #: The broker of the run (restarted once, as PostgreSQL is).
+    broker: str = "Redis"
 
     @property
     def ok(self) -> bool:
@@ -92,7 +94,7 @@ class ChaosReport:
         rows = [
             ("chaos phase", f"{self.seconds:.0f} s"),
             ("processes killed (SIGKILL)", f"{len(self.kills)} ({kills})"),
-            ("restarts of PostgreSQL / Redis", "1 / 1"),
+            (f"restarts of PostgreSQL / {self.broker}", "1 / 1"),
             ("must-run occurrences due", str(self.due)),
             ("  started (interrupted ones included)", str(self.executed)),
             ("  dropped by a logged misfire decision", str(self.dropped)),
@@ -226,7 +228,9 @@ def run_chaos(
         MISFIRE_THRESHOLD="10",
         QUARTZ_DEBUG="1",
     )
-    report = ChaosReport(seconds=seconds)
+    report = ChaosReport(
+        seconds=seconds, broker="RabbitMQ" if isinstance(broker, RabbitMQServer) else "Redis"
+    )
     procs = Processes(workdir, env)
     try:
         for name in WORKERS:

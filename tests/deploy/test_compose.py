@@ -101,7 +101,7 @@ def test_the_rabbitmq_profile_adds_a_broker_everything_waits_for_only_when_it_is
     assert "profiles" not in SERVICES["redis"]
     amqp = "amqp://quartz:secret@rabbitmq:5672//"
     switched = compose.load({**compose.env_example(), "BROKER_URL": amqp})["services"]
-    for name, service in APP_SERVICES.items():
+    for name in APP_SERVICES:
         assert compose.environment(switched[name])["BROKER_URL"] == amqp, name
 
 

@@ -100,6 +100,10 @@ def test_a_sentinel_failover_loses_nothing_and_starts_nothing_twice(
         ELECTION="redis",
         ELECTION_LOCK_TIMEOUT=str(LOCK_TIMEOUT),
         ELECTION_RETRY="0.5",
+        # One fixed id for both replicas, as docs/leadership.md asks: a failover moves the
+        # leadership (the renewal fails), and the next leader publishes what the last one fired
+        # but could not publish while the master was gone (with generated ids it drops them).
+        INSTANCE_ID="leader",
     )
     with processes(tmp_path, env) as procs:
         procs.worker("worker1", concurrency=4)
@@ -112,15 +116,14 @@ def test_a_sentinel_failover_loses_nothing_and_starts_nothing_twice(
         )
         pids = {name: proc.pid for name, proc in procs.procs.items()}
 
+        killed = time.time()
         _, new = sentinels.kill_master()
-        failed_over = time.time()
+        promoted = time.time()
         wait_for(
-            lambda: any(started > failed_over + 0.5 for *_, started in _starts(pg_url)),
+            lambda: any(scheduled / 1000 > promoted for _, scheduled, _ in _starts(pg_url)),
             timeout=30,
-            message="a start after the failover",
+            message="an occurrence due after the promotion to start",
         )
-        first_after = min(s for *_, s in _starts(pg_url) if s > failed_over + 0.5)
-        print(f"\nfailover to the first start after it: {first_after - failed_over:.2f} s")
         time.sleep(6)
 
         procs.assert_running("beat1", "beat2", "worker1")
@@ -155,4 +158,10 @@ def test_a_sentinel_failover_loses_nothing_and_starts_nothing_twice(
     assert ledger_app.row_count(pg_url, ledger_app.recoveries) == 0
     assert due - executed == set(), f"never ran: {sorted(due - executed)}"
     assert executed <= possible, f"not occurrences: {sorted(executed - possible)}"
-    assert sum(started > failed_over for *_, started in rows) >= 4
+    assert sum(started > promoted for *_, started in rows) >= 4
+    # Measured, not asserted: how late the occurrences due around the failover started.
+    late = [s - sched / 1000 for _, sched, s in rows if killed <= sched / 1000 <= promoted + 5]
+    print(
+        f"\nmaster killed to replica named: {promoted - killed:.2f} s; occurrences due from the "
+        f"kill to 5 s after: {len(late)}, started at most {max(late):.2f} s late"
+    )

@@ -123,8 +123,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        fixtures = getattr(item, "fixturenames", ())
+        if SERVICE_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.integration)
+        # `-m "not rabbitmq"` leaves out every test that would boot the RabbitMQ node.
+        callspec = getattr(item, "callspec", None)
+        on_rabbitmq = callspec is not None and callspec.params.get("broker_url") == "rabbitmq"
+        if on_rabbitmq or {"rabbitmq", "rabbitmq_url"}.intersection(fixtures):
+            item.add_marker(pytest.mark.rabbitmq)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -134,6 +134,7 @@ def test_the_rabbitmq_node_answers_its_cli_through_its_own_cookie_and_epmd(
 
 
 @pytest.mark.integration
+@pytest.mark.rabbitmq
 def test_rabbitmq_and_its_epmd_are_stopped_and_deleted_on_exit() -> None:
     with rabbitmq_server() as rabbit:
         basedir, pid, epmd_port = rabbit.basedir, rabbit.pid, rabbit.epmd_port

@@ -12,15 +12,13 @@ from typing import Any
 
 import pytest
 
+from tests.service_rabbitmq import RabbitMQServer, rabbitmq_server
+from tests.service_sentinel import SentinelQuorum, redis_sentinels
 from tests.services import (
     PostgresServer,
-    RabbitMQServer,
     RedisServer,
-    SentinelQuorum,
     interrupt_on_sigterm,
     postgres_server,
-    rabbitmq_server,
-    redis_sentinels,
     redis_server,
 )
 

@@ -9,9 +9,9 @@ also on errors.
 PostgreSQL refuses to run as root; when this process is root the server runs as the ``postgres``
 system user (the one the Debian ``postgresql`` package creates).
 
-A RabbitMQ node is started from the server's own scripts (Debian: /usr/lib/rabbitmq/bin) with
-everything of its own: node name, AMQP, distribution and epmd ports, Erlang cookie, database, logs
-and configuration, so it never meets the machine's system node.
+The RabbitMQ node (``tests/service_rabbitmq.py``) and the Redis Sentinel quorum
+(``tests/service_sentinel.py``) live in modules of their own, built on the helpers here; their
+binaries are found here, with the others.
 
 A missing binary is an error (:class:`ServiceBinaryNotFound`) naming the apt package to install:
 the suite fails rather than skips when a service cannot start.
@@ -42,10 +42,7 @@ from typing import Any
 
 __all__ = [
     "PostgresServer",
-    "RabbitMQServer",
-    "RedisSentinel",
     "RedisServer",
-    "SentinelQuorum",
     "ServiceBinaryNotFound",
     "ServiceError",
     "find_postgres_bindir",
@@ -58,8 +55,6 @@ __all__ = [
     "multi_host_url",
     "postgres_primary_and_standby",
     "postgres_server",
-    "rabbitmq_server",
-    "redis_sentinels",
     "redis_server",
 ]
 
@@ -177,6 +172,65 @@ def find_redis_server() -> Path:
         if os.access(candidate, os.X_OK):
             return candidate
     raise ServiceBinaryNotFound("redis-server", REDIS_APT_PACKAGE, searched)
+
+
+# Redis Sentinel: Debian ships it as a package of its own (the servers: tests/service_sentinel.py).
+REDIS_SENTINEL_APT_PACKAGE = "redis-sentinel"
+
+
+def find_redis_sentinel() -> Path:
+    """The ``redis-sentinel`` binary (Debian's ``redis-sentinel`` package)."""
+    searched = ["PATH"]
+    found = shutil.which("redis-sentinel")
+    if found:
+        return Path(found)
+    for folder in REDIS_SEARCH_DIRS:
+        searched.append(folder)
+        candidate = Path(folder) / "redis-sentinel"
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise ServiceBinaryNotFound("redis-sentinel", REDIS_SENTINEL_APT_PACKAGE, searched)
+
+
+# RabbitMQ (the node: tests/service_rabbitmq.py).
+
+#: Folders holding the RabbitMQ server's own scripts (``rabbitmq-server``, ``rabbitmqctl``). Not
+#: Debian's /usr/sbin wrappers: run as root, they switch to the ``rabbitmq`` user and the system
+#: node's /var/lib/rabbitmq.
+RABBITMQ_SBIN_GLOBS: list[str] = [
+    "/usr/lib/rabbitmq/bin",
+    "/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin",
+    "/usr/local/lib/rabbitmq/sbin",
+]
+RABBITMQ_SBIN_ENV = "CQ_RABBITMQ_SBIN"
+RABBITMQ_APT_PACKAGE = "rabbitmq-server"
+
+
+def _is_rabbitmq_sbin(folder: Path) -> bool:
+    server = folder / "rabbitmq-server"
+    return (
+        os.access(server, os.X_OK)
+        and os.access(folder / "rabbitmqctl", os.X_OK)
+        and server.resolve().name != "rabbitmq-script-wrapper"
+    )
+
+
+def find_rabbitmq_sbin() -> Path:
+    """The folder holding ``rabbitmq-server`` and ``rabbitmqctl``, newest version first."""
+    searched: list[str] = []
+    override = os.environ.get(RABBITMQ_SBIN_ENV)
+    if override:
+        searched.append(f"${RABBITMQ_SBIN_ENV}={override}")
+        if _is_rabbitmq_sbin(Path(override)):
+            return Path(override)
+    for pattern in RABBITMQ_SBIN_GLOBS:
+        searched.append(pattern)
+        for candidate in sorted(glob(pattern), key=_version_key, reverse=True):
+            if _is_rabbitmq_sbin(Path(candidate)):
+                return Path(candidate)
+    raise ServiceBinaryNotFound(
+        "RabbitMQ server (rabbitmq-server, rabbitmqctl)", RABBITMQ_APT_PACKAGE, searched
+    )
 
 
 #: The headless browser of the dashboard's browser tests (Debian's package, never a download).
@@ -767,445 +821,6 @@ def redis_server(*, start_timeout: float = START_TIMEOUT) -> Iterator[RedisServe
     basedir = Path(tempfile.mkdtemp(prefix="cq-redis-", dir=_temp_base(False)))
     try:
         server = RedisServer(binary, basedir)
-        try:
-            server.start(start_timeout)
-            yield server
-        finally:
-            server.stop()
-    finally:
-        shutil.rmtree(basedir, ignore_errors=True)
-
-
-# --------------------------------------------------------------------------- Redis Sentinel
-
-REDIS_SENTINEL_APT_PACKAGE = "redis-sentinel"
-
-
-def find_redis_sentinel() -> Path:
-    """The ``redis-sentinel`` binary (Debian's ``redis-sentinel`` package)."""
-    searched = ["PATH"]
-    found = shutil.which("redis-sentinel")
-    if found:
-        return Path(found)
-    for folder in REDIS_SEARCH_DIRS:
-        searched.append(folder)
-        candidate = Path(folder) / "redis-sentinel"
-        if os.access(candidate, os.X_OK):
-            return candidate
-    raise ServiceBinaryNotFound("redis-sentinel", REDIS_SENTINEL_APT_PACKAGE, searched)
-
-
-class RedisSentinel(RedisServer):
-    """One Sentinel watching ``master_name``; its configuration file (which Sentinel rewrites)
-    in its own folder. Failure detection is quick for tests: a master silent 1 s is down."""
-
-    name = "sentinel"
-
-    def __init__(
-        self,
-        binary: Path,
-        basedir: Path,
-        *,
-        master_name: str,
-        master: tuple[str, int],
-        quorum: int,
-    ) -> None:
-        super().__init__(binary, basedir)
-        self.master_name = master_name
-        self.master = master
-        self.quorum = quorum
-
-    def _command(self) -> list[str]:
-        host, port = self.master
-        config = self.basedir / "sentinel.conf"
-        config.write_text(
-            f"port {self.port}\n"
-            f"bind {self.host}\n"
-            f"dir {self.basedir}\n"
-            "daemonize no\n"
-            f"sentinel monitor {self.master_name} {host} {port} {self.quorum}\n"
-            f"sentinel down-after-milliseconds {self.master_name} 1000\n"
-            f"sentinel failover-timeout {self.master_name} 3000\n"
-            f"sentinel parallel-syncs {self.master_name} 1\n"
-        )
-        return [str(self.binary), str(config)]
-
-
-class SentinelQuorum:
-    """A Redis master, its replicas and the Sentinels watching them (:func:`redis_sentinels`)."""
-
-    def __init__(
-        self,
-        master_name: str,
-        redis: list[RedisServer],
-        sentinels: list[RedisSentinel],
-        quorum: int,
-    ) -> None:
-        self.master_name = master_name
-        self.redis = redis
-        self.sentinels = sentinels
-        self.quorum = quorum
-
-    def url(self, db: int = 0) -> str:
-        """kombu's Sentinel URL: every Sentinel, ``;``-separated (the database on each)."""
-        return ";".join(f"sentinel://{s.host}:{s.port}/{db}" for s in self.sentinels)
-
-    def transport_options(self) -> dict[str, Any]:
-        return {"master_name": self.master_name}
-
-    def sentinel_client(self, index: int = 0) -> Any:
-        return self.sentinels[index].client()
-
-    def master_address(self) -> tuple[str, int]:
-        """The master as the first Sentinel that answers names it."""
-        for sentinel in self.sentinels:
-            if not sentinel.running:
-                continue
-            with contextlib.suppress(OSError, Exception), sentinel.client() as client:
-                host, port = client.sentinel_get_master_addr_by_name(self.master_name)
-                return host.decode() if isinstance(host, bytes) else str(host), int(port)
-        raise ServiceError(f"no Sentinel answers for {self.master_name}")
-
-    def master(self) -> RedisServer:
-        host, port = self.master_address()
-        return next(r for r in self.redis if (r.host, r.port) == (host, port))
-
-    def wait_settled(self, timeout: float = 30.0) -> None:
-        """Until every running Sentinel names the same master, knows each replica and the other
-        Sentinels, and the master has its replicas attached: a failover can then be decided."""
-        deadline = time.monotonic() + timeout
-        want_replicas = len([r for r in self.redis if r.running]) - 1
-        last = "nothing asked yet"
-        while time.monotonic() < deadline:
-            try:
-                last = self._settled(want_replicas)
-            except Exception as exc:  # a Sentinel or server not answering yet
-                last = repr(exc)
-            if last == "":
-                return
-            time.sleep(0.2)
-        raise ServiceError(f"Sentinels of {self.master_name} not settled in {timeout}s: {last}")
-
-    def _settled(self, want_replicas: int) -> str:
-        masters = set()
-        for sentinel in self.sentinels:
-            if not sentinel.running:
-                continue
-            with sentinel.client() as client:
-                state = client.sentinel_master(self.master_name)
-                masters.add((state["ip"], int(state["port"])))
-                if "s_down" in state["flags"] or "failover" in state["flags"]:
-                    return f"sentinel {sentinel.port}: master flags {state['flags']}"
-                if int(state["num-slaves"]) < want_replicas:
-                    return f"sentinel {sentinel.port}: {state['num-slaves']} replicas known"
-                others = sum(s.running for s in self.sentinels) - 1
-                if int(state["num-other-sentinels"]) < others:
-                    return f"sentinel {sentinel.port}: {state['num-other-sentinels']} others"
-        if len(masters) != 1:
-            return f"sentinels disagree on the master: {masters}"
-        host, port = masters.pop()
-        master = next(r for r in self.redis if (r.host, r.port) == (host, port))
-        with master.client() as client:
-            info = client.info("replication")
-        if info["role"] != "master" or int(info["connected_slaves"]) < want_replicas:
-            return f"master {port}: {info['role']}, {info['connected_slaves']} replicas"
-        for replica in self.redis:
-            if replica is master or not replica.running:
-                continue
-            with replica.client() as client:
-                info = client.info("replication")
-            if info.get("master_link_status") != "up" or int(info.get("master_port", 0)) != port:
-                return f"replica {replica.port}: link {info.get('master_link_status')}"
-        return ""
-
-    def failover(self, timeout: float = 30.0) -> tuple[RedisServer, RedisServer]:
-        """``SENTINEL FAILOVER``: a replica promoted, the master demoted to a replica of it.
-        Returns (old master, new master) once the Sentinels name the new one and the old one
-        serves as its replica. (Between the two, the old master still takes writes that its
-        demotion then throws away: Sentinel's failover is not free of loss.)"""
-        old = self.master()
-        with self.sentinel_client() as client:
-            client.execute_command("SENTINEL", "FAILOVER", self.master_name)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ServiceError, StopIteration, OSError, Exception):
-                new = self.master()
-                if new is not old and self._role(old) == "slave" and self._role(new) == "master":
-                    return old, new
-            time.sleep(0.1)
-        raise ServiceError(f"no failover of {self.master_name} within {timeout}s")
-
-    def kill_master(self, timeout: float = 30.0) -> tuple[RedisServer, RedisServer]:
-        """SIGKILL the master (its unreplicated writes die with it) and wait until the Sentinels
-        agree it is down (1 s of silence), promote a replica, and name it. Returns (old master,
-        new master); the old one stays down."""
-        old = self.master()
-        assert old._proc is not None
-        old._proc.kill()
-        old.stop()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ServiceError, StopIteration, OSError, Exception):
-                new = self.master()
-                if new is not old and self._role(new) == "master":
-                    return old, new
-            time.sleep(0.1)
-        raise ServiceError(f"no failover of {self.master_name} within {timeout}s of the kill")
-
-    @staticmethod
-    def _role(server: RedisServer) -> str:
-        with server.client() as client:
-            return str(client.info("replication")["role"])
-
-
-@contextlib.contextmanager
-def redis_sentinels(
-    *,
-    master_name: str = "cqmaster",
-    replicas: int = 1,
-    sentinels: int = 3,
-    quorum: int = 2,
-    start_timeout: float = START_TIMEOUT,
-) -> Iterator[SentinelQuorum]:
-    """A throwaway Redis master with ``replicas`` replicas and ``sentinels`` Sentinels agreeing
-    with ``quorum`` votes, settled (every Sentinel knows every other and every replica); all
-    stopped and their folders deleted on exit."""
-    binary = find_redis_server()
-    sentinel_binary = find_redis_sentinel()
-    basedir = Path(tempfile.mkdtemp(prefix="cq-sentinel-", dir=_temp_base(False)))
-    started: list[RedisServer] = []
-    try:
-        master_dir = basedir / "master"
-        master_dir.mkdir()
-        master = RedisServer(binary, master_dir)
-        started.append(master)
-        master.start(start_timeout)
-        servers = [master]
-        for i in range(replicas):
-            folder = basedir / f"replica{i}"
-            folder.mkdir()
-            replica = RedisServer(
-                binary, folder, extra_args=["--replicaof", master.host, str(master.port)]
-            )
-            started.append(replica)
-            replica.start(start_timeout)
-            servers.append(replica)
-        watchers = []
-        for i in range(sentinels):
-            folder = basedir / f"sentinel{i}"
-            folder.mkdir()
-            sentinel = RedisSentinel(
-                sentinel_binary,
-                folder,
-                master_name=master_name,
-                master=(master.host, master.port),
-                quorum=quorum,
-            )
-            started.append(sentinel)
-            sentinel.start(start_timeout)
-            watchers.append(sentinel)
-        group = SentinelQuorum(master_name, servers, watchers, quorum)
-        group.wait_settled()
-        yield group
-    finally:
-        for server in reversed(started):
-            server.stop()
-        shutil.rmtree(basedir, ignore_errors=True)
-
-
-# --------------------------------------------------------------------------- RabbitMQ
-
-#: Folders holding the RabbitMQ server's own scripts (``rabbitmq-server``, ``rabbitmqctl``). Not
-#: Debian's /usr/sbin wrappers: run as root, they switch to the ``rabbitmq`` user and the system
-#: node's /var/lib/rabbitmq.
-RABBITMQ_SBIN_GLOBS: list[str] = [
-    "/usr/lib/rabbitmq/bin",
-    "/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin",
-    "/usr/local/lib/rabbitmq/sbin",
-]
-RABBITMQ_SBIN_ENV = "CQ_RABBITMQ_SBIN"
-RABBITMQ_APT_PACKAGE = "rabbitmq-server"
-#: RabbitMQ boots an Erlang VM and its database: seconds on an idle machine, more under load.
-RABBITMQ_START_TIMEOUT = 90.0
-#: Virtual hosts made per ``rabbitmqctl eval`` (:meth:`RabbitMQServer.new_vhost`).
-VHOST_BATCH = 16
-
-
-def _is_rabbitmq_sbin(folder: Path) -> bool:
-    server = folder / "rabbitmq-server"
-    return (
-        os.access(server, os.X_OK)
-        and os.access(folder / "rabbitmqctl", os.X_OK)
-        and server.resolve().name != "rabbitmq-script-wrapper"
-    )
-
-
-def find_rabbitmq_sbin() -> Path:
-    """The folder holding ``rabbitmq-server`` and ``rabbitmqctl``, newest version first."""
-    searched: list[str] = []
-    override = os.environ.get(RABBITMQ_SBIN_ENV)
-    if override:
-        searched.append(f"${RABBITMQ_SBIN_ENV}={override}")
-        if _is_rabbitmq_sbin(Path(override)):
-            return Path(override)
-    for pattern in RABBITMQ_SBIN_GLOBS:
-        searched.append(pattern)
-        for candidate in sorted(glob(pattern), key=_version_key, reverse=True):
-            if _is_rabbitmq_sbin(Path(candidate)):
-                return Path(candidate)
-    raise ServiceBinaryNotFound(
-        "RabbitMQ server (rabbitmq-server, rabbitmqctl)", RABBITMQ_APT_PACKAGE, searched
-    )
-
-
-_rabbitmq_nodes = itertools.count(1)
-
-
-class RabbitMQServer(_Server):
-    """A RabbitMQ node of its own: node name, AMQP, distribution and epmd ports, Erlang cookie
-    (``HOME``), database, logs, configuration and plugins file (none enabled) all in its folder,
-    guest/guest on 127.0.0.1 only. Its epmd (Erlang's port mapper, started by the node as a
-    daemon on its own port) is stopped with it."""
-
-    name = "rabbitmq"
-    port_clash_words = ("eaddrinuse",)
-
-    def __init__(self, sbin: Path, basedir: Path) -> None:
-        super().__init__(basedir)
-        self.sbin = sbin
-        self.nodename = f"cq{os.getpid()}n{next(_rabbitmq_nodes)}@localhost"
-        self.dist_port = free_port(self.host)
-        self.epmd_port = free_port(self.host)
-        self._vhosts: list[str] = []
-        self._vhosts_made = 0
-        home = basedir / "home"
-        home.mkdir(exist_ok=True)
-        cookie = home / ".erlang.cookie"
-        cookie.write_text(os.urandom(16).hex())
-        cookie.chmod(0o400)
-        (basedir / "enabled_plugins").write_text("[].\n")
-        (basedir / "rabbitmq-env.conf").write_text("")  # not /etc/rabbitmq's
-        # Throwaway data: no disk alarm on a nearly full CI disk, no memory alarm under load.
-        (basedir / "rabbitmq.conf").write_text(
-            "disk_free_limit.absolute = 1MB\n"
-            "vm_memory_high_watermark.relative = 0.9\n"
-            "log.console = true\n"
-            "log.console.level = info\n"
-            "log.file = false\n"
-        )
-
-    def url(self, vhost: str = "/") -> str:
-        path = "" if vhost == "/" else vhost
-        return f"amqp://guest:guest@{self.host}:{self.port}/{path}"
-
-    def environment(self) -> dict[str, str]:
-        """What ``rabbitmq-server`` and the CLI tools need to find this node and no other."""
-        base = self.basedir
-        return {
-            **os.environ,
-            "HOME": str(base / "home"),
-            "RABBITMQ_NODENAME": self.nodename,
-            "RABBITMQ_NODE_IP_ADDRESS": self.host,
-            "RABBITMQ_NODE_PORT": str(self.port),
-            "RABBITMQ_DIST_PORT": str(self.dist_port),
-            "ERL_EPMD_PORT": str(self.epmd_port),
-            "ERL_EPMD_ADDRESS": self.host,
-            "RABBITMQ_MNESIA_BASE": str(base / "mnesia"),
-            "RABBITMQ_LOG_BASE": str(base / "log"),
-            "RABBITMQ_CONFIG_FILE": str(base / "rabbitmq.conf"),
-            "RABBITMQ_ADVANCED_CONFIG_FILE": str(base / "advanced.config"),
-            "RABBITMQ_CONF_ENV_FILE": str(base / "rabbitmq-env.conf"),
-            "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
-            "RABBITMQ_PID_FILE": str(base / "rabbitmq.pid"),
-        }
-
-    def ctl(self, *args: str, tool: str = "rabbitmqctl", timeout: float = 60) -> str:
-        """Run a CLI tool (``rabbitmqctl``, ``rabbitmq-diagnostics``) against this node; its
-        output. Slow (each call boots an Erlang VM): the tests talk AMQP where they can."""
-        result = subprocess.run(
-            [str(self.sbin / tool), "-q", "-n", self.nodename, *args],
-            env=self.environment(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if result.returncode:
-            raise ServiceError(f"{tool} {' '.join(args)}: {result.stderr or result.stdout}")
-        return result.stdout
-
-    def new_vhost(self) -> str:
-        """A virtual host no test used before, guest allowed everything on it: a test's queues
-        apart from every other's (as each Redis test has its own database). Made in batches, one
-        ``rabbitmqctl eval`` each: a CLI call boots an Erlang VM, seconds under load."""
-        if not self._vhosts:
-            start = self._vhosts_made + 1
-            self._vhosts_made += VHOST_BATCH
-            names = [f"t{n}" for n in range(start, self._vhosts_made + 1)]
-            binaries = ", ".join(f'<<"{name}">>' for name in names)
-            self.ctl(
-                "eval",
-                '[begin rabbit_vhost:add(V, <<"cq-tests">>), '
-                "rabbit_auth_backend_internal:set_permissions("
-                '<<"guest">>, V, <<".*">>, <<".*">>, <<".*">>, <<"cq-tests">>) end '
-                f"|| V <- [{binaries}]], ok.",
-            )
-            self._vhosts.extend(names)
-        return self._vhosts.pop(0)
-
-    def connection(self, timeout: float = 2.0) -> Any:
-        """A connected py-amqp connection (close it yourself)."""
-        import amqp
-
-        conn = amqp.Connection(f"{self.host}:{self.port}", connect_timeout=timeout)
-        conn.connect()
-        return conn
-
-    def _command(self) -> list[str]:
-        return [str(self.sbin / "rabbitmq-server")]
-
-    def _popen_kwargs(self) -> dict[str, Any]:
-        return {"env": self.environment()}
-
-    def _ready(self) -> bool:
-        try:
-            conn = self.connection(timeout=1)
-        except Exception:  # refused, reset, timed out or the broker not yet accepting logins
-            return False
-        try:
-            # Another node that took the port first must not pass for ours. The cluster's name is
-            # the node's, with the machine's full host name.
-            name = str(conn.server_properties.get("cluster_name", ""))
-            return name.partition("@")[0] == self.nodename.partition("@")[0]
-        finally:
-            conn.collect()
-
-    def restart(self, timeout: float = RABBITMQ_START_TIMEOUT) -> None:
-        """Stop and start again on the same ports and data (durable queues and vhosts kept)."""
-        super().restart(timeout)
-
-    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        """SIGTERM (RabbitMQ stops gently on it, as ``rabbitmqctl stop`` does, without booting
-        a CLI VM), SIGKILL after ``timeout``; then this node's epmd."""
-        super().stop(timeout)
-        epmd = shutil.which("epmd") or next(iter(glob("/usr/lib/erlang/erts-*/bin/epmd")), None)
-        if epmd:
-            with contextlib.suppress(OSError, subprocess.SubprocessError):
-                subprocess.run(
-                    [epmd, "-port", str(self.epmd_port), "-kill"],
-                    capture_output=True,
-                    timeout=10,
-                    check=False,
-                )
-
-
-@contextlib.contextmanager
-def rabbitmq_server(*, start_timeout: float = RABBITMQ_START_TIMEOUT) -> Iterator[RabbitMQServer]:
-    """Start a throwaway RabbitMQ node; stop it (and its epmd) and delete its folder on exit."""
-    sbin = find_rabbitmq_sbin()
-    basedir = Path(tempfile.mkdtemp(prefix="cq-rabbitmq-", dir=_temp_base(False)))
-    try:
-        server = RabbitMQServer(sbin, basedir)
         try:
             server.start(start_timeout)
             yield server

@@ -13,15 +13,14 @@ import pytest
 import sqlalchemy as sa
 
 from tests import services
+from tests.service_rabbitmq import RabbitMQServer, rabbitmq_server
+from tests.service_sentinel import redis_sentinels
 from tests.services import (
     PostgresServer,
-    RabbitMQServer,
     RedisServer,
     ServiceBinaryNotFound,
     ServiceError,
     postgres_server,
-    rabbitmq_server,
-    redis_sentinels,
     redis_server,
 )
 

@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 
 from tests.chaos.harness import ChaosReport, run_chaos, run_outage
-from tests.services import postgres_server, rabbitmq_server, redis_server
+from tests.service_rabbitmq import rabbitmq_server
+from tests.services import postgres_server, redis_server
 
 
 def main() -> int:

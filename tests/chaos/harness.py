@@ -43,7 +43,8 @@ from celery_quartz.clock import to_millis
 from celery_quartz.store import SqlStore
 from tests.integration import ledger_app
 from tests.integration.processes import Processes, wait_for
-from tests.services import PostgresServer, RabbitMQServer, RedisServer
+from tests.service_rabbitmq import RabbitMQServer
+from tests.services import PostgresServer, RedisServer
 
 IGNORE = SimpleMisfireInstruction.IGNORE_MISFIRE_POLICY
 GROUP = "chaos"

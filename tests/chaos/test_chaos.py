@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.harness import run_chaos, run_outage
-from tests.services import PostgresServer, RabbitMQServer, RedisServer
+from tests.service_rabbitmq import RabbitMQServer
+from tests.services import PostgresServer, RedisServer
 
 
 @pytest.mark.slow

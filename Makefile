@@ -1,14 +1,15 @@
-# make test: lint, the docs site, and the whole suite against real PostgreSQL and Redis started by
-# the tests themselves.
-# The server binaries come from the machine (apt packages postgresql, redis-server; .ci/run installs
-# them when run as root).
+# make test: lint, the docs site, and the whole suite against real PostgreSQL, Redis (with Sentinel)
+# and RabbitMQ started by the tests themselves.
+# The server binaries come from the machine (apt packages postgresql, redis-server, redis-sentinel,
+# rabbitmq-server; .ci/run installs them when run as root).
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # A hung test must fail the run, not hang it. Two test processes (pytest-xdist), each with its own
-# PostgreSQL and Redis: about 10 minutes on 2 cores, where one process took 20.
+# PostgreSQL and Redis (and RabbitMQ node, booted when a test first needs it): about 10 minutes on
+# 2 cores, where one process took 20.
 PYTEST_FLAGS ?= -n 2 --dist worksteal --timeout=900 --durations=40
 
 .PHONY: venv check-services test lint docs demo election-demo service-demo migration-demo

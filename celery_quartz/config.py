@@ -82,6 +82,9 @@ class Settings:
     election: str = ""
     #: Redis URL of the ``"redis"`` election; empty: the broker URL.
     election_redis_url: str = ""
+    #: Sentinel master name when that URL is ``sentinel://…``; empty: the broker's
+    #: ``broker_transport_options["master_name"]``.
+    election_redis_master_name: str = ""
     #: Seconds a Redis election lock lives without renewal (renewed every third of it).
     election_lock_timeout: float = 10.0
     #: Seconds between attempts to become leader, and between checks that the lock is held.

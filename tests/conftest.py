@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.service_rabbitmq import RabbitMQServer, rabbitmq_server
+from tests.service_sentinel import SentinelQuorum, redis_sentinels
 from tests.services import (
     PostgresServer,
     RedisServer,
@@ -21,7 +23,17 @@ from tests.services import (
 )
 
 # Tests using these fixtures get the `integration` marker (`-m "not integration"` leaves them out).
-SERVICE_FIXTURES = {"postgres", "redis", "pg_url", "pg_url_psycopg3", "redis_url"}
+SERVICE_FIXTURES = {
+    "postgres",
+    "redis",
+    "pg_url",
+    "pg_url_psycopg3",
+    "redis_url",
+    "rabbitmq",
+    "rabbitmq_url",
+    "broker_url",
+    "sentinels",
+}
 
 
 @pytest.fixture(scope="session")
@@ -34,6 +46,21 @@ def postgres() -> Iterator[PostgresServer]:
 def redis() -> Iterator[RedisServer]:
     with redis_server() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def rabbitmq() -> Iterator[RabbitMQServer]:
+    """One RabbitMQ node per test process (xdist worker), started when a test first needs it."""
+    with rabbitmq_server() as server:
+        yield server
+
+
+@pytest.fixture
+def sentinels() -> Iterator[SentinelQuorum]:
+    """A Redis master, a replica and three Sentinels (quorum 2) of this test's own: a test
+    fails its master over, so no other test shares them."""
+    with redis_sentinels() as quorum:
+        yield quorum
 
 
 _database_numbers = itertools.count(1)
@@ -73,14 +100,35 @@ def redis_url(redis: RedisServer) -> str:
     return redis.url(db)
 
 
+@pytest.fixture
+def rabbitmq_url(rabbitmq: RabbitMQServer) -> str:
+    """URL of a RabbitMQ virtual host no other test used: its queues start empty."""
+    return rabbitmq.url(rabbitmq.new_vhost())
+
+
+@pytest.fixture
+def broker_url(request: pytest.FixtureRequest) -> str:
+    """The broker of a test that runs on several (``tests/integration/brokers.py``:
+    ``on_both_brokers`` parametrizes it with ``"redis"`` and ``"rabbitmq"``); Redis unless
+    parametrized."""
+    kind = getattr(request, "param", "redis")
+    return str(request.getfixturevalue(f"{kind}_url"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     interrupt_on_sigterm()  # a CI timeout's SIGTERM still tears the servers down
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        fixtures = getattr(item, "fixturenames", ())
+        if SERVICE_FIXTURES.intersection(fixtures):
             item.add_marker(pytest.mark.integration)
+        # `-m "not rabbitmq"` leaves out every test that would boot the RabbitMQ node.
+        callspec = getattr(item, "callspec", None)
+        on_rabbitmq = callspec is not None and callspec.params.get("broker_url") == "rabbitmq"
+        if on_rabbitmq or {"rabbitmq", "rabbitmq_url"}.intersection(fixtures):
+            item.add_marker(pytest.mark.rabbitmq)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,4 +1,5 @@
-"""Throwaway PostgreSQL and Redis servers started from the machine's own binaries.
+"""Throwaway PostgreSQL, Redis (and a Redis Sentinel quorum) and RabbitMQ servers started from the
+machine's own binaries.
 
 Used by the test suite (``tests/conftest.py``) and by the benchmarks (``from tests.services import
 postgres_server``). Each server lives in its own temporary folder on a free port of 127.0.0.1, is
@@ -7,6 +8,10 @@ also on errors.
 
 PostgreSQL refuses to run as root; when this process is root the server runs as the ``postgres``
 system user (the one the Debian ``postgresql`` package creates).
+
+The RabbitMQ node (``tests/service_rabbitmq.py``) and the Redis Sentinel quorum
+(``tests/service_sentinel.py``) live in modules of their own, built on the helpers here; their
+binaries are found here, with the others.
 
 A missing binary is an error (:class:`ServiceBinaryNotFound`) naming the apt package to install:
 the suite fails rather than skips when a service cannot start.
@@ -41,6 +46,8 @@ __all__ = [
     "ServiceBinaryNotFound",
     "ServiceError",
     "find_postgres_bindir",
+    "find_rabbitmq_sbin",
+    "find_redis_sentinel",
     "find_redis_server",
     "free_port",
     "interrupt_on_sigterm",
@@ -167,6 +174,65 @@ def find_redis_server() -> Path:
     raise ServiceBinaryNotFound("redis-server", REDIS_APT_PACKAGE, searched)
 
 
+# Redis Sentinel: Debian ships it as a package of its own (the servers: tests/service_sentinel.py).
+REDIS_SENTINEL_APT_PACKAGE = "redis-sentinel"
+
+
+def find_redis_sentinel() -> Path:
+    """The ``redis-sentinel`` binary (Debian's ``redis-sentinel`` package)."""
+    searched = ["PATH"]
+    found = shutil.which("redis-sentinel")
+    if found:
+        return Path(found)
+    for folder in REDIS_SEARCH_DIRS:
+        searched.append(folder)
+        candidate = Path(folder) / "redis-sentinel"
+        if os.access(candidate, os.X_OK):
+            return candidate
+    raise ServiceBinaryNotFound("redis-sentinel", REDIS_SENTINEL_APT_PACKAGE, searched)
+
+
+# RabbitMQ (the node: tests/service_rabbitmq.py).
+
+#: Folders holding the RabbitMQ server's own scripts (``rabbitmq-server``, ``rabbitmqctl``). Not
+#: Debian's /usr/sbin wrappers: run as root, they switch to the ``rabbitmq`` user and the system
+#: node's /var/lib/rabbitmq.
+RABBITMQ_SBIN_GLOBS: list[str] = [
+    "/usr/lib/rabbitmq/bin",
+    "/usr/lib/rabbitmq/lib/rabbitmq_server-*/sbin",
+    "/usr/local/lib/rabbitmq/sbin",
+]
+RABBITMQ_SBIN_ENV = "CQ_RABBITMQ_SBIN"
+RABBITMQ_APT_PACKAGE = "rabbitmq-server"
+
+
+def _is_rabbitmq_sbin(folder: Path) -> bool:
+    server = folder / "rabbitmq-server"
+    return (
+        os.access(server, os.X_OK)
+        and os.access(folder / "rabbitmqctl", os.X_OK)
+        and server.resolve().name != "rabbitmq-script-wrapper"
+    )
+
+
+def find_rabbitmq_sbin() -> Path:
+    """The folder holding ``rabbitmq-server`` and ``rabbitmqctl``, newest version first."""
+    searched: list[str] = []
+    override = os.environ.get(RABBITMQ_SBIN_ENV)
+    if override:
+        searched.append(f"${RABBITMQ_SBIN_ENV}={override}")
+        if _is_rabbitmq_sbin(Path(override)):
+            return Path(override)
+    for pattern in RABBITMQ_SBIN_GLOBS:
+        searched.append(pattern)
+        for candidate in sorted(glob(pattern), key=_version_key, reverse=True):
+            if _is_rabbitmq_sbin(Path(candidate)):
+                return Path(candidate)
+    raise ServiceBinaryNotFound(
+        "RabbitMQ server (rabbitmq-server, rabbitmqctl)", RABBITMQ_APT_PACKAGE, searched
+    )
+
+
 #: The headless browser of the dashboard's browser tests (Debian's package, never a download).
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_APT_PACKAGE = "chromium"
@@ -184,6 +250,8 @@ def missing_apt_packages() -> list[str]:
     for finder, package in (
         (find_postgres_bindir, POSTGRES_APT_PACKAGE),
         (find_redis_server, REDIS_APT_PACKAGE),
+        (find_redis_sentinel, REDIS_SENTINEL_APT_PACKAGE),
+        (find_rabbitmq_sbin, RABBITMQ_APT_PACKAGE),
         (find_chromium, CHROMIUM_APT_PACKAGE),
     ):
         try:
@@ -295,10 +363,11 @@ def _stop_process(proc: subprocess.Popen[bytes] | None, first_signal: int, timeo
 _START_MARKER = "--- starting on port"
 
 
-def _port_clash(log: Path) -> bool:
+def _port_clash(log: Path, words: Sequence[str] = ()) -> bool:
     """Whether the latest start attempt recorded in ``log`` failed to bind its port."""
     text = _log_tail(log).rpartition(_START_MARKER)[2].lower()
-    return "address already in use" in text or "could not create any tcp/ip sockets" in text
+    clash = ("address already in use", "could not create any tcp/ip sockets", *words)
+    return any(word in text for word in clash)
 
 
 class _Server:
@@ -306,6 +375,8 @@ class _Server:
 
     name = "server"
     stop_signal = signal.SIGTERM
+    # What the server's log says when the port is taken, lower case (beside the defaults).
+    port_clash_words: tuple[str, ...] = ()
 
     def __init__(self, basedir: Path, port: int | None = None) -> None:
         self.host = "127.0.0.1"
@@ -368,7 +439,7 @@ class _Server:
         while True:
             code = self._proc.poll()
             if code is not None:
-                if _port_clash(self.log_path):
+                if _port_clash(self.log_path, self.port_clash_words):
                     return False
                 raise ServiceError(
                     f"{self.name} exited with status {code} while starting on port {self.port}; "
@@ -693,9 +764,10 @@ class RedisServer(_Server):
 
     name = "redis"
 
-    def __init__(self, binary: Path, basedir: Path) -> None:
+    def __init__(self, binary: Path, basedir: Path, *, extra_args: Sequence[str] = ()) -> None:
         super().__init__(basedir)
         self.binary = binary
+        self.extra_args = list(extra_args)
 
     def url(self, db: int = 0) -> str:
         return f"redis://{self.host}:{self.port}/{db}"
@@ -720,6 +792,7 @@ class RedisServer(_Server):
             "--dir", str(self.basedir),
             "--daemonize", "no",
             "--databases", "16",
+            *self.extra_args,
         ]  # fmt: skip
 
     def _ready(self) -> bool:
@@ -784,6 +857,7 @@ def _check() -> int:
         return 1
     print(
         f"PostgreSQL: {find_postgres_bindir()}  Redis: {find_redis_server()}  "
+        f"Sentinel: {find_redis_sentinel()}  RabbitMQ: {find_rabbitmq_sbin()}  "
         f"Chromium: {find_chromium()}"
     )
     return 0

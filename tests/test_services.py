@@ -13,6 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from tests import services
+from tests.service_rabbitmq import RabbitMQServer, rabbitmq_server
+from tests.service_sentinel import redis_sentinels
 from tests.services import (
     PostgresServer,
     RedisServer,
@@ -95,6 +97,62 @@ def test_redis_url_is_an_emptied_database_other_than_0(redis: RedisServer, redis
     assert 1 <= db <= 15
     with redis.client(db) as client:
         assert client.dbsize() == 0
+
+
+def test_rabbitmq_url_carries_a_message(rabbitmq_url: str) -> None:
+    from kombu import Connection
+
+    assert rabbitmq_url.startswith("amqp://guest:guest@127.0.0.1:")
+    with Connection(rabbitmq_url) as conn:
+        queue = conn.SimpleQueue("probe")
+        queue.put({"k": "v"})
+        assert queue.get(timeout=5).payload == {"k": "v"}
+        queue.close()
+
+
+def test_each_rabbitmq_url_is_a_virtual_host_of_its_own(rabbitmq: RabbitMQServer) -> None:
+    from amqp.exceptions import NotFound
+    from kombu import Connection
+
+    first, second = rabbitmq.url(rabbitmq.new_vhost()), rabbitmq.url(rabbitmq.new_vhost())
+    assert first != second
+    with Connection(first) as conn:
+        conn.default_channel.queue_declare("only-here", auto_delete=False)
+    with Connection(second) as conn, pytest.raises(NotFound):
+        conn.default_channel.queue_declare("only-here", passive=True)
+
+
+def test_the_rabbitmq_node_answers_its_cli_through_its_own_cookie_and_epmd(
+    rabbitmq: RabbitMQServer,
+) -> None:
+    assert rabbitmq.ctl("eval", "node().").strip().strip("'") == rabbitmq.nodename
+    home = rabbitmq.basedir / "home"
+    assert (home / ".erlang.cookie").stat().st_mode & 0o777 == 0o400
+    data = rabbitmq.ctl("eval", "rabbit_mnesia:dir().")
+    assert str(rabbitmq.basedir / "mnesia") in data
+
+
+@pytest.mark.integration
+@pytest.mark.rabbitmq
+def test_rabbitmq_and_its_epmd_are_stopped_and_deleted_on_exit() -> None:
+    with rabbitmq_server() as rabbit:
+        basedir, pid, epmd_port = rabbit.basedir, rabbit.pid, rabbit.epmd_port
+        assert _listening(epmd_port)
+    assert pid is not None
+    assert not basedir.exists()
+    assert not _alive(pid)
+    assert not _listening(epmd_port)
+
+
+@pytest.mark.integration
+def test_the_sentinels_agree_on_the_master_and_promote_the_replica_when_it_dies() -> None:
+    with redis_sentinels() as quorum:
+        master, replica = quorum.redis
+        assert quorum.master() is master
+        assert quorum.url(2).count("sentinel://") == 3 and quorum.url(2).endswith("/2")
+        old, new = quorum.kill_master()
+        assert (old, new) == (master, replica)
+        assert not master.running
 
 
 @pytest.mark.integration
@@ -207,20 +265,53 @@ def test_missing_redis_names_the_apt_package(
     assert "apt-get install -y redis-server" in str(caught.value)
 
 
+def test_missing_rabbitmq_and_sentinel_name_their_apt_packages(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _hide_binaries(monkeypatch, tmp_path)
+    with pytest.raises(ServiceBinaryNotFound, match="apt-get install -y rabbitmq-server"):
+        services.find_rabbitmq_sbin()
+    with pytest.raises(ServiceBinaryNotFound, match="apt-get install -y redis-sentinel"):
+        services.find_redis_sentinel()
+
+
+def test_debians_root_wrapper_is_not_taken_for_the_rabbitmq_server(tmp_path: Path) -> None:
+    """/usr/sbin/rabbitmq-server, run as root, switches to the system node's user and folder."""
+    (tmp_path / "rabbitmq-script-wrapper").write_text("#!/bin/sh\n")
+    (tmp_path / "rabbitmq-script-wrapper").chmod(0o755)
+    for name in ("rabbitmq-server", "rabbitmqctl"):
+        (tmp_path / name).symlink_to(tmp_path / "rabbitmq-script-wrapper")
+    assert not services._is_rabbitmq_sbin(tmp_path)
+
+
 def test_missing_apt_packages_lists_all_when_nothing_is_installed(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     _hide_binaries(monkeypatch, tmp_path)
-    assert services.missing_apt_packages() == ["postgresql", "redis-server", "chromium"]
+    assert services.missing_apt_packages() == [
+        "postgresql",
+        "redis-server",
+        "redis-sentinel",
+        "rabbitmq-server",
+        "chromium",
+    ]
 
 
 def _hide_binaries(monkeypatch: pytest.MonkeyPatch, empty_dir: Path) -> None:
     monkeypatch.setattr(services, "PG_BINDIR_GLOBS", [str(empty_dir / "*")])
     monkeypatch.setattr(services, "REDIS_SEARCH_DIRS", [str(empty_dir)])
     monkeypatch.setattr(services, "CHROMIUM", empty_dir / "chromium")
+    monkeypatch.setattr(services, "RABBITMQ_SBIN_GLOBS", [str(empty_dir / "*")])
+    monkeypatch.delenv(services.RABBITMQ_SBIN_ENV, raising=False)
     monkeypatch.setenv("PATH", str(empty_dir))
     monkeypatch.delenv(services.PG_BINDIR_ENV, raising=False)
     monkeypatch.delenv(services.REDIS_SERVER_ENV, raising=False)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _alive(pid: int) -> bool:

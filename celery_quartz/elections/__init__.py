@@ -37,6 +37,9 @@ def build_election(settings: Settings, app: Any, leadership: SchedulerLeadership
         from celery_quartz.elections.redis import RedisLockElection
 
         url = settings.election_redis_url or app.conf.broker_url
+        # A Sentinel URL's master name and Sentinel options: the setting, else the broker's
+        # (the usual case: the election on the broker's own Sentinels).
+        transport = app.conf.broker_transport_options or {}
         return RedisLockElection(
             url,
             leadership,
@@ -44,6 +47,8 @@ def build_election(settings: Settings, app: Any, leadership: SchedulerLeadership
             table_prefix=settings.table_prefix,
             lock_timeout=settings.election_lock_timeout,
             retry_interval=settings.election_retry_interval,
+            master_name=settings.election_redis_master_name or transport.get("master_name", ""),
+            sentinel_kwargs=transport.get("sentinel_kwargs"),
         )
     raise ConfigurationError(
         f"scheduler {settings.scheduler_name!r}: quartz_election {settings.election!r} is not an "

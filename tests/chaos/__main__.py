@@ -1,18 +1,21 @@
-"""Run the chaos suite on its own: ``python -m tests.chaos --seconds 600 [--seed N]``, or one
-service's outage: ``python -m tests.chaos --outage postgresql --down 90 --misfire-threshold 60``.
+"""Run the chaos suite on its own: ``python -m tests.chaos --seconds 600 [--seed N]
+[--broker rabbitmq]``, or one service's outage:
+``python -m tests.chaos --outage postgresql --down 90 --misfire-threshold 60``.
 
-Starts its own PostgreSQL and Redis (as the tests do), prints the report table, exits 1 if any
-check failed. Logs of every process are kept in the printed work folder.
+Starts its own PostgreSQL and Redis or RabbitMQ (as the tests do), prints the report table,
+exits 1 if any check failed. Logs of every process are kept in the printed work folder.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
 
 from tests.chaos.harness import ChaosReport, run_chaos, run_outage
+from tests.service_rabbitmq import rabbitmq_server
 from tests.services import postgres_server, redis_server
 
 
@@ -25,11 +28,17 @@ def main() -> int:
     )
     parser.add_argument("--down", type=float, default=90.0, help="seconds the service is down")
     parser.add_argument("--misfire-threshold", type=float, default=60.0)
+    parser.add_argument(
+        "--broker", choices=["redis", "rabbitmq"], default="redis", help="the chaos run's broker"
+    )
     args = parser.parse_args()
+    if args.outage and args.broker != "redis":
+        parser.error("--outage runs on Redis only")
     workdir = Path(tempfile.mkdtemp(prefix="celery-quartz-chaos-"))
     print(f"logs in {workdir}", flush=True)
     report: ChaosReport
-    with postgres_server() as postgres, redis_server() as redis:
+    broker = rabbitmq_server() if args.broker == "rabbitmq" else contextlib.nullcontext()
+    with postgres_server() as postgres, redis_server() as redis, broker as rabbitmq:
         if args.outage:
             report = run_outage(
                 workdir,
@@ -40,7 +49,9 @@ def main() -> int:
                 misfire_threshold=args.misfire_threshold,
             )
         else:
-            report = run_chaos(workdir, postgres, redis, seconds=args.seconds, seed=args.seed)
+            report = run_chaos(
+                workdir, postgres, rabbitmq or redis, seconds=args.seconds, seed=args.seed
+            )
     print(report.table())
     if report.lost:
         print("lost:", report.lost[:20])

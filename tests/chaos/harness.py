@@ -1,7 +1,7 @@
-"""The chaos run: three schedulers and two workers on PostgreSQL and Redis, processes killed with
-SIGKILL every few seconds (and started again; a worker's pool process alone, which Celery
-replaces), PostgreSQL restarted once and Redis once, a mix of jobs; then a ledger written by the
-tasks is checked.
+"""The chaos run: three schedulers and two workers on PostgreSQL and Redis (or RabbitMQ), processes
+killed with SIGKILL every few seconds (and started again; a worker's pool process alone, which
+Celery replaces), PostgreSQL restarted once and the broker once, a mix of jobs; then a ledger
+written by the tasks is checked.
 
 Checked at the end:
 
@@ -43,6 +43,7 @@ from celery_quartz.clock import to_millis
 from celery_quartz.store import SqlStore
 from tests.integration import ledger_app
 from tests.integration.processes import Processes, wait_for
+from tests.service_rabbitmq import RabbitMQServer
 from tests.services import PostgresServer, RedisServer
 
 IGNORE = SimpleMisfireInstruction.IGNORE_MISFIRE_POLICY
@@ -70,6 +71,8 @@ class ChaosReport:
     left_detail: list[str] = field(default_factory=list)
     #: Occurrences still owed at the end: due, but at or after their trigger's next fire time.
     owed: int = 0
+    #: The broker of the run (restarted once, as PostgreSQL is).
+    broker: str = "Redis"
 
     @property
     def ok(self) -> bool:
@@ -92,11 +95,12 @@ class ChaosReport:
         rows = [
             ("chaos phase", f"{self.seconds:.0f} s"),
             ("processes killed (SIGKILL)", f"{len(self.kills)} ({kills})"),
-            ("restarts of PostgreSQL / Redis", "1 / 1"),
+            (f"restarts of PostgreSQL / {self.broker}", "1 / 1"),
             ("must-run occurrences due", str(self.due)),
             ("  started (interrupted ones included)", str(self.executed)),
             ("  dropped by a logged misfire decision", str(self.dropped)),
             ("  lost", f"{len(self.lost)} {self._lost_by_trigger()}".rstrip()),
+            ("  still owed by triggers catching up", str(self.owed)),
             ("occurrences started twice (not recovery)", str(self.duplicates)),
             ("recovery firings run (requests_recovery)", str(self.recoveries)),
             ("executions closed as interrupted", str(self.interrupted)),
@@ -159,19 +163,27 @@ def _schedule(quartz: Quartz, start: datetime) -> list[SimpleTrigger]:
     return [*plain, *recoverable, *exclusive, *long]
 
 
+def _broker_url(broker: RedisServer | RabbitMQServer) -> str:
+    """An empty place on the broker: Redis's database 0 flushed, or a new RabbitMQ vhost."""
+    if isinstance(broker, RabbitMQServer):
+        return broker.url(broker.new_vhost())
+    broker.flushdb(0)
+    return broker.url(0)
+
+
 def _prepare(
-    postgres: PostgresServer, redis: RedisServer, database: str, **settings: str
+    postgres: PostgresServer, broker: RedisServer | RabbitMQServer, database: str, **settings: str
 ) -> tuple[str, SqlStore, list[SimpleTrigger], dict[str, str]]:
     """A fresh database with the store, the ledger and the job mix (starting in 5 s); the
     processes' environment with ``CQ_*`` ``settings``. (url, store, must-run triggers, env)"""
     url = postgres.create_database(database)
-    redis.flushdb(0)
+    broker_url = _broker_url(broker)
     store = ledger_app.prepared_store(url)
     must_run = _schedule(
         Quartz(ledger_app.app, store=store), datetime.now(timezone.utc) + timedelta(seconds=5)
     )
     env = {
-        "CQ_BROKER_URL": redis.url(0),
+        "CQ_BROKER_URL": broker_url,
         "CQ_STORE_URL": url,
         "CQ_LEDGER_URL": url,
         "CQ_CHECKIN_INTERVAL": "1",
@@ -202,21 +214,25 @@ def _drain(procs: Processes, store: SqlStore, report: ChaosReport, timeout: floa
 def run_chaos(
     workdir: Path,
     postgres: PostgresServer,
-    redis: RedisServer,
+    broker: RedisServer | RabbitMQServer,
     *,
     seconds: float = 120.0,
     seed: int = 1,
     settle: float = 30.0,
 ) -> ChaosReport:
+    """The chaos run on ``broker`` (Redis or RabbitMQ), which is restarted once, as PostgreSQL
+    is (a restarted Redis forgets its queues; RabbitMQ keeps its durable ones)."""
     rng = random.Random(seed)
     url, store, must_run, env = _prepare(
         postgres,
-        redis,
+        broker,
         f"chaos_{int(time.time())}_{seed}",
         MISFIRE_THRESHOLD="10",
         QUARTZ_DEBUG="1",
     )
-    report = ChaosReport(seconds=seconds)
+    report = ChaosReport(
+        seconds=seconds, broker="RabbitMQ" if isinstance(broker, RabbitMQServer) else "Redis"
+    )
     procs = Processes(workdir, env)
     try:
         for name in WORKERS:
@@ -225,14 +241,14 @@ def run_chaos(
             procs.beat(name)
         time.sleep(5)
         began = time.monotonic()
-        restarted_pg = restarted_redis = False
+        restarted_pg = restarted_broker = False
         while (elapsed := time.monotonic() - began) < seconds:
             if not restarted_pg and elapsed > seconds * 0.35:
                 postgres.restart()
                 restarted_pg = True
-            elif not restarted_redis and elapsed > seconds * 0.65:
-                redis.restart()
-                restarted_redis = True
+            elif not restarted_broker and elapsed > seconds * 0.65:
+                broker.restart()
+                restarted_broker = True
             elif (victim := rng.choice(SCHEDULERS + WORKERS + POOL_PROCESSES)) in POOL_PROCESSES:
                 worker = victim.split()[0]
                 pool = _children(procs.procs[worker].pid)
@@ -251,12 +267,26 @@ def run_chaos(
         chaos_ended = datetime.now(timezone.utc)
         time.sleep(settle)  # everyone alive: recoveries, expiries and republishing finish
         _drain(procs, store, report, timeout=60)
+        # A broker restart longer than the misfire threshold (a RabbitMQ node boots in seconds)
+        # leaves disallow_concurrent triggers catching up one occurrence at a time: owed.
+        owed_from = _owed_from(store, must_run)
     finally:
         procs.stop_all()
     logs = "\n".join(procs.log(n) for n in (*SCHEDULERS, *WORKERS))
-    _check(report, url, must_run, chaos_ended, logs)
+    _check(report, url, must_run, chaos_ended, logs, owed_from)
     store.dispose()
     return report
+
+
+def _owed_from(store: SqlStore, must_run: list[SimpleTrigger]) -> dict[str, int]:
+    """Each must-run trigger's stored next fire time (ms): its occurrences from there on are
+    owed, not lost (``_check``)."""
+    owed_from = {}
+    for trigger in must_run:
+        stored = store.retrieve_trigger(trigger.key)
+        if stored is not None and stored.next_fire_time is not None:
+            owed_from[trigger.key.name] = to_millis(stored.next_fire_time)
+    return owed_from
 
 
 def _children(pid: int) -> list[int]:
@@ -361,11 +391,7 @@ def run_outage(
         _supervise(procs, 0, report, until_idle=store, timeout=3 * misfire_threshold + 30)
         report.died = [n for n in SCHEDULERS if procs.procs[n].poll() is not None]
         _drain(procs, store, report, timeout=90)
-        owed_from = {}
-        for trigger in must_run:
-            stored = store.retrieve_trigger(trigger.key)
-            if stored is not None and stored.next_fire_time is not None:
-                owed_from[trigger.key.name] = to_millis(stored.next_fire_time)
+        owed_from = _owed_from(store, must_run)
     finally:
         procs.stop_all()
     logs = "\n".join(procs.log(n) for n in (*SCHEDULERS, *WORKERS))

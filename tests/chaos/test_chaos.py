@@ -1,6 +1,8 @@
-"""The short chaos run (two minutes of kills and restarts) that ``make test`` includes.
+"""The short chaos runs that ``make test`` includes: two minutes of kills and restarts on Redis,
+45 s on RabbitMQ.
 
-The long run is the same harness: ``python -m tests.chaos --seconds 600``. So are the outages,
+The long run is the same harness: ``python -m tests.chaos --seconds 600`` (``--broker
+rabbitmq``). So are the outages,
 here scaled down (a service down 8 s against a 5 s misfire threshold); the recorded ones are
 ``python -m tests.chaos --outage postgresql --down 90 --misfire-threshold 60`` (and ``redis``).
 """
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.harness import run_chaos, run_outage
+from tests.service_rabbitmq import RabbitMQServer
 from tests.services import PostgresServer, RedisServer
 
 
@@ -28,6 +31,27 @@ def test_two_minutes_of_kills_and_restarts_lose_nothing_and_start_nothing_twice(
     assert report.overlaps == 0
     assert report.executed > 500
     assert len(report.kills) >= 15
+    assert report.ok
+
+
+@pytest.mark.slow
+@pytest.mark.chaos
+def test_45_seconds_of_kills_and_restarts_on_rabbitmq_lose_nothing_and_start_nothing_twice(
+    tmp_path: Path, postgres: PostgresServer, rabbitmq: RabbitMQServer
+) -> None:
+    """The same harness on RabbitMQ, shorter: the beats, workers and pool processes killed,
+    PostgreSQL restarted, and the RabbitMQ node restarted (its durable queues kept)."""
+    report = run_chaos(tmp_path, postgres, rabbitmq, seconds=45, seed=8)
+    print(report.table())
+    assert report.duplicates == 0
+    assert report.lost == [], report.table()
+    assert report.left_in_flight == 0, report.left_detail
+    assert report.overlaps == 0
+    assert report.executed > 150
+    assert len(report.kills) >= 5
+    # Seed 8 kills beats first, then workers and pool processes.
+    assert any(k.startswith("beat") for k in report.kills), report.kills
+    assert any(k.startswith("worker") for k in report.kills), report.kills
     assert report.ok
 
 

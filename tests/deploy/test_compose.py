@@ -80,6 +80,31 @@ def test_postgres_and_redis_have_health_checks_and_named_volumes() -> None:
         assert named <= volumes and named, name
 
 
+def test_the_rabbitmq_profile_adds_a_broker_everything_waits_for_only_when_it_is_on() -> None:
+    rabbitmq = SERVICES["rabbitmq"]
+    assert rabbitmq["profiles"] == ["rabbitmq"]
+    assert rabbitmq["image"].startswith("rabbitmq:3.")  # quorum queues: 3.8 or later
+    assert int(rabbitmq["image"].split(":")[1].split(".")[1]) >= 8
+    assert rabbitmq["hostname"] == "rabbitmq"  # the node's name, and so its data, stays put
+    assert rabbitmq["healthcheck"]["test"][:2] == ["CMD", "rabbitmq-diagnostics"]
+    assert {v.split(":", 1)[0] for v in rabbitmq["volumes"]} == {"rabbitmq-data"}
+    env = compose.environment(rabbitmq)
+    assert env["RABBITMQ_DEFAULT_PASS"] == compose.env_example()["RABBITMQ_PASSWORD"]
+    for name, service in {**APP_SERVICES, "flower": SERVICES["flower"]}.items():
+        if name in ("schema", "dashboard"):  # they publish nothing
+            continue
+        assert service["depends_on"]["rabbitmq"] == {
+            "condition": "service_healthy",
+            "required": False,  # ignored with the profile off
+        }, name
+    # Redis stays the default broker; .env's BROKER_URL switches every service at once.
+    assert "profiles" not in SERVICES["redis"]
+    amqp = "amqp://quartz:secret@rabbitmq:5672//"
+    switched = compose.load({**compose.env_example(), "BROKER_URL": amqp})["services"]
+    for name in APP_SERVICES:
+        assert compose.environment(switched[name])["BROKER_URL"] == amqp, name
+
+
 def test_everything_waits_for_the_one_shot_schema_upgrade() -> None:
     schema = SERVICES["schema"]
     assert schema["command"][3:] == ["quartz", "schema", "upgrade"]

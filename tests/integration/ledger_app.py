@@ -9,7 +9,10 @@ Configured from the environment (set by :mod:`tests.integration.processes`):
 ``CQ_SCHEDULING_FILES`` (paths joined by ``os.pathsep``) and ``CQ_SCHEDULING_FILES_SCAN``
 (seconds) for ``quartz_scheduling_files``; ``CQ_COMPLETION_DELAY`` (seconds) for
 ``quartz_worker_completion_delay``; ``CQ_SCHEMA_AUTO_UPGRADE`` (``0`` or ``1``) for
-``quartz_schema_auto_upgrade``.
+``quartz_schema_auto_upgrade``; ``CQ_BROKER_MASTER_NAME`` (a ``sentinel://`` broker's
+``broker_transport_options["master_name"]``); ``CQ_TASK_QUEUE_ARGUMENTS`` (JSON: the default
+queue ``celery`` declared with these arguments, ``{"x-queue-type": "quorum"}`` or
+``{"x-max-priority": 10}``).
 
 Test-only instruments, none of them in the package: ``CQ_CLOCK_OFFSET`` (seconds) moves the
 system clock every celery-quartz component reads (``celery_quartz.clock.SystemClock``) by a fixed
@@ -137,6 +140,19 @@ if os.environ.get("CQ_CLOCK_OFFSET"):
     SystemClock.now = _shifted_now  # type: ignore[method-assign]
 
 app = Celery("ledger_app", broker=os.environ.get("CQ_BROKER_URL", "memory://"))
+if os.environ.get("CQ_BROKER_MASTER_NAME"):
+    app.conf.broker_transport_options = {"master_name": os.environ["CQ_BROKER_MASTER_NAME"]}
+if os.environ.get("CQ_TASK_QUEUE_ARGUMENTS"):
+    from kombu import Exchange, Queue
+
+    app.conf.task_queues = [
+        Queue(
+            "celery",
+            Exchange("celery"),
+            routing_key="celery",
+            queue_arguments=json.loads(os.environ["CQ_TASK_QUEUE_ARGUMENTS"]),
+        )
+    ]
 app.conf.quartz_store_url = os.environ.get("CQ_STORE_URL", "sqlite://")
 app.conf.quartz_checkin_interval = float(os.environ.get("CQ_CHECKIN_INTERVAL", "1"))
 if os.environ.get("CQ_CLUSTERED", "1") == "1":

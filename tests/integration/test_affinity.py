@@ -22,6 +22,7 @@ from celery_quartz import (
 )
 from celery_quartz.store import SqlStore
 from tests.integration import ledger_app
+from tests.integration.brokers import on_both_brokers
 from tests.integration.processes import Processes, processes, wait_for
 
 KEY = TriggerKey("pinned", "affinity")
@@ -47,9 +48,9 @@ def _setup(url: str, pin: PreferredNode) -> tuple[SqlStore, Quartz]:
     return store, quartz
 
 
-def _env(url: str, redis_url: str) -> dict[str, str]:
+def _env(url: str, broker_url: str) -> dict[str, str]:
     return ledger_app.environment(
-        url, redis_url, CHECKIN_INTERVAL="1", CHECKIN_THRESHOLD="1", MISFIRE_THRESHOLD="3"
+        url, broker_url, CHECKIN_INTERVAL="1", CHECKIN_THRESHOLD="1", MISFIRE_THRESHOLD="3"
     )
 
 
@@ -85,11 +86,12 @@ def _pin(quartz: Quartz) -> PreferredNode:
     return trigger.preferred_node
 
 
+@on_both_brokers
 def test_an_auto_pin_stays_on_its_first_worker_and_moves_when_that_worker_dies(
-    tmp_path: Path, pg_url: str, redis_url: str
+    tmp_path: Path, pg_url: str, broker_url: str
 ) -> None:
     store, quartz = _setup(pg_url, PreferredNode.AUTO)
-    with processes(tmp_path, _env(pg_url, redis_url)) as procs:
+    with processes(tmp_path, _env(pg_url, broker_url)) as procs:
         _workers_up(procs, store, "worker1", "worker2")
         procs.beat("beat1")
         wait_for(lambda: _pin(quartz).node is not None, timeout=30, message="the auto-pin claim")

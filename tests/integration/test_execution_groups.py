@@ -1,11 +1,11 @@
-"""Execution limits hold with real schedulers, workers, PostgreSQL and Redis: the ledger's
+"""Execution limits hold with real schedulers, workers, PostgreSQL and Redis (the cluster-scoped
+limit on RabbitMQ too): the ledger's
 start/end times never overlap more than the group's capacity, the broker never holds more of the
 group's messages than may run, and held-back occurrences end by their misfire instruction."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -16,6 +16,7 @@ from sqlalchemy import create_engine, select
 from celery_quartz import Job, JobKey, Quartz, SimpleMisfireInstruction, SimpleTrigger, TriggerKey
 from celery_quartz.store import SqlStore
 from tests.integration import ledger_app
+from tests.integration.brokers import QueueSampler, on_both_brokers
 from tests.integration.processes import Processes, processes, wait_for
 
 GROUP = "reindex"
@@ -43,33 +44,6 @@ def _schedule(store: SqlStore, start: datetime) -> None:
     quartz.schedule_jobs(items)
 
 
-class QueueSampler:
-    """Samples the length of the group's Redis list while the cluster runs."""
-
-    def __init__(self, url: str, queue: str) -> None:
-        self.client = redis_client.Redis.from_url(url)
-        self.queue = queue
-        self.longest = 0
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.longest = max(self.longest, int(self.client.llen(self.queue)))
-            self.samples += 1
-            self._stop.wait(0.02)
-
-    def __enter__(self) -> QueueSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.client.close()
-
-
 def _max_overlap(intervals: list[tuple[float, float]]) -> int:
     events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
     running = most = 0
@@ -80,12 +54,12 @@ def _max_overlap(intervals: list[tuple[float, float]]) -> int:
 
 
 def _run(
-    tmp_path: Path, pg_url: str, redis_url: str, limits: dict[str, object]
+    tmp_path: Path, pg_url: str, broker_url: str, limits: dict[str, object]
 ) -> tuple[int, QueueSampler, list[tuple[float, float]], SqlStore]:
     store = ledger_app.prepared_store(pg_url)
     env = ledger_app.environment(
         pg_url,
-        redis_url,
+        broker_url,
         CHECKIN_INTERVAL="1",
         CHECKIN_THRESHOLD="2",
         MISFIRE_THRESHOLD="3",
@@ -95,7 +69,7 @@ def _run(
         _start_workers(procs, store)
         start = datetime.now(timezone.utc) + timedelta(seconds=2)
         _schedule(store, start)
-        with QueueSampler(redis_url, GROUP) as sampler:
+        with QueueSampler(broker_url, GROUP) as sampler:
             procs.beat("beat1")
             procs.beat("beat2")
             time.sleep(RUN_SECONDS)
@@ -140,11 +114,12 @@ def _assert_schedules_moved_on(store: SqlStore, stopped: datetime) -> None:
         assert trigger.next_fire_time > stopped - timedelta(seconds=9), trigger
 
 
+@on_both_brokers
 def test_a_cluster_scoped_limit_of_two_holds_across_two_workers_of_eight(
-    tmp_path: Path, pg_url: str, redis_url: str
+    tmp_path: Path, pg_url: str, broker_url: str
 ) -> None:
     count, sampler, intervals, store = _run(
-        tmp_path, pg_url, redis_url, {GROUP: {"max_concurrent": 2, "scope": "cluster"}}
+        tmp_path, pg_url, broker_url, {GROUP: {"max_concurrent": 2, "scope": "cluster"}}
     )
     assert _max_overlap(intervals) <= 2
     assert sampler.samples > 100 and sampler.longest <= 2

@@ -123,6 +123,23 @@ def test_a_broker_that_is_not_plain_redis_takes_celerys_path() -> None:
     assert RedisPath.for_app(app) is None
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "amqp://guest:guest@localhost:5672//",
+        "pyamqp://localhost//",
+        "sentinel://localhost:26379/0;sentinel://localhost:26380/0",
+        "redis://localhost:6379/0;redis://localhost:6380/0",  # failover URLs
+    ],
+)
+def test_rabbitmq_and_sentinel_brokers_take_celerys_path(url: str) -> None:
+    """The Redis path is for one plain Redis: RabbitMQ and Redis behind Sentinel (whose master
+    moves) always publish through Celery (docs/operations.md, "Which path a broker takes")."""
+    app = Celery("unit", broker=url, set_as_current=False)
+    app.conf.broker_transport_options = {"master_name": "mymaster"}
+    assert RedisPath.for_app(app) is None
+
+
 class _TraceHeaders:
     """Publisher hooks adding a fixed trace context, as the tracing hooks do."""
 

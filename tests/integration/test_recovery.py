@@ -23,6 +23,7 @@ from celery_quartz import (
 from celery_quartz.clock import to_millis
 from celery_quartz.store import FiringState, SqlStore
 from tests.integration import ledger_app
+from tests.integration.brokers import on_both_brokers
 from tests.integration.processes import processes, wait_for
 
 CHECKIN = {"CQ_CHECKIN_INTERVAL": "1", "CQ_CHECKIN_THRESHOLD": "1"}
@@ -105,8 +106,9 @@ def test_claims_of_a_killed_scheduler_fire_on_a_survivor_within_the_detection_wi
     store.dispose()
 
 
+@on_both_brokers
 def test_a_killed_workers_recoverable_job_runs_again_marked_recovering_and_a_plain_one_does_not(
-    tmp_path: Path, pg_url: str, redis_url: str
+    tmp_path: Path, pg_url: str, broker_url: str
 ) -> None:
     store, quartz = _setup(pg_url)
     now = datetime.now(timezone.utc)
@@ -127,7 +129,7 @@ def test_a_killed_workers_recoverable_job_runs_again_marked_recovering_and_a_pla
             ),
         ]
     )
-    env = {"CQ_BROKER_URL": redis_url, "CQ_STORE_URL": pg_url, "CQ_LEDGER_URL": pg_url, **CHECKIN}
+    env = {"CQ_BROKER_URL": broker_url, "CQ_STORE_URL": pg_url, "CQ_LEDGER_URL": pg_url, **CHECKIN}
     with processes(tmp_path, env) as procs:
         procs.worker("worker1", concurrency=2)
         procs.beat("beat1")
@@ -154,13 +156,14 @@ def test_a_killed_workers_recoverable_job_runs_again_marked_recovering_and_a_pla
     store.dispose()
 
 
+@on_both_brokers
 def test_a_message_no_worker_consumes_ends_as_a_misfire_with_no_fired_row_left(
-    tmp_path: Path, pg_url: str, redis_url: str
+    tmp_path: Path, pg_url: str, broker_url: str
 ) -> None:
     store, quartz = _setup(pg_url)
     nobody = {"queue": "nobody-consumes-this"}
     env = {
-        "CQ_BROKER_URL": redis_url,
+        "CQ_BROKER_URL": broker_url,
         "CQ_STORE_URL": pg_url,
         "CQ_LEDGER_URL": pg_url,
         "CQ_MISFIRE_THRESHOLD": "2",

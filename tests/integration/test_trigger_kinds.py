@@ -26,6 +26,7 @@ from celery_quartz.triggers import (
     SimpleTrigger,
 )
 from tests.integration import ledger_app
+from tests.integration.brokers import on_both_brokers
 from tests.integration.processes import processes, wait_for
 
 
@@ -101,8 +102,9 @@ def _five_kinds(start: datetime) -> list[Any]:
     ]
 
 
+@on_both_brokers
 def test_each_of_the_five_trigger_kinds_fires_its_occurrences_once_through_beat_and_worker(
-    tmp_path: Path, pg_url: str, redis_url: str
+    tmp_path: Path, pg_url: str, broker_url: str
 ) -> None:
     store = ledger_app.prepared_store(pg_url)
     quartz = Quartz(ledger_app.app, store=store)
@@ -116,7 +118,7 @@ def test_each_of_the_five_trigger_kinds_fires_its_occurrences_once_through_beat_
         for t in triggers
         for k in range(5)
     }
-    with processes(tmp_path, _env(pg_url, redis_url)) as procs:
+    with processes(tmp_path, _env(pg_url, broker_url)) as procs:
         procs.worker("worker1", concurrency=4)
         procs.beat("beat1")
         procs.beat("beat2")

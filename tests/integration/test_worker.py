@@ -19,6 +19,7 @@ from celery_quartz.retry import RetryPolicy
 from celery_quartz.store import SqlStore
 from celery_quartz.triggers.simple import REPEAT_INDEFINITELY
 from tests.integration import ledger_app
+from tests.integration.brokers import on_both_brokers
 from tests.integration.processes import processes, wait_for
 
 
@@ -31,8 +32,9 @@ def _ledger_counts(url: str) -> tuple[int, int]:
     return rows, dups
 
 
+@on_both_brokers
 def test_the_same_firing_published_twice_starts_once(
-    tmp_path: Path, pg_url: str, redis_url: str
+    tmp_path: Path, pg_url: str, broker_url: str
 ) -> None:
     store = ledger_app.prepared_store(pg_url)
     now = datetime.now(timezone.utc)
@@ -51,8 +53,8 @@ def test_the_same_firing_published_twice_starts_once(
     firings = store.fire("by-hand", acquired)
     assert len(firings) == 1
 
-    publisher = Publisher(Celery("ledger_app", broker=redis_url, set_as_current=False))
-    env = {"CQ_BROKER_URL": redis_url, "CQ_STORE_URL": pg_url, "CQ_LEDGER_URL": pg_url}
+    publisher = Publisher(Celery("ledger_app", broker=broker_url, set_as_current=False))
+    env = {"CQ_BROKER_URL": broker_url, "CQ_STORE_URL": pg_url, "CQ_LEDGER_URL": pg_url}
     with processes(tmp_path, env) as procs:
         publisher.publish(firings)
         publisher.publish(firings)

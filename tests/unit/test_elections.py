@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -148,3 +149,65 @@ def test_the_postgresql_election_needs_a_lock_timeout_of_two_retry_intervals() -
             retry_interval=1.0,
             lock_timeout=1.5,
         )
+
+
+def _redis_election(app_conf: dict[str, object], **settings: object) -> object:
+    from celery import Celery
+
+    from celery_quartz.elections import build_election
+
+    app = Celery("elect", set_as_current=False)
+    app.conf.update(app_conf)
+    chosen = Settings(clustered=False, election="redis", scheduler_name="s", **settings)  # type: ignore[arg-type]
+    return build_election(chosen, app, SchedulerLeadership(Scheduler()))
+
+
+def test_a_sentinel_url_gives_a_client_of_the_master_the_sentinels_name() -> None:
+    election: Any = _redis_election(
+        {
+            "broker_url": "sentinel://:secret@10.0.0.1:26379/4;sentinel://10.0.0.2:26380/4",
+            "broker_transport_options": {"master_name": "mymaster"},
+        }
+    )
+    pool = election.client.connection_pool
+    assert pool.service_name == "mymaster"
+    assert pool.connection_kwargs["db"] == 4
+    assert pool.connection_kwargs["password"] == "secret"
+    hosts = [
+        (s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
+        for s in pool.sentinel_manager.sentinels
+    ]
+    assert hosts == [("10.0.0.1", 26379), ("10.0.0.2", 26380)]
+    election.close()
+
+
+def test_the_election_master_name_setting_wins_over_the_brokers() -> None:
+    election: Any = _redis_election(
+        {"broker_transport_options": {"master_name": "broker-master"}},
+        election_redis_url="sentinel://10.0.0.1:26379",
+        election_redis_master_name="election-master",
+    )
+    assert election.client.connection_pool.service_name == "election-master"
+    assert election.client.connection_pool.connection_kwargs["db"] == 0
+    election.close()
+
+
+def test_a_sentinel_url_without_a_master_name_is_refused_naming_the_setting() -> None:
+    with pytest.raises(ConfigurationError, match="quartz_election_redis_master_name") as caught:
+        _redis_election({"broker_url": "sentinel://:hunter2@10.0.0.1:26379/0"})
+    assert "hunter2" not in str(caught.value)
+
+
+def test_a_sentinel_url_with_another_scheme_in_its_list_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="sentinel://host:port"):
+        _redis_election(
+            {"broker_transport_options": {"master_name": "m"}},
+            election_redis_url="sentinel://10.0.0.1:26379;redis://10.0.0.2:6379",
+        )
+
+
+def test_a_plain_redis_url_still_gives_a_plain_client() -> None:
+    election: Any = _redis_election({"broker_url": "redis://10.0.0.1:6380/3"})
+    kwargs = election.client.connection_pool.connection_kwargs
+    assert (kwargs["host"], kwargs["port"], kwargs["db"]) == ("10.0.0.1", 6380, 3)
+    election.close()

@@ -324,9 +324,13 @@ class SchedulingStore(abc.ABC):
         """Firings fired and not yet finished (of one scheduler instance, or of all)."""
 
     @abc.abstractmethod
-    def handle_misfires(self, *, max_count: int) -> tuple[int, bool]:
+    def handle_misfires(
+        self, *, max_count: int, instance_name: str | None = None, router: Router | None = None
+    ) -> tuple[int, bool]:
         """Apply the misfire instruction of up to ``max_count`` triggers later than the misfire
-        threshold, earliest first. Returns (handled, more remain).
+        threshold, earliest first. Returns (handled, more remain). Each occurrence missed is
+        recorded in the history, decided by ``instance_name``: ``held`` when ``router`` would
+        hold its trigger back now (an execution limit, a pin), otherwise ``misfired``.
 
         Race settled: two schedulers' misfire handlers picking the same trigger; each trigger is
         handled once, and only while it is still WAITING at the fire time that was late.

@@ -99,6 +99,9 @@ class FinishedExecution:
     fire_instance_id: str
     #: When it finished (epoch milliseconds): its trigger's last finish time.
     finished_millis: int
+    #: What the task reported (``current_context().report``), bounded; metrics as JSON.
+    summary: str | None = None
+    metrics: str | None = None
 
 
 @dataclass(frozen=True)

@@ -111,8 +111,14 @@ class CompletionBatch:
         self._count = 0
         self._thread: threading.Thread | None = None
 
-    def add(self, scheduler_name: str, fire_instance_id: str) -> None:
-        end = FinishedExecution(fire_instance_id, to_millis(self._clock.now()))
+    def add(
+        self,
+        scheduler_name: str,
+        fire_instance_id: str,
+        summary: str | None = None,
+        metrics: str | None = None,
+    ) -> None:
+        end = FinishedExecution(fire_instance_id, to_millis(self._clock.now()), summary, metrics)
         with self._lock:
             self._ends.setdefault(scheduler_name, []).append(end)
             self._count += 1

@@ -6,14 +6,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import and_, delete, func, select, tuple_, update
 
 from celery_quartz.clock import to_millis
 from celery_quartz.firing import AcquiredFiring, Firing
-from celery_quartz.keys import TriggerKey
+from celery_quartz.history import RunResult
+from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.misfire import expired_firing_outcome
-from celery_quartz.routing import Router
+from celery_quartz.routing import Hold, Router
 from celery_quartz.store.abc import SchedulingStore
 from celery_quartz.store.records import Claim
 from celery_quartz.store.schema import ERROR_TEXT, FiringState, TriggerState
@@ -260,9 +262,13 @@ class SchedulingSql(SchedulingStore):
         with self.sql.transaction() as conn:
             return int(conn.execute(q).scalar_one())
 
-    def handle_misfires(self, *, max_count: int) -> tuple[int, bool]:
+    def handle_misfires(
+        self, *, max_count: int, instance_name: str | None = None, router: Router | None = None
+    ) -> tuple[int, bool]:
         """The late rows are locked, skipping those another handler holds; each update is
-        conditional on the trigger still being WAITING at the fire time that was late."""
+        conditional on the trigger still being WAITING at the fire time that was late. A late
+        trigger that ``router`` would hold back now (its execution group at its limit, its
+        pinned worker saturated or not serving it) is recorded as ``held``."""
         t = self.sql.tables.triggers
         now = self.sql.now()
         late_before = now - self.sql.misfire_threshold_ms
@@ -281,6 +287,7 @@ class SchedulingSql(SchedulingStore):
                 .with_for_update(skip_locked=True)
             ).all()
             more = len(rows) > max_count
+            hold = self._holds(conn, router, now, rows[:max_count])
             for row in rows[:max_count]:
                 self.definitions.apply_misfire(
                     conn,
@@ -289,8 +296,33 @@ class SchedulingSql(SchedulingStore):
                     "",
                     t.c.trigger_state == TriggerState.WAITING,
                     t.c.next_fire_time == row.next_fire_time,
+                    decided_by=instance_name,
+                    held_by=hold(row),
                 )
         return min(len(rows), max_count), more
+
+    def _holds(
+        self, conn: Any, router: Router | None, now: int, rows: Sequence[Any]
+    ) -> Callable[[Any], str | None]:
+        """What would hold each late trigger of ``rows`` back now (None: nothing; it is late
+        for another reason, such as every scheduler down): the admission of a claim, read only
+        when the history is recorded and a trigger has a group or a pin to be held by."""
+        if (
+            router is None
+            or not self.definitions.history.enabled
+            or not any(r.execution_group is not None or r.preferred_node for r in rows)
+        ):
+            return lambda _row: None
+        admission = self.claims.admission(conn, router, now)
+
+        def hold(row: Any) -> str | None:
+            # A fresh copy each: admitting one late trigger must not count it against the next.
+            decision = router.admission(
+                admission.workers, admission.in_flight_by_group, admission.in_flight_by_queue
+            ).admit(row.execution_group, row.preferred_node)
+            return decision.describe() if isinstance(decision, Hold) else None
+
+        return hold
 
     def resolve_expired_firings(
         self,
@@ -353,9 +385,16 @@ class SchedulingSql(SchedulingStore):
                     )
                     republish.append(row.fire_instance_id)
                     why[row.fire_instance_id] = (late_by, outcome.why)
+                    self._record_expired(
+                        conn,
+                        row,
+                        f"not started by any worker ({late_by:.1f}s late); published again: "
+                        f"{outcome.why}",
+                        instance_name,
+                    )
                 else:
-                    self.ends.drop_firing(
-                        conn, row, f"misfire: {outcome.why} ({late_by:.1f}s late)"
+                    self._drop_expired(
+                        conn, row, f"misfire: {outcome.why} ({late_by:.1f}s late)", instance_name
                     )
             firings = (
                 self.ends.firings_to_publish(
@@ -373,7 +412,7 @@ class SchedulingSql(SchedulingStore):
                         kept.append(firing)
                     else:
                         row = by_id[firing.fire_instance_id]
-                        self.ends.drop_firing(conn, row, f"misfire: {reason}")
+                        self._drop_expired(conn, row, f"misfire: {reason}", instance_name)
                 firings = kept
         for firing in firings:
             late_by, because = why.get(firing.fire_instance_id, (0.0, ""))
@@ -386,6 +425,32 @@ class SchedulingSql(SchedulingStore):
                 because,
             )
         return firings
+
+    def _drop_expired(self, conn: Any, row: Any, why: str, instance_name: str) -> None:
+        """Drop the expired firing ``row``, recording its occurrence as expired, dropped."""
+        occurrence = self.ends.history.occurrence(conn, row)
+        if self.ends.drop_firing(conn, row, why):
+            self._record_expired(
+                conn, row, f"not started by any worker; dropped ({why})", instance_name, occurrence
+            )
+
+    def _record_expired(
+        self, conn: Any, row: Any, reason: str, instance_name: str, occurrence: Any = None
+    ) -> None:
+        history = self.ends.history
+        if not history.enabled:
+            return
+        history.record_not_run(
+            conn,
+            RunResult.EXPIRED,
+            reason,
+            trigger_key=TriggerKey(row.trigger_name, row.trigger_group),
+            job_key=None if row.job_name is None else JobKey(row.job_name, row.job_group),
+            scheduled_millis=row.sched_time,
+            instance_name=instance_name,
+            fired=row,
+            occurrence=occurrence or history.occurrence(conn, row),
+        )
 
     def count_expired_firings(self, *, grace: float) -> int:
         f = self.sql.tables.fired_triggers

@@ -249,7 +249,14 @@ class WorkerSql(WorkerStore):
 
     def complete_executions(self, finished: Sequence[FinishedExecution]) -> int:
         ends = [
-            _End(item.fire_instance_id, outcome=FiringOutcome(finished_millis=item.finished_millis))
+            _End(
+                item.fire_instance_id,
+                outcome=FiringOutcome(
+                    finished_millis=item.finished_millis,
+                    summary=item.summary,
+                    metrics=item.metrics,
+                ),
+            )
             for item in finished
         ]
         return self._complete(ends, True)
@@ -272,7 +279,10 @@ class WorkerSql(WorkerStore):
                 self._complete_statement,
                 ids=[end.fire_instance_id for end in alone],
                 finished=[_finished_millis(end, now) for end in alone],
+                summaries=[None if end.outcome is None else end.outcome.summary for end in alone],
+                metrics=[None if end.outcome is None else end.outcome.metrics for end in alone],
                 latest_wins=latest_wins,
+                **({"now": now} if self.sql.record_history else {}),
             )
             assert row is not None  # an aggregate: one row, whatever it removed
             done = set(row.done or ())
@@ -298,11 +308,7 @@ class WorkerSql(WorkerStore):
                     .where(self.sql.job_key(job_key), j.c.is_update_data.is_(True))
                     .values(job_data=encoded)
                 )
-            if end.failed:
-                # Before the release: a finished one-shot trigger is removed there, and the retry
-                # reads its policy and data (and keeps a non-durable job alive).
-                self.ends.schedule_retry_firing(conn, row, self.sql.now())
-            self.ends.release_after_firing(conn, row, end.outcome)
+            self.ends.end_execution(conn, row, end.outcome, failed=end.failed)
         return True
 
     @functools.cached_property
@@ -317,8 +323,10 @@ class WorkerSql(WorkerStore):
             func.unnest(
                 bindparam("ids", type_=ARRAY(String)),
                 bindparam("finished", type_=ARRAY(BigInteger)),
+                bindparam("summaries", type_=ARRAY(String)),
+                bindparam("metrics", type_=ARRAY(String)),
             )
-            .table_valued("fire_instance_id", "finished_time")
+            .table_valued("fire_instance_id", "finished_time", "summary", "metrics")
             .render_derived(name="ended")
         )
         gone = (
@@ -335,6 +343,7 @@ class WorkerSql(WorkerStore):
                 f.c.trigger_group,
                 f.c.started_time,
                 ended.c.finished_time,
+                *self._history_columns(f, ended),
             )
             .cte("gone")
         )
@@ -373,11 +382,34 @@ class WorkerSql(WorkerStore):
             .returning(t.c.trigger_name)
             .cte("recorded")
         )
-        return self.sql.compiled(
-            select(
-                select(func.array_agg(gone.c.fire_instance_id)).scalar_subquery().label("done"),
-                select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
-            )
+        counts = [
+            select(func.array_agg(gone.c.fire_instance_id)).scalar_subquery().label("done"),
+            select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
+        ]
+        if self.sql.record_history:
+            # The history rows and the run statuses, in the same statement.
+            history, status = self.ends.history.batch_ctes(gone, bindparam("now", BigInteger))
+            counts.append(select(func.count()).select_from(history).scalar_subquery().label("h"))
+            counts.append(select(func.count()).select_from(status).scalar_subquery().label("s"))
+        return self.sql.compiled(select(*counts))
+
+    def _history_columns(self, f: Any, ended: Any) -> tuple[Any, ...]:
+        """What the history rows of a batch need of the removed fired rows (nothing when the
+        history is off)."""
+        if not self.sql.record_history:
+            return ()
+        return (
+            f.c.job_name,
+            f.c.job_group,
+            f.c.sched_time,
+            f.c.published_time,
+            f.c.worker_name,
+            f.c.instance_name,
+            f.c.retry_attempt,
+            f.c.recovering,
+            f.c.expired_count,
+            ended.c.summary,
+            ended.c.metrics,
         )
 
     def executing_task_ids(self, worker_name: str) -> dict[str, str]:
@@ -408,14 +440,15 @@ class WorkerSql(WorkerStore):
             if loss is ProcessLoss.CRASHED:
                 recovered = self.ends.resolve_dead_execution(conn, row, now, outcome)
                 ended = "recovered" if recovered else "interrupted"
-            elif loss is ProcessLoss.TIMED_OUT:
-                # Before the release, as for any failure (see complete_execution).
-                self.ends.schedule_retry_firing(conn, row, now)
-                self.ends.release_after_firing(conn, row, outcome)
-                ended = "failed"
             else:
-                self.ends.release_after_firing(conn, row, outcome)
-                ended = "interrupted"
+                # Timed out: a failure, handed to the retry policy. Terminated: cancelled.
+                ended = self.ends.end_execution(
+                    conn,
+                    row,
+                    outcome,
+                    failed=loss is ProcessLoss.TIMED_OUT,
+                    cancelled=loss is ProcessLoss.TERMINATED,
+                ).value
         logger.info(
             "worker %s: its pool process stopped (%s: %s) running firing %s of trigger %s.%s "
             "(scheduled %s); %s",
@@ -428,8 +461,10 @@ class WorkerSql(WorkerStore):
             from_millis(row.sched_time).isoformat(),
             {
                 "failed": "recorded as failed",
+                "retried": "recorded as failed; a retry is scheduled",
                 "recovered": "recovery firing scheduled",
                 "interrupted": "closed as interrupted",
+                "cancelled": "recorded as cancelled",
             }[ended],
         )
         return ended

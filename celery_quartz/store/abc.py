@@ -567,8 +567,10 @@ class WorkerStore(abc.ABC):
         """End a firing whose pool process stopped while running it on ``worker_name``, as that
         worker's main process reports it, the way ``loss`` says (:class:`ProcessLoss`); what the
         firing held is released at once and ``outcome`` is kept as its trigger's last. Returns
-        ``"recovered"``, ``"interrupted"`` or ``"failed"``; None when the firing is not
-        executing on ``worker_name`` (its start was never recorded there, or it has ended).
+        the result recorded in the history (:class:`~celery_quartz.history.RunResult`'s value):
+        ``"recovered"`` or ``"interrupted"`` (crashed), ``"retried"`` or ``"failed"`` (timed
+        out), ``"cancelled"`` (terminated); None when the firing is not executing on
+        ``worker_name`` (its start was never recorded there, or it has ended).
 
         Race settled: the end against a recovery of the same firing (its worker judged dead
         meanwhile) and against another worker's start of it: the row is removed only while

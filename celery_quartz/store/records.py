@@ -25,7 +25,7 @@ class ProcessLoss(str, Enum):
     #: Killed at its hard time limit: ``TimeLimitExceeded``. A failed execution, handed to its
     #: trigger's retry policy.
     TIMED_OUT = "timed_out"
-    #: Revoked with ``terminate=True``: closed as interrupted, neither retried nor recovered.
+    #: Revoked with ``terminate=True``: closed as cancelled, neither retried nor recovered.
     TERMINATED = "terminated"
 
 

@@ -281,34 +281,7 @@ class FiringEnds:
             if r.task_name is None:
                 self.drop_firing(conn, r, "its job no longer exists")
                 continue
-            firings.append(
-                Firing(
-                    fire_instance_id=r.fire_instance_id,
-                    scheduler_name=self.sql.scheduler_name,
-                    task=r.task_name,
-                    args=json.loads(r.args),
-                    kwargs=json.loads(r.kwargs),
-                    options=json.loads(r.options),
-                    job_key=JobKey(r.job_name, r.job_group),
-                    trigger_key=TriggerKey(r.trigger_name, r.trigger_group),
-                    scheduled_millis=(
-                        r.origin_sched_time if r.origin_sched_time is not None else r.sched_time
-                    ),
-                    fired_millis=r.fired_time,
-                    fired_by=instance_name,
-                    job_data=json.loads(r.job_data),
-                    trigger_data=json.loads(r.trigger_data or "{}"),
-                    expires_millis=r.expires_time,
-                    expired_count=r.expired_count,
-                    recovering=r.recovering,
-                    retry_attempt=r.retry_attempt,
-                    refire_count=r.refire_count,
-                    origin_trigger_key=origin_key(r),
-                    persist_job_data=r.is_update_data,
-                    queue=r.queue,
-                    node=routed_node(r),
-                )
-            )
+            firings.append(_firing(r, self.sql.scheduler_name, instance_name))
         return firings
 
     def _schedule_recovery_firing(self, conn: Connection, row: Row[Any], now: int) -> bool:
@@ -480,3 +453,31 @@ class FiringEnds:
             )
         )
         return True
+
+
+def _firing(r: Any, scheduler_name: str, instance_name: str) -> Firing:
+    """The firing to publish of a fired row read with its job and trigger."""
+    return Firing(
+        fire_instance_id=r.fire_instance_id,
+        scheduler_name=scheduler_name,
+        task=r.task_name,
+        args=json.loads(r.args),
+        kwargs=json.loads(r.kwargs),
+        options=json.loads(r.options),
+        job_key=JobKey(r.job_name, r.job_group),
+        trigger_key=TriggerKey(r.trigger_name, r.trigger_group),
+        scheduled_millis=(r.origin_sched_time if r.origin_sched_time is not None else r.sched_time),
+        fired_millis=r.fired_time,
+        fired_by=instance_name,
+        job_data=json.loads(r.job_data),
+        trigger_data=json.loads(r.trigger_data or "{}"),
+        expires_millis=r.expires_time,
+        expired_count=r.expired_count,
+        recovering=r.recovering,
+        retry_attempt=r.retry_attempt,
+        refire_count=r.refire_count,
+        origin_trigger_key=origin_key(r),
+        persist_job_data=r.is_update_data,
+        queue=r.queue,
+        node=routed_node(r),
+    )

@@ -229,6 +229,30 @@ class HistoryRows:
             )
         conn.execute(insert(self.sql.tables.history).values(values))
 
+    def record_expired(
+        self,
+        conn: Connection,
+        fired: Row[Any],
+        reason: str,
+        instance_name: str,
+        occurrence: Occurrence | None = None,
+    ) -> None:
+        """The history row of the firing ``fired`` whose message expired unstarted: dropped, or
+        published again (``reason`` says which), decided by ``instance_name``."""
+        if not self.enabled:
+            return
+        self.record_not_run(
+            conn,
+            RunResult.EXPIRED,
+            reason,
+            trigger_key=TriggerKey(fired.trigger_name, fired.trigger_group),
+            job_key=None if fired.job_name is None else JobKey(fired.job_name, fired.job_group),
+            scheduled_millis=fired.sched_time,
+            instance_name=instance_name,
+            fired=fired,
+            occurrence=occurrence or self.occurrence(conn, fired),
+        )
+
     # -- PostgreSQL's batch of successes -----------------------------------------------------
 
     def batch_ctes(self, gone: Any, now: Any) -> list[Any]:

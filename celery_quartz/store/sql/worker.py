@@ -35,6 +35,7 @@ from celery_quartz.store.records import FinishedExecution, ProcessLoss, StartedE
 from celery_quartz.store.schema import FiringState, TriggerState
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._firings import FiringEnds
+from celery_quartz.store.sql._history_rows import HistoryRows
 from celery_quartz.store.sql._prepared import CompiledStatement
 from celery_quartz.store.sql._rows import outcome_columns
 from celery_quartz.store.views import FiringOutcome
@@ -313,104 +314,7 @@ class WorkerSql(WorkerStore):
 
     @functools.cached_property
     def _complete_statement(self) -> CompiledStatement:
-        """``WITH gone AS (DELETE fired USING unnest(ids, finished) … RETURNING …), latest AS
-        (them ranked by finish per trigger), recorded AS (UPDATE triggers … last outcome,
-        unless ``latest_wins`` and a later finish is already kept) SELECT array_agg(gone's
-        ids), count(recorded)`` (parameters ``ids`` and ``finished``, arrays of the same length,
-        a NULL finish keeping no outcome; and ``latest_wins``)."""
-        f, t = self.sql.tables.fired_triggers, self.sql.tables.triggers
-        ended = (
-            func.unnest(
-                bindparam("ids", type_=ARRAY(String)),
-                bindparam("finished", type_=ARRAY(BigInteger)),
-                bindparam("summaries", type_=ARRAY(String)),
-                bindparam("metrics", type_=ARRAY(String)),
-            )
-            .table_valued("fire_instance_id", "finished_time", "summary", "metrics")
-            .render_derived(name="ended")
-        )
-        gone = (
-            delete(f)
-            .where(
-                self.sql.scoped(f),
-                f.c.fire_instance_id == ended.c.fire_instance_id,
-                *self._ends_alone(f),
-            )
-            .returning(
-                f.c.fire_instance_id,
-                f.c.sched_name,
-                f.c.trigger_name,
-                f.c.trigger_group,
-                f.c.started_time,
-                ended.c.finished_time,
-                *self._history_columns(f, ended),
-            )
-            .cte("gone")
-        )
-        key = (gone.c.sched_name, gone.c.trigger_name, gone.c.trigger_group)
-        latest = (
-            select(
-                *key,
-                gone.c.started_time,
-                gone.c.finished_time,
-                func.row_number()
-                .over(partition_by=key, order_by=gone.c.finished_time.desc())
-                .label("rank"),
-            )
-            .where(gone.c.finished_time.is_not(None))
-            .cte("latest")
-        )
-        recorded = (
-            update(t)
-            .where(
-                t.c.sched_name == latest.c.sched_name,
-                t.c.trigger_name == latest.c.trigger_name,
-                t.c.trigger_group == latest.c.trigger_group,
-                latest.c.rank == 1,
-                or_(
-                    ~bindparam("latest_wins", type_=Boolean),
-                    func.coalesce(t.c.last_finished_time, 0) <= latest.c.finished_time,
-                ),
-            )
-            .values(
-                {
-                    **outcome_columns(t, FiringOutcome(), None, 0),
-                    "last_started_time": latest.c.started_time,
-                    "last_finished_time": latest.c.finished_time,
-                }
-            )
-            .returning(t.c.trigger_name)
-            .cte("recorded")
-        )
-        counts = [
-            select(func.array_agg(gone.c.fire_instance_id)).scalar_subquery().label("done"),
-            select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
-        ]
-        if self.sql.record_history:
-            # The history rows and the run statuses, in the same statement.
-            history, status = self.ends.history.batch_ctes(gone, bindparam("now", BigInteger))
-            counts.append(select(func.count()).select_from(history).scalar_subquery().label("h"))
-            counts.append(select(func.count()).select_from(status).scalar_subquery().label("s"))
-        return self.sql.compiled(select(*counts))
-
-    def _history_columns(self, f: Any, ended: Any) -> tuple[Any, ...]:
-        """What the history rows of a batch need of the removed fired rows (nothing when the
-        history is off)."""
-        if not self.sql.record_history:
-            return ()
-        return (
-            f.c.job_name,
-            f.c.job_group,
-            f.c.sched_time,
-            f.c.published_time,
-            f.c.worker_name,
-            f.c.instance_name,
-            f.c.retry_attempt,
-            f.c.recovering,
-            f.c.expired_count,
-            ended.c.summary,
-            ended.c.metrics,
-        )
+        return _complete_statement(self.sql, self.ends.history)
 
     def executing_task_ids(self, worker_name: str) -> dict[str, str]:
         f = self.sql.tables.fired_triggers
@@ -469,29 +373,132 @@ class WorkerSql(WorkerStore):
         )
         return ended
 
-    def _ends_alone(self, f: Any) -> list[ColumnElement[bool]]:
-        """The fired rows whose end releases nothing: executing, of a job that allows
-        concurrent executions, and of a trigger that is not COMPLETE."""
-        t = self.sql.tables.triggers
-        trigger_complete = (
-            select(t.c.trigger_name)
-            .where(
-                t.c.sched_name == f.c.sched_name,
-                t.c.trigger_name == f.c.trigger_name,
-                t.c.trigger_group == f.c.trigger_group,
-                t.c.trigger_state == TriggerState.COMPLETE,
-            )
-            .exists()
-        )
-        return [
-            f.c.state == FiringState.EXECUTING,
-            f.c.is_nonconcurrent.is_(False),
-            ~trigger_complete,
-        ]
-
 
 def _finished_millis(end: _End, now: int) -> int | None:
     """When ``end`` finished, as its trigger keeps it: None without an outcome to keep."""
     if end.outcome is None:
         return None
     return now if end.outcome.finished_millis is None else end.outcome.finished_millis
+
+
+def _complete_statement(sql: SqlContext, history: HistoryRows) -> CompiledStatement:
+    """``WITH gone AS (DELETE fired USING unnest(ids, finished) … RETURNING …), latest AS
+    (them ranked by finish per trigger), recorded AS (UPDATE triggers … last outcome,
+    unless ``latest_wins`` and a later finish is already kept) SELECT array_agg(gone's
+    ids), count(recorded)`` (parameters ``ids`` and ``finished``, arrays of the same length,
+    a NULL finish keeping no outcome; and ``latest_wins``)."""
+    f, t = sql.tables.fired_triggers, sql.tables.triggers
+    ended = (
+        func.unnest(
+            bindparam("ids", type_=ARRAY(String)),
+            bindparam("finished", type_=ARRAY(BigInteger)),
+            bindparam("summaries", type_=ARRAY(String)),
+            bindparam("metrics", type_=ARRAY(String)),
+        )
+        .table_valued("fire_instance_id", "finished_time", "summary", "metrics")
+        .render_derived(name="ended")
+    )
+    gone = (
+        delete(f)
+        .where(
+            sql.scoped(f),
+            f.c.fire_instance_id == ended.c.fire_instance_id,
+            *_ends_alone(sql, f),
+        )
+        .returning(
+            f.c.fire_instance_id,
+            f.c.sched_name,
+            f.c.trigger_name,
+            f.c.trigger_group,
+            f.c.started_time,
+            ended.c.finished_time,
+            *_history_columns(sql, f, ended),
+        )
+        .cte("gone")
+    )
+    key = (gone.c.sched_name, gone.c.trigger_name, gone.c.trigger_group)
+    latest = (
+        select(
+            *key,
+            gone.c.started_time,
+            gone.c.finished_time,
+            func.row_number()
+            .over(partition_by=key, order_by=gone.c.finished_time.desc())
+            .label("rank"),
+        )
+        .where(gone.c.finished_time.is_not(None))
+        .cte("latest")
+    )
+    recorded = (
+        update(t)
+        .where(
+            t.c.sched_name == latest.c.sched_name,
+            t.c.trigger_name == latest.c.trigger_name,
+            t.c.trigger_group == latest.c.trigger_group,
+            latest.c.rank == 1,
+            or_(
+                ~bindparam("latest_wins", type_=Boolean),
+                func.coalesce(t.c.last_finished_time, 0) <= latest.c.finished_time,
+            ),
+        )
+        .values(
+            {
+                **outcome_columns(t, FiringOutcome(), None, 0),
+                "last_started_time": latest.c.started_time,
+                "last_finished_time": latest.c.finished_time,
+            }
+        )
+        .returning(t.c.trigger_name)
+        .cte("recorded")
+    )
+    counts = [
+        select(func.array_agg(gone.c.fire_instance_id)).scalar_subquery().label("done"),
+        select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
+    ]
+    if sql.record_history:
+        # The history rows and the run statuses, in the same statement.
+        rows, status = history.batch_ctes(gone, bindparam("now", type_=BigInteger))
+        counts.append(select(func.count()).select_from(rows).scalar_subquery().label("history"))
+        counts.append(select(func.count()).select_from(status).scalar_subquery().label("status"))
+    return sql.compiled(select(*counts))
+
+
+def _history_columns(sql: SqlContext, f: Any, ended: Any) -> tuple[Any, ...]:
+    """What the history rows of a batch need of the removed fired rows (nothing when the
+    history is off)."""
+    if not sql.record_history:
+        return ()
+    return (
+        f.c.job_name,
+        f.c.job_group,
+        f.c.sched_time,
+        f.c.published_time,
+        f.c.worker_name,
+        f.c.instance_name,
+        f.c.retry_attempt,
+        f.c.recovering,
+        f.c.expired_count,
+        ended.c.summary,
+        ended.c.metrics,
+    )
+
+
+def _ends_alone(sql: SqlContext, f: Any) -> list[ColumnElement[bool]]:
+    """The fired rows whose end releases nothing: executing, of a job that allows
+    concurrent executions, and of a trigger that is not COMPLETE."""
+    t = sql.tables.triggers
+    trigger_complete = (
+        select(t.c.trigger_name)
+        .where(
+            t.c.sched_name == f.c.sched_name,
+            t.c.trigger_name == f.c.trigger_name,
+            t.c.trigger_group == f.c.trigger_group,
+            t.c.trigger_state == TriggerState.COMPLETE,
+        )
+        .exists()
+    )
+    return [
+        f.c.state == FiringState.EXECUTING,
+        f.c.is_nonconcurrent.is_(False),
+        ~trigger_complete,
+    ]

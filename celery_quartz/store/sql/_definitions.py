@@ -224,7 +224,10 @@ class Definitions:
             outcome = f"next fire time {trigger.next_fire_time.isoformat()}"
         if applied:
             late = f"{(now - row.next_fire_time) / 1000:.1f}s late"
-            applied_text = f"misfire instruction {trigger.misfire_instruction}: {outcome}"
+            instruction = trigger.misfire_instruction
+            member = next((m for m in trigger.misfire_instructions if m == instruction), None)
+            named = getattr(member, "name", str(instruction))
+            applied_text = f"misfire instruction {named}: {outcome}"
             self.history.record_not_run(
                 conn,
                 RunResult.MISFIRED if held_by is None else RunResult.HELD,

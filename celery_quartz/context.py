@@ -53,9 +53,11 @@ class JobExecutionContext:
     refire_count: int = 0
     #: The Celery worker running it (its node name), when known.
     worker_name: str | None = None
-    #: What the task reported with :meth:`report`, kept in its history row: a summary, and
-    #: metrics as JSON (None: nothing reported, or dropped for its size).
+    #: The summary the task reported with :meth:`report`, kept in its history row (None:
+    #: nothing reported, or dropped for its size).
     summary: str | None = None
+    #: The metrics the task reported with :meth:`report`, as JSON (None: nothing reported, or
+    #: dropped for its size).
     metrics: str | None = None
 
     def report(self, summary: str | None = None, metrics: Mapping[str, Any] | None = None) -> None:

@@ -577,6 +577,17 @@ class WorkerStore(abc.ABC):
         EXECUTING on ``worker_name``, so exactly one of them acts.
         """
 
+    @abc.abstractmethod
+    def cancel_firing(self, fire_instance_id: str, worker_name: str) -> bool:
+        """End a firing whose message ``worker_name`` discarded unstarted because it was
+        revoked: its row removed while it has not started (FIRED or PUBLISHED), what it held
+        released, and its occurrence recorded as cancelled. False when it had started or ended.
+
+        Race settled: the cancel against a start of the same firing (a delivery to a worker
+        that had not yet learnt of the revoke) and against the resolution of its expiry: the
+        row is removed only while not started, by a conditional delete, so exactly one acts.
+        """
+
 
 class StoreReader(abc.ABC):
     """The operators' read side: what the CLI, health, metrics, the dashboard and the HTTP API

@@ -393,6 +393,34 @@ def test_a_firing_revoked_with_terminate_is_closed_as_cancelled(
     store.dispose()
 
 
+def test_a_firing_revoked_before_it_started_is_discarded_and_recorded_as_cancelled(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """A revoke reaching the worker before the message does: Celery discards the message, and
+    the worker's main process ends the firing, unstarted, as cancelled (rather than leaving it
+    to expire and be published again under a task id the revoke does not name)."""
+    store = ledger_app.prepared_store(pg_url)
+    _schedule_hourly(store, "revoked", options={"queue": "later"})
+    with processes(tmp_path, ledger_app.environment(pg_url, redis_url)) as procs:
+        procs.worker("worker1", concurrency=1, queues="celery")
+        control = Celery("ledger_app", broker=redis_url, set_as_current=False)
+        try:
+            wait_for(lambda: bool(control.control.ping(timeout=1)), 30, message="the worker")
+            _fire_by_hand(store, redis_url, 1)
+            [fire_id] = store.firing_states()
+            control.control.revoke(fire_id)
+            control.control.add_consumer("later", reply=True)
+        finally:
+            control.close()
+        wait_for(lambda: not store.firing_states(), timeout=20, message="the firing cancelled")
+        procs.assert_running("worker1")
+    assert _ledger_counts(pg_url) == (0, 0)
+    [row] = ledger_app.history_rows(pg_url)
+    assert (row.result, row.fire_instance_id, row.started_time) == ("cancelled", fire_id, None)
+    assert row.worker_name is None and row.instance_name == "by-hand"
+    store.dispose()
+
+
 def _pool_processes(redis_url: str) -> list[int]:
     """The pids of the worker's prefork pool processes, as ``celery inspect stats`` shows them."""
     app = Celery("ledger_app", broker=redis_url, set_as_current=False)

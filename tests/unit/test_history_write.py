@@ -223,6 +223,30 @@ def test_a_lost_pool_process_ends_its_firing_with_the_result_its_loss_means(
     assert (row.result, row.error_type, row.error_message) == (result, "Terminated", "signal 15")
 
 
+def test_a_firing_revoked_before_it_started_is_removed_and_cancelled_once(
+    db: SqlStore, clock: FakeClock
+) -> None:
+    add(db, repeating("t1", at(0), 60), repeating("t2", at(0), 60))
+    fire_id = fire_one(db, "t1")
+    db.mark_published(A, [fire_id])
+    clock.set(at(1))
+    assert db.cancel_firing(fire_id, W1)
+    assert not db.cancel_firing(fire_id, W1)
+    started = executing(db, "t2")
+    assert not db.cancel_firing(started, W1)  # a revoke without terminate leaves it running
+    assert db.firing_states() == {started: "EXECUTING"}
+    [row] = history(db)
+    assert (row.result, row.fire_instance_id, row.started_time, row.duration_ms) == (
+        "cancelled",
+        fire_id,
+        None,
+        None,
+    )
+    view = db.trigger_view(TriggerKey("t1"))
+    assert view is not None and view.last_outcome is None  # it never ran
+    assert status(db, "trigger", "t1").runs == 1
+
+
 def test_a_success_resets_the_failures_in_a_row_a_cancel_leaves_them(
     store: MemoryStore, clock: FakeClock
 ) -> None:

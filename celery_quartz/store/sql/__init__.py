@@ -270,6 +270,7 @@ class SqlStore(Store):
     complete_executions = _Operation("worker", WorkerStore.complete_executions)
     executing_task_ids = _Operation("worker", WorkerStore.executing_task_ids)
     end_lost_execution = _Operation("worker", WorkerStore.end_lost_execution)
+    cancel_firing = _Operation("worker", WorkerStore.cancel_firing)
 
     # -- StoreReader --------------------------------------------------------------------------
     list_jobs = _Operation("reader", StoreReader.list_jobs)

@@ -291,6 +291,33 @@ class WorkerSql(WorkerStore):
         rest.sort(key=lambda end: _finished_millis(end, 0) or 0)
         return len(done) + sum(self._complete_in_transaction(end) for end in rest)
 
+    def cancel_firing(self, fire_instance_id: str, worker_name: str) -> bool:
+        f = self.sql.tables.fired_triggers
+        with self.sql.transaction() as conn:
+            row = conn.execute(
+                delete(f)
+                .where(
+                    self.sql.scoped(f),
+                    f.c.fire_instance_id == fire_instance_id,
+                    or_(f.c.state == FiringState.FIRED, f.c.state == FiringState.PUBLISHED),
+                )
+                .returning(f)
+            ).first()
+            if row is None:
+                return False
+            # Its trigger keeps its last outcome: this firing never ran.
+            self.ends.end_execution(conn, row, None, cancelled=True)
+        logger.info(
+            "firing %s of trigger %s.%s (scheduled %s) revoked before it started: discarded by "
+            "worker %s, recorded as cancelled",
+            fire_instance_id,
+            row.trigger_group,
+            row.trigger_name,
+            from_millis(row.sched_time).isoformat(),
+            worker_name,
+        )
+        return True
+
     def _complete_in_transaction(self, end: _End) -> bool:
         """The completion as one transaction: the conditional delete, the job data written
         back, the retry decided and written, and the release, which keeps the outcome."""

@@ -76,17 +76,29 @@ class HistoryRows:
         if not self.enabled:
             return None
         t, j = self.sql.tables.triggers, self.sql.tables.jobs
-        origin = conn.execute(
-            select(t.c.origin_trigger_name, t.c.origin_trigger_group, t.c.origin_sched_time).where(
-                self.sql.trigger_key(TriggerKey(fired.trigger_name, fired.trigger_group))
-            )
-        ).first()
-        job = None
+        # One read: the job, with its trigger's origin (a retry or recovery firing's) joined;
+        # the trigger alone when the job is gone.
+        origin_columns = (t.c.origin_trigger_name, t.c.origin_trigger_group, t.c.origin_sched_time)
+        trigger_key = TriggerKey(fired.trigger_name, fired.trigger_group)
+        job: Any = None
+        origin: Any = None
         if fired.job_name is not None:
-            job = conn.execute(
-                select(j.c.task_name, j.c.args, j.c.kwargs).where(
-                    self.sql.job_key(JobKey(fired.job_name, fired.job_group))
+            job = origin = conn.execute(
+                select(j.c.task_name, j.c.args, j.c.kwargs, *origin_columns)
+                .select_from(j)
+                .outerjoin(
+                    t,
+                    and_(
+                        t.c.sched_name == j.c.sched_name,
+                        t.c.trigger_name == trigger_key.name,
+                        t.c.trigger_group == trigger_key.group,
+                    ),
                 )
+                .where(self.sql.job_key(JobKey(fired.job_name, fired.job_group)))
+            ).first()
+        if job is None:
+            origin = conn.execute(
+                select(*origin_columns).where(self.sql.trigger_key(trigger_key))
             ).first()
         key = TriggerKey(fired.trigger_name, fired.trigger_group)
         scheduled = fired.sched_time

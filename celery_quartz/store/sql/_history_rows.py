@@ -204,7 +204,13 @@ class HistoryRows:
         """The history row of an occurrence that did not run: ``result`` (one of
         :data:`~celery_quartz.history.NOT_RUN_RESULTS`), why, and the scheduler instance that
         decided it; with the firing's identity when there was one (``fired``, whose
-        ``occurrence`` then names the original trigger and time). No run status is written."""
+        ``occurrence`` then names the original trigger and time). No run status is written.
+
+        The writers: the misfire instruction applied (``misfired``, or ``held`` for what an
+        execution limit or ``disallow_concurrent`` held back; :meth:`~celery_quartz.store.sql.
+        _definitions.Definitions.apply_misfire`) and an expired message (``expired``;
+        :meth:`record_expired`). The overlap policy's ``skipped`` (issue 29) is to be recorded
+        here too, where the claim decides the skip."""
         if not self.enabled:
             return
         assert not result.ran

@@ -5,7 +5,8 @@ ends of firings whose pool process was lost.
   by a thread of their own;
 * :class:`LostEnds`: in the worker's main process, the firings whose pool process was stopped
   under them (a hard time limit, the OOM killer, a revoke with ``terminate=True``), ended from
-  what Celery reports, and the successes a killed pool process held and never recorded.
+  what Celery reports, the firings revoked before they started (their messages discarded), and
+  the successes a killed pool process held and never recorded.
 
 Both write through :func:`persist`, which waits out a store that does not answer.
 """

@@ -1,8 +1,9 @@
 """``bench/bench_pipeline.py`` runs from a checkout with one command, at a size small enough for
 the suite: its own PostgreSQL and Redis, the worker-overhead (with the run history on and off)
 and sustained scenarios with their tables, and every run's correctness check passing (each
-message or occurrence started once, none missed, no fired row left). It asserts no speed. The end-to-end scenario is left out: its stock
-``celery beat`` baseline alone takes longer than the rest together (about 35 s of 85 s here).
+message or occurrence started once, none missed, no fired row left). It asserts no speed. The
+end-to-end scenario is left out: its stock ``celery beat`` baseline alone takes longer than the
+rest together (about 35 s of 85 s here).
 """
 
 from __future__ import annotations

@@ -361,6 +361,20 @@ def test_a_trigger_held_back_by_its_full_group_is_recorded_once_as_held(
     assert "DO_NOTHING" in row.reason
 
 
+def test_a_trigger_held_back_because_no_live_worker_serves_its_group_says_so(
+    store: MemoryStore, clock: FakeClock
+) -> None:
+    late = cron("c1", "0 * * * * ?", misfire=CronMisfireInstruction.DO_NOTHING)
+    late.execution_group = "g"
+    add(store, late)
+    router = Router(ExecutionLimits().for_group("g", 2))  # node-scoped: its serving workers
+    clock.set(at(61))
+    store.handle_misfires(max_count=10, instance_name=A, router=router)
+    [row] = history(store)
+    assert row.result == "held"
+    assert row.reason.startswith("held back by execution group 'g': no live worker consumes")
+
+
 def test_a_late_trigger_of_a_group_with_room_is_misfired_not_held(
     store: MemoryStore, clock: FakeClock
 ) -> None:

@@ -127,6 +127,7 @@ class SqlStore(Store):
         misfire_threshold: float = DEFAULT_MISFIRE_THRESHOLD,
         checkin_misfire_threshold: float = DEFAULT_CHECKIN_MISFIRE_THRESHOLD,
         redact_keys: str = DEFAULT_REDACT_KEYS,
+        record_history: bool = True,
     ) -> None:
         """Open the store of ``scheduler_name`` on ``url`` (or on an existing ``engine``).
 
@@ -144,7 +145,8 @@ class SqlStore(Store):
         ``idle_transaction_timeout`` (seconds, PostgreSQL) ends a session left idle inside a
         transaction that long (:func:`~celery_quartz.store.engine.create_store_engine`).
         ``redact_keys`` is the regular expression of the keys whose values the audit records
-        as ``[redacted]`` (``quartz_dashboard_redact_keys``)."""
+        as ``[redacted]`` (``quartz_dashboard_redact_keys``). ``record_history`` off writes no
+        run history (``quartz_history_retention = 0``)."""
         if engine is None:
             if url is None:
                 raise ConfigurationError(
@@ -165,6 +167,7 @@ class SqlStore(Store):
             misfire_threshold=misfire_threshold,
             checkin_misfire_threshold=checkin_misfire_threshold,
             pre_ping=pre_ping,
+            record_history=record_history,
         )
         rows = Rows(sql)
         definitions = Definitions(sql, rows)
@@ -272,6 +275,7 @@ class SqlStore(Store):
     complete_executions = _Operation("worker", WorkerStore.complete_executions)
     executing_task_ids = _Operation("worker", WorkerStore.executing_task_ids)
     end_lost_execution = _Operation("worker", WorkerStore.end_lost_execution)
+    cancel_firing = _Operation("worker", WorkerStore.cancel_firing)
 
     # -- StoreReader --------------------------------------------------------------------------
     list_jobs = _Operation("reader", StoreReader.list_jobs)

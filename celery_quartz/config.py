@@ -6,11 +6,14 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from datetime import timedelta
 from typing import Any
 
 from celery_quartz.errors import ConfigurationError
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
+from celery_quartz.keys import DEFAULT_GROUP, JobKey
 from celery_quartz.limits import ExecutionLimits
 from celery_quartz.liveness import DEFAULT_CHECKIN_MISFIRE_THRESHOLD
 from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
@@ -20,6 +23,8 @@ from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 AUTO = "AUTO"
 #: Values of ``quartz_election``: none, a PostgreSQL advisory lock, a Redis lock.
 ELECTIONS = ("", "postgresql", "redis")
+#: Values of ``quartz_health_overdue_jobs``: what a job past its success deadline makes health.
+HEALTH_OVERDUE_JOBS = ("degraded", "unhealthy")
 #: Settings that mean something only to a clustered scheduler (failure detection of peers).
 CLUSTER_ONLY = ("checkin_misfire_threshold",)
 #: Settings that mean something only to a non-clustered scheduler.
@@ -87,6 +92,14 @@ class Settings:
     #: More overdue triggers than this (due by more than the misfire threshold) make the health
     #: report degraded; None (default): overdue triggers are reported, never judged.
     health_overdue_threshold: int | None = None
+    #: Success deadlines of jobs defined elsewhere (docs/history.md#success-deadlines): a
+    #: mapping of ``"group.name"`` (split at the last dot), ``"name"`` (the DEFAULT group) or a
+    #: ``(group, name)`` pair to seconds or a timedelta; a deadline stored on the job
+    #: (``Job(require_success_within=...)``) wins. None by default.
+    require_success_within: Any = field(default=None, compare=False)
+    #: What a job past its success deadline makes the health report: ``"degraded"`` (default)
+    #: or ``"unhealthy"``.
+    health_overdue_jobs: str = "degraded"
     #: Register the store gauges (``quartz.trigger.count`` and the rest) on the global meter.
     metrics_gauges: bool = True
     #: Execution limits (see :mod:`celery_quartz.limits`): an ``ExecutionLimits`` or a mapping
@@ -218,6 +231,12 @@ class Settings:
             raise ConfigurationError(
                 f"quartz_metrics_gauges must be True or False, got {self.metrics_gauges!r}"
             )
+        if self.health_overdue_jobs not in HEALTH_OVERDUE_JOBS:
+            raise ConfigurationError(
+                "quartz_health_overdue_jobs must be one of "
+                f"{', '.join(map(repr, HEALTH_OVERDUE_JOBS))}, got {self.health_overdue_jobs!r}"
+            )
+        self.success_deadlines  # noqa: B018  (raises on a bad value)
         ExecutionLimits.coerce(self.execution_limits)
         self.scheduling_file_paths  # noqa: B018  (raises on a bad value)
         self._validate_dashboard()
@@ -277,6 +296,23 @@ class Settings:
         return [os.fspath(p) for p in value]
 
     @property
+    def success_deadlines(self) -> dict[JobKey, timedelta]:
+        """``require_success_within`` by job key (validated by :meth:`validate`)."""
+        value = self.require_success_within
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ConfigurationError(
+                "quartz_require_success_within must be a mapping of job to seconds or a "
+                f"timedelta, got {value!r}"
+            )
+        found: dict[JobKey, timedelta] = {}
+        for name, deadline in value.items():
+            where = f"quartz_require_success_within[{name!r}]"
+            found[_job_key_of(where, name)] = _deadline_of(where, deadline)
+        return found
+
+    @property
     def limits(self) -> ExecutionLimits:
         """``execution_limits`` as an :class:`ExecutionLimits` (validated by :meth:`validate`)."""
         return ExecutionLimits.coerce(self.execution_limits)
@@ -302,6 +338,32 @@ class Settings:
             millis = max(time.time_ns() // 1_000_000, _last_auto_millis + 1)
             _last_auto_millis = millis
         return f"{socket.gethostname()}-{os.getpid()}-{millis}"
+
+
+def _job_key_of(where: str, name: Any) -> JobKey:
+    """``"group.name"`` (at the last dot), ``"name"`` (DEFAULT group) or ``(group, name)``."""
+    if isinstance(name, JobKey):
+        return name
+    if isinstance(name, tuple) and len(name) == 2 and all(isinstance(p, str) for p in name):
+        group, job = name
+    elif isinstance(name, str) and name:
+        group, _, job = name.rpartition(".")
+        group = group or DEFAULT_GROUP
+    else:
+        raise ConfigurationError(f"{where}: a job as 'group.name', 'name' or (group, name)")
+    try:
+        return JobKey(job, group)
+    except Exception as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+
+
+def _deadline_of(where: str, value: Any) -> timedelta:
+    if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
+        raise ConfigurationError(f"{where}: seconds or a timedelta, got {value!r}")
+    deadline = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if deadline < timedelta(milliseconds=1):
+        raise ConfigurationError(f"{where}: must be positive, got {value!r}")
+    return deadline
 
 
 _auto_lock = threading.Lock()

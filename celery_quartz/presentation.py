@@ -116,6 +116,9 @@ def job(j: Job, redact: Redactor = NO_REDACTION) -> dict[str, Any]:
         "requests_recovery": j.requests_recovery,
         "disallow_concurrent": j.disallow_concurrent,
         "persist_job_data": j.persist_job_data,
+        "require_success_within": None
+        if j.require_success_within is None
+        else j.require_success_within.total_seconds(),
     }
 
 

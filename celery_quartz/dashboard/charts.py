@@ -90,15 +90,13 @@ def stacked_bars(
     bar_w = max(1.0, slot * 0.8)
     for i, bar in enumerate(bars):
         x = left + i * slot + (slot - bar_w) / 2
-        base = top + plot_h
-        total = 0
+        base = float(top + plot_h)
         for name in series:
             count = bar.counts.get(name, 0)
             if count <= 0:
                 continue
             h = plot_h * count / count_top
             base -= h
-            total += count
             out.append(
                 f'<rect class="bar" data-result="{escape(name)}" x="{_n(x)}" y="{_n(base)}" '
                 f'width="{_n(bar_w)}" height="{_n(h)}" '

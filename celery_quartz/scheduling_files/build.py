@@ -184,7 +184,7 @@ def build_job(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> JobDef
     options = read(_json_object, node, "Options", owner)
     data = read(_json_object, node, "JobDataMap", owner)
     description = read(_text, node, "Description", owner)
-    flags = {
+    flags: dict[str, bool] = {
         attribute: bool(read(_bool, node, name, owner))
         for attribute, name in (
             ("durable", "Durable"),
@@ -202,7 +202,10 @@ def build_job(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> JobDef
         data=data or {},
         options=options or {},
         description=description,
-        **flags,
+        durable=flags["durable"],
+        requests_recovery=flags["requests_recovery"],
+        disallow_concurrent=flags["disallow_concurrent"],
+        persist_job_data=flags["persist_job_data"],
     )
     try:
         job.validate(max_data_bytes)

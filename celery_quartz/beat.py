@@ -113,6 +113,7 @@ class Scheduler(beat.Scheduler):
                 is_collector=lambda: self._collects_gauges(observation, instance_id),
                 limit_for=lambda group: _max_concurrent(router, group),
                 groups=lambda: router.limits.named_groups,
+                deadlines=lambda: settings.success_deadlines,
             )
         if settings.health_port is not None and self.health_server is None:
             # Kept until the process exits: after close() it answers 503 (shut down).

@@ -6,8 +6,9 @@ stores. Every call is one transaction: it happens whole, or raises and leaves th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 from celery import Celery
 
@@ -21,6 +22,7 @@ from celery_quartz.errors import (
     UnknownTaskError,
     ValidationError,
 )
+from celery_quartz.firing import RUN_ARGUMENTS
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.routing import Unserved
@@ -103,19 +105,42 @@ class Quartz:
         """Remove a job and all its triggers; False if it was not stored."""
         return self.store.remove_job(key)
 
-    def trigger_job(self, key: JobKey, data: dict | None = None) -> Trigger:
-        """Fire a stored job now, once, through the cluster (a one-shot trigger)."""
+    def trigger_job(
+        self,
+        key: JobKey,
+        data: dict | None = None,
+        *,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> Trigger:
+        """Fire a stored job now, once, through the cluster (a one-shot trigger). ``args`` and
+        ``kwargs``, when given, are what this run calls the task with instead of the job's own
+        (a run again of a recorded run); the job is left as it is."""
         from celery_quartz.triggers import SimpleTrigger
 
         if self.store.retrieve_job(key) is None:
             raise JobNotFoundError(f"job {key} is not stored")
+        trigger_data = dict(data or {})
+        if args is not None or kwargs is not None:
+            if args is not None and (
+                isinstance(args, (str, bytes)) or not isinstance(args, Sequence)
+            ):
+                raise ValidationError(f"job {key}: args must be a list, got {args!r}")
+            if kwargs is not None and not isinstance(kwargs, Mapping):
+                raise ValidationError(f"job {key}: kwargs must be a mapping, got {kwargs!r}")
+            override: dict[str, Any] = {}
+            if args is not None:
+                override["args"] = list(args)
+            if kwargs is not None:
+                override["kwargs"] = dict(kwargs)
+            trigger_data[RUN_ARGUMENTS] = override
         trigger = SimpleTrigger(
             key=TriggerKey.generate("MANUAL_TRIGGER"),
             job_key=key,
             start_at=self.clock.now(),
             repeat_count=0,
             repeat_interval=timedelta(0),
-            data=dict(data or {}),
+            data=trigger_data,
         )
         self.store.store_jobs_and_triggers([(None, [trigger])])
         return trigger

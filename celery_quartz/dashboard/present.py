@@ -10,7 +10,7 @@ from celery_quartz.config import Settings
 from celery_quartz.lifecycle import SchedulerStatus
 from celery_quartz.presentation import Redactor, iso, key, node, trigger
 from celery_quartz.routing import LiveWorker
-from celery_quartz.store import StoreReader
+from celery_quartz.store import ClientStore, StoreReader
 from celery_quartz.store.views import NodeView, RunStatus
 
 
@@ -81,7 +81,7 @@ def groups(
 
 
 def owed(
-    store: StoreReader,
+    store: ClientStore,
     settings: Settings,
     default_queue: str,
     redact: Redactor,
@@ -139,7 +139,7 @@ def unserved(store: StoreReader, settings: Settings, default_queue: str) -> list
 
 
 def overview(
-    store: StoreReader, settings: Settings, default_queue: str, redact: Redactor
+    store: ClientStore, settings: Settings, default_queue: str, redact: Redactor
 ) -> dict[str, Any]:
     """Nodes, leader, groups and what is owed, reading the check-ins and the groups once."""
     views = store.list_nodes()

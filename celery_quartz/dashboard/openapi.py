@@ -116,6 +116,8 @@ SCHEMAS: dict[str, Any] = {
             "requests_recovery": _BOOLEAN,
             "disallow_concurrent": _BOOLEAN,
             "persist_job_data": _BOOLEAN,
+            # Seconds (docs/history.md#success-deadlines); null: no deadline of its own.
+            "require_success_within": _nullable("number"),
         }
     ),
     "JobPage": _object({"items": _list("Job"), "next_after": _nullable("string")}),
@@ -194,6 +196,25 @@ SCHEMAS: dict[str, Any] = {
             "parked_groups": _list("Group"),
             "dead_nodes": _list("Node"),
             "unserved": _list("Unserved"),
+            "overdue_jobs": _list("OverdueJob"),
+        }
+    ),
+    "OverdueJob": _object(
+        {
+            "key": _ref("Key"),
+            "require_success_within": {"type": "number"},
+            "last_success_time": _TIME,
+            "last_run_time": _TIME,
+            "last_result": _nullable("string"),
+            "consecutive_failures": _INTEGER,
+            "due_time": _TIME,
+        }
+    ),
+    "RanAgain": _object(
+        {
+            "trigger": _ref("Key"),
+            "arguments": {"enum": ["recorded", "current"]},
+            "message": _STRING,
         }
     ),
     "Overview": {
@@ -462,6 +483,22 @@ def openapi_document(prefix: str) -> dict[str, Any]:
             {"type": "object", "properties": {"data": _JSON_OBJECT}, "additionalProperties": False},
         ),
         ("delete", "delete_job", "Delete a job and its triggers", "Removed", None),
+        (
+            "run-again",
+            "trigger_job",
+            "Fire a job now, once, with the arguments recorded on one of its history rows (the "
+            "job's current ones when the row recorded none)",
+            "RanAgain",
+            {
+                "type": "object",
+                "properties": {
+                    "history_id": _INTEGER,
+                    "event_time": {"oneOf": [_INTEGER, {"type": "string", "format": "date-time"}]},
+                },
+                "required": ["history_id", "event_time"],
+                "additionalProperties": False,
+            },
+        ),
     ):
         paths[f"{s}/jobs/{{group}}/{{name}}/{verb}"] = _post(
             summary, action, answer, _SCHEDULER + _KEY, body

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Iterator
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 

@@ -49,8 +49,8 @@ class Line:
 
 @dataclass(frozen=True)
 class Size:
-    width: int = 760
-    height: int = 240
+    width: int = 1080
+    height: int = 260
     #: A sparkline: no axes' labels, no legend.
     compact: bool = False
 

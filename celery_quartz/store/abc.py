@@ -734,7 +734,7 @@ class OpenedStore(abc.ABC):
 
 
 class SchedulerStore(
-    SchedulingStore, ClusterStore, StoreReader, HistoryReader, OpenedStore
+    SchedulingStore, ClusterStore, StoreReader, HistoryReader, HistoryKeeper, OpenedStore
 ):
     """What a scheduler process holds: the loop's and the cluster manager's roles, the read
     side its health check uses, and the history's sweep (run by one node at a time)."""

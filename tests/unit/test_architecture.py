@@ -118,6 +118,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "consumers",
             "elections",
             "health",
+            "history_sweep",
             "leadership",
             "lifecycle",
             "loop",

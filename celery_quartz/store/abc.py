@@ -688,11 +688,12 @@ class HistoryReader(abc.ABC):
         *,
         kind: str = "job",
         group: str | None = None,
+        name: str | None = None,
         after: tuple[str, str] | None = None,
         limit: int = 100,
     ) -> Page[RunStatus, tuple[str, str]]:
         """The run status of jobs (``kind="job"``) or triggers by (group, name), with each
-        job's success deadline and whether it is past it."""
+        job's success deadline and whether it is past it; ``name`` (with ``group``) reads one."""
 
     @abc.abstractmethod
     def overdue_jobs(

@@ -136,6 +136,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "beat",
             "beat_schedule",
             "cli",
+            "cli_history",
             "cli_ops",
             "client",
             "dashboard",

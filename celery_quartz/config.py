@@ -12,6 +12,12 @@ from datetime import timedelta
 from typing import Any
 
 from celery_quartz.errors import ConfigurationError
+from celery_quartz.history import (
+    DEFAULT_HISTORY_MAX_ROWS,
+    DEFAULT_HISTORY_RETENTION,
+    HistoryRetention,
+    parse_result,
+)
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
 from celery_quartz.keys import DEFAULT_GROUP, JobKey
 from celery_quartz.limits import ExecutionLimits
@@ -29,6 +35,8 @@ HEALTH_OVERDUE_JOBS = ("degraded", "unhealthy")
 CLUSTER_ONLY = ("checkin_misfire_threshold",)
 #: Settings that mean something only to a non-clustered scheduler.
 NON_CLUSTERED_ONLY = ("election",)
+#: Settings whose ``None`` means something (no cap), so one set to None is not a default.
+_NONE_MEANS_SOMETHING = ("history_max_rows_per_trigger", "history_max_rows")
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,20 @@ class Settings:
     health_overdue_jobs: str = "degraded"
     #: Register the store gauges (``quartz.trigger.count`` and the rest) on the global meter.
     metrics_gauges: bool = True
+    # -- the run history's retention and its sweep (docs/history.md#retention) ---------------
+    #: Seconds rows of a result are kept where it differs from ``history_retention``: a
+    #: mapping of result name to seconds (or a timedelta).
+    history_retention_by_result: Any = field(
+        default_factory=lambda: {"failed": 30 * 86400.0}, compare=False
+    )
+    #: Most history rows kept per trigger, the oldest deleted first; None: no cap.
+    history_max_rows_per_trigger: int | None = 10_000
+    #: Most history rows kept per scheduler name, the oldest deleted first; None: no cap.
+    history_max_rows: int | None = DEFAULT_HISTORY_MAX_ROWS
+    #: Seconds audit rows are kept (a timedelta is accepted).
+    audit_retention: Any = 365 * 86400.0
+    #: Seconds between two sweeps of the history (one scheduler of the cluster at a time).
+    history_sweep_interval: float = 10.0
     #: Execution limits (see :mod:`celery_quartz.limits`): an ``ExecutionLimits`` or a mapping
     #: of group to limit; none by default (nothing is capped).
     execution_limits: Any = field(default=None, compare=False)
@@ -155,7 +177,7 @@ class Settings:
         for f in fields(cls):
             key = f"quartz_{f.name}"
             value = conf.get(key) if f.name != "explicitly_set" else None
-            if value is not None:
+            if value is not None or (f.name in _NONE_MEANS_SOMETHING and key in conf):
                 values[f.name] = value
         settings = cls(**values, explicitly_set=frozenset(values))
         if not settings.scheduler_name:
@@ -240,6 +262,7 @@ class Settings:
         ExecutionLimits.coerce(self.execution_limits)
         self.scheduling_file_paths  # noqa: B018  (raises on a bad value)
         self._validate_dashboard()
+        self.history_retention_policy()  # raises on a bad value
         if not self.instance_id or len(self.instance_id) > 200:
             raise ConfigurationError(
                 f"quartz_instance_id {self.instance_id!r}: 1 to 200 characters"
@@ -280,6 +303,48 @@ class Settings:
             raise ConfigurationError(
                 f"quartz_dashboard_allowed_tasks must be a list of task names, got {allowed!r}"
             )
+
+    def history_retention_policy(self) -> HistoryRetention:
+        """How long history and audit rows are kept, from the ``history_*`` and
+        ``audit_retention`` settings (validated: a bad value raises naming its setting)."""
+        by_result = self.history_retention_by_result or {}
+        if not isinstance(by_result, dict):
+            raise ConfigurationError(
+                "quartz_history_retention_by_result must be a mapping of result to seconds, "
+                f"got {by_result!r}"
+            )
+        ages = {}
+        for name, age in by_result.items():
+            try:
+                result = parse_result(str(name))
+            except ValueError as exc:
+                raise ConfigurationError(f"quartz_history_retention_by_result: {exc}") from None
+            ages[result] = _duration(f"history_retention_by_result[{name!r}]", age)
+        caps = {}
+        for name in _NONE_MEANS_SOMETHING:
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ConfigurationError(
+                    f"quartz_{name} must be a whole number (1 or more) or None, got {value!r}"
+                )
+            caps[name] = value
+        interval = self.history_sweep_interval
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+            raise ConfigurationError(
+                f"quartz_history_sweep_interval must be a positive number of seconds, "
+                f"got {interval!r}"
+            )
+        # ``history_retention`` (its writers' setting) read where it is, from its default else.
+        base = getattr(self, "history_retention", DEFAULT_HISTORY_RETENTION.total_seconds())
+        return HistoryRetention(
+            max_age=_duration("history_retention", base),
+            max_age_by_result=ages,
+            max_rows_per_trigger=caps["history_max_rows_per_trigger"],
+            max_rows=caps["history_max_rows"],
+            audit_max_age=_duration("audit_retention", self.audit_retention, positive=True),
+        )
 
     @property
     def scheduling_file_paths(self) -> list[str]:
@@ -368,6 +433,21 @@ def _deadline_of(where: str, value: Any) -> timedelta:
 
 _auto_lock = threading.Lock()
 _last_auto_millis = 0
+
+
+def _duration(name: str, value: Any, *, positive: bool = False) -> timedelta:
+    """A setting of seconds (or a timedelta) as a timedelta; raises naming the setting."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise ConfigurationError(f"quartz_{name} must be seconds or a timedelta, got {value!r}")
+    if seconds < 0 or (positive and seconds == 0):
+        raise ConfigurationError(
+            f"quartz_{name} must be {'positive' if positive else '0 or more'}, got {value!r}"
+        )
+    return timedelta(seconds=seconds)
 
 
 def _replace(settings: Settings, **changes: Any) -> Settings:

@@ -688,11 +688,12 @@ class HistoryReader(abc.ABC):
         *,
         kind: str = "job",
         group: str | None = None,
+        name: str | None = None,
         after: tuple[str, str] | None = None,
         limit: int = 100,
     ) -> Page[RunStatus, tuple[str, str]]:
         """The run status of jobs (``kind="job"``) or triggers by (group, name), with each
-        job's success deadline and whether it is past it."""
+        job's success deadline and whether it is past it; ``name`` (with ``group``) reads one."""
 
     @abc.abstractmethod
     def overdue_jobs(
@@ -734,7 +735,7 @@ class OpenedStore(abc.ABC):
 
 
 class SchedulerStore(
-    SchedulingStore, ClusterStore, StoreReader, HistoryReader, OpenedStore
+    SchedulingStore, ClusterStore, StoreReader, HistoryReader, HistoryKeeper, OpenedStore
 ):
     """What a scheduler process holds: the loop's and the cluster manager's roles, the read
     side its health check uses, and the history's sweep (run by one node at a time)."""

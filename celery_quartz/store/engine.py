@@ -34,6 +34,7 @@ def _url_password(url: str) -> str | None:
     found = _USERINFO_PASSWORD.match(url)
     return found.group(2) if found and found.group(2) else None
 
+
 #: libpq connection parameters every PostgreSQL engine of the store (and the election's) gets
 #: unless its URL's query string gives them. libpq's own defaults wait on a dead server for as
 #: long as the operating system's TCP does (minutes): after a failover, or a primary that stopped

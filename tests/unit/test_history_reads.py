@@ -297,3 +297,13 @@ def test_audit_is_paged_newest_first_and_filtered(db: SqlStore) -> None:
     ]
     assert [e.event_time for e in db.audit(AuditFilter(target="DEFAULT.t2")).items] == [at(3)]
     assert db.audit(AuditFilter(via="file")).items == []
+
+
+def test_one_run_status_is_read_by_its_key(db: SqlStore, clock: FakeClock) -> None:
+    insert_status(db, "a", since=at(0), runs=1)
+    insert_status(db, "b", since=at(0), runs=2)
+    (status,) = db.run_status(group="DEFAULT", name="b").items
+    assert status.runs == 2
+    assert db.run_status(group="DEFAULT", name="c").items == []
+    with pytest.raises(ValidationError, match="give its group"):
+        db.run_status(name="b")

@@ -37,6 +37,7 @@ from celery_quartz.liveness import DEFAULT_CHECKIN_MISFIRE_THRESHOLD
 from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
 from celery_quartz.store.abc import (
     ClusterStore,
+    HistoryKeeper,
     HistoryReader,
     JobStore,
     SchedulingStore,
@@ -56,6 +57,7 @@ from celery_quartz.store.sql.history import HistorySql
 from celery_quartz.store.sql.jobs import JobsSql
 from celery_quartz.store.sql.reads import ReadsSql
 from celery_quartz.store.sql.scheduling import SchedulingSql
+from celery_quartz.store.sql.sweep import SweepSql
 from celery_quartz.store.sql.worker import WorkerSql
 from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
@@ -176,6 +178,7 @@ class SqlStore(Store):
         self.worker = WorkerSql(sql, ends)
         self.reader = ReadsSql(sql, rows)
         self.history_reader = HistorySql(sql)
+        self.history_keeper = SweepSql(sql)
         #: Called around every role operation, in this order (see :meth:`add_hooks`).
         self.hooks: tuple[StoreHooks, ...] = ()
         self.engine: Engine = sql.engine
@@ -294,3 +297,6 @@ class SqlStore(Store):
     run_status = _Operation("history_reader", HistoryReader.run_status)
     overdue_jobs = _Operation("history_reader", HistoryReader.overdue_jobs)
     audit = _Operation("history_reader", HistoryReader.audit)
+
+    # -- HistoryKeeper ------------------------------------------------------------------------
+    sweep_history = _Operation("history_keeper", HistoryKeeper.sweep_history)

@@ -207,16 +207,21 @@ class HistorySql(HistoryReader):
         *,
         kind: str = JOB,
         group: str | None = None,
+        name: str | None = None,
         after: tuple[str, str] | None = None,
         limit: int = 100,
     ) -> Page[RunStatus, tuple[str, str]]:
         if kind not in (JOB, TRIGGER):
             raise ValidationError(f"run status kind {kind!r}: use 'job' or 'trigger'")
+        if name is not None and group is None:
+            raise ValidationError(f"run status of {name!r}: give its group too")
         rs = self.sql.tables.run_status
         limit = page_size(limit)
         query = self._status_query().where(rs.c.kind == kind)
         if group is not None:
             query = query.where(rs.c.key_group == group)
+        if name is not None:
+            query = query.where(rs.c.key_name == name)
         if after is not None:
             query = query.where(tuple_(rs.c.key_group, rs.c.key_name) > tuple(after))
         now = self.sql.now()

@@ -19,6 +19,7 @@ from celery_quartz.dashboard.actions import HttpError, invalid
 from celery_quartz.dashboard.app import Dashboard
 from celery_quartz.dashboard.charts import Bar, Line, Size, stacked_bars
 from celery_quartz.dashboard.targets import Target
+from celery_quartz.errors import ValidationError
 from celery_quartz.history import RUN_RESULTS, RunResult, parse_result
 from celery_quartz.keys import DEFAULT_GROUP, JobKey, TriggerKey
 from celery_quartz.store.views import (
@@ -217,8 +218,13 @@ def read_history(d: Dashboard, t: Target, params: Mapping[str, str]) -> dict[str
     bucket = bucket_of(params)
     if window / bucket > MAX_BUCKETS:
         raise invalid("window", f"at most {MAX_BUCKETS} buckets of {_span(bucket)}")
-    page = t.store.history(filters, after=cursor_of(params), limit=limit_of(params))
-    stats = t.store.statistics(job=filters.job, window=window, bucket=bucket, until=filters.until)
+    try:
+        page = t.store.history(filters, after=cursor_of(params), limit=limit_of(params))
+        stats = t.store.statistics(
+            job=filters.job, window=window, bucket=bucket, until=filters.until
+        )
+    except ValidationError as error:  # what the store refuses, past the checks above
+        raise HttpError(422, "invalid", str(error)) from None
     return {
         "items": [entry(e, d) for e in page.items],
         "next_after": encode_cursor(page.next_after),
@@ -284,7 +290,10 @@ def read_audit(d: Dashboard, t: Target, params: Mapping[str, str]) -> dict[str, 
     """The Audit page: changes newest first, by principal and time."""
     since, until = time_of(params, "since"), time_of(params, "until")
     filters = AuditFilter(principal=_text(params, "principal"), since=since, until=until)
-    page = t.store.audit(filters, after=cursor_of(params), limit=limit_of(params))
+    try:
+        page = t.store.audit(filters, after=cursor_of(params), limit=limit_of(params))
+    except ValidationError as error:
+        raise HttpError(422, "invalid", str(error)) from None
     return {
         "items": [
             {

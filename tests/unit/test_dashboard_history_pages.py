@@ -168,6 +168,9 @@ def test_the_history_page_filters_by_result_and_pages_its_rows(
         ({"since": "yesterday"}, "since"),
         ({"after": "x"}, "after"),
         ({"window": "30d", "bucket": "5m"}, "window"),
+        ({"job": "j" * 300}, "job"),
+        ({"since": "2026-12-02T00:00", "until": "2026-12-01T00:00"}, "until"),
+        ({"limit": "0"}, "limit"),
     ],
 )
 def test_a_bad_filter_is_refused_naming_it(

@@ -357,6 +357,12 @@ def test_the_history_and_audit_pages_draw_their_chart_and_rows_in_a_browser(
             page.set_viewport_size({"width": 1280, "height": 1000})
             page.screenshot(path=os.environ["CQ_HISTORY_SCREENSHOT"], full_page=False)
         page.screenshot(path=str(tmp_path / "history.png"), full_page=True)
+        page.set_viewport_size({"width": 390, "height": 844})  # a phone: the chart shrinks
+        page.reload()
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the page is {width}px wide on a 390px screen"
+        assert page.locator("#history-chart svg").bounding_box()["width"] <= 390
+        page.set_viewport_size({"width": 1280, "height": 900})
 
         # Filtered to the failures of one job: the chart is the job's, the rows its failures.
         page.fill("#history-filters input[name=job]", "nightly-report")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -197,8 +199,8 @@ class HistorySql(HistoryReader):
                 self._add_tail_binned(conn, buckets, in_tail, start, width_ms)
             else:
                 tail = select(h.c.event_time, h.c.result, h.c.duration_ms, h.c.lateness_ms)
-                for row in conn.execute(tail.where(*in_tail)):
-                    buckets[(row.event_time - start) // width_ms].add_row(row)
+                for unfolded in conn.execute(tail.where(*in_tail)):
+                    buckets[(unfolded.event_time - start) // width_ms].add_row(unfolded)
         total = _Accumulator()
         for accumulator in buckets:
             total.merge(accumulator)
@@ -233,12 +235,14 @@ class HistorySql(HistoryReader):
             for row in conn.execute(query.group_by(index, h.c.result, value)):
                 buckets[row.bucket].add_binned(row.result, row.bin, row.n, row[4], latenesses)
 
-    def _snapshot(self) -> Any:
+    @contextmanager
+    def _snapshot(self) -> Iterator[Connection]:
         """A read transaction that sees one snapshot of the database (PostgreSQL: REPEATABLE
-        READ; SQLite's transactions are serial already)."""
-        if self.sql.dialect != "postgresql":
-            return self.sql.transaction()
-        return _RepeatableRead(self.sql)
+        READ, set by its first statement; SQLite's transactions are serial already)."""
+        with self.sql.transaction() as conn:
+            if self.sql.dialect == "postgresql":
+                conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield conn
 
     # -- run status ------------------------------------------------------------------------------
 
@@ -360,28 +364,6 @@ class HistorySql(HistoryReader):
         entries = [audit_entry(r) for r in rows[:limit]]
         last = entries[-1] if len(rows) > limit else None
         return Page(entries, None if last is None else (to_millis(last.event_time), last.audit_id))
-
-
-class _RepeatableRead:
-    """A PostgreSQL transaction at REPEATABLE READ (a context manager yielding the
-    connection)."""
-
-    def __init__(self, sql: SqlContext) -> None:
-        self.sql = sql
-        self._conn: Connection | None = None
-
-    def __enter__(self) -> Connection:
-        conn = self.sql.engine.connect().execution_options(isolation_level="REPEATABLE READ")
-        conn.begin()
-        self._conn = conn
-        return conn
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._conn is not None
-        try:
-            self._conn.rollback()  # it only read
-        finally:
-            self._conn.close()
 
 
 class _Accumulator:

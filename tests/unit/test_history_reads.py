@@ -157,8 +157,9 @@ def test_bad_history_reads_name_what_is_wrong(
 
 
 def test_statistics_count_results_and_read_percentiles_from_the_unfolded_rows(
-    store: SqlStore, clock: FakeClock
+    db: SqlStore, clock: FakeClock
 ) -> None:
+    store = db
     clock.set(at(3 * 3600))
     # 100 runs of 1..100 s in the hour from at(3600): p50 about 50 s, p95 about 95 s.
     insert_history(
@@ -184,8 +185,9 @@ def test_statistics_count_results_and_read_percentiles_from_the_unfolded_rows(
 
 
 def test_statistics_merge_the_rollups_with_the_tail_and_six_hours_from_hourly_rollups(
-    store: SqlStore, clock: FakeClock
+    db: SqlStore, clock: FakeClock
 ) -> None:
+    store = db
     noon = 3 * 3600  # T0 is 09:00 UTC; buckets are aligned to the epoch
     clock.set(at(noon + 86400 - 1))
     start = to_millis(at(noon))
@@ -196,7 +198,7 @@ def test_statistics_merge_the_rollups_with_the_tail_and_six_hours_from_hourly_ro
             insert(r),
             [
                 {
-                    "sched_name": "unit",
+                    "sched_name": store.scheduler_name,
                     "job_group": group,
                     "job_name": name,
                     "bucket_seconds": 3600,

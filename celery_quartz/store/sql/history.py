@@ -11,14 +11,30 @@ Each page is one range of an index of schema 0006, read newest first by (event t
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, select, tuple_, union_all
+from sqlalchemy import (
+    Connection,
+    Float,
+    Integer,
+    and_,
+    case,
+    cast,
+    func,
+    select,
+    tuple_,
+    union_all,
+)
 
 from celery_quartz.clock import from_millis, require_aware, to_millis
 from celery_quartz.errors import ValidationError
 from celery_quartz.history import (
+    BINS_PER_DOUBLING,
+    LAST_BIN,
     histogram_bin,
     merge_histograms,
     parse_result,
@@ -165,22 +181,26 @@ class HistorySql(HistoryReader):
         )
         # The rows the sweep has not folded yet: the partial index ix_history_unfolded holds
         # only them, so this reads as many rows as the sweep lags behind.
-        tail = select(h.c.event_time, h.c.result, h.c.duration_ms, h.c.lateness_ms).where(
+        in_tail = [
             self.sql.scoped(h),
             h.c.unfolded.is_(True),
             h.c.event_time >= start,
             h.c.event_time < end,
-        )
+        ]
         if job is not None:
-            tail = tail.where(h.c.job_group == job.group, h.c.job_name == job.name)
+            in_tail += [h.c.job_group == job.group, h.c.job_name == job.name]
         buckets = [_Accumulator() for _ in range(count)]
         with self._snapshot() as conn:
             # Both reads in one snapshot: a sweep that folds rows between them would count
             # them twice, or not at all.
             for row in conn.execute(rollups):
                 buckets[(row.bucket_start - start) // width_ms].add_rollup(row)
-            for row in conn.execute(tail):
-                buckets[(row.event_time - start) // width_ms].add_row(row)
+            if self.sql.dialect == "postgresql":
+                self._add_tail_binned(conn, buckets, in_tail, start, width_ms)
+            else:
+                tail = select(h.c.event_time, h.c.result, h.c.duration_ms, h.c.lateness_ms)
+                for unfolded in conn.execute(tail.where(*in_tail)):
+                    buckets[(unfolded.event_time - start) // width_ms].add_row(unfolded)
         total = _Accumulator()
         for accumulator in buckets:
             total.merge(accumulator)
@@ -193,12 +213,36 @@ class HistorySql(HistoryReader):
             total=total.bucket(from_millis(start)),
         )
 
-    def _snapshot(self) -> Any:
+    def _add_tail_binned(
+        self,
+        conn: Connection,
+        buckets: list[_Accumulator],
+        in_tail: list[Any],
+        start: int,
+        width_ms: int,
+    ) -> None:
+        """The unfolded tail counted by PostgreSQL: one row per (bucket, result, bin) rather
+        than per history row (bins as :func:`~celery_quartz.history.histogram_bin` computes
+        them, with the same libm logarithm)."""
+        h = self.sql.tables.history
+        index = ((h.c.event_time - start) // width_ms).label("bucket")
+        for column, latenesses in ((h.c.duration_ms, False), (h.c.lateness_ms, True)):
+            value = _bin(column).label("bin")
+            query = select(index, h.c.result, value, func.count().label("n"), func.max(column))
+            query = query.where(*in_tail)
+            if latenesses:
+                query = query.where(column.is_not(None))
+            for row in conn.execute(query.group_by(index, h.c.result, value)):
+                buckets[row.bucket].add_binned(row.result, row.bin, row.n, row[4], latenesses)
+
+    @contextmanager
+    def _snapshot(self) -> Iterator[Connection]:
         """A read transaction that sees one snapshot of the database (PostgreSQL: REPEATABLE
-        READ; SQLite's transactions are serial already)."""
-        if self.sql.dialect != "postgresql":
-            return self.sql.transaction()
-        return _RepeatableRead(self.sql)
+        READ, set by its first statement; SQLite's transactions are serial already)."""
+        with self.sql.transaction() as conn:
+            if self.sql.dialect == "postgresql":
+                conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield conn
 
     # -- run status ------------------------------------------------------------------------------
 
@@ -322,28 +366,6 @@ class HistorySql(HistoryReader):
         return Page(entries, None if last is None else (to_millis(last.event_time), last.audit_id))
 
 
-class _RepeatableRead:
-    """A PostgreSQL transaction at REPEATABLE READ (a context manager yielding the
-    connection)."""
-
-    def __init__(self, sql: SqlContext) -> None:
-        self.sql = sql
-        self._conn: Connection | None = None
-
-    def __enter__(self) -> Connection:
-        conn = self.sql.engine.connect().execution_options(isolation_level="REPEATABLE READ")
-        conn.begin()
-        self._conn = conn
-        return conn
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._conn is not None
-        try:
-            self._conn.rollback()  # it only read
-        finally:
-            self._conn.close()
-
-
 class _Accumulator:
     """Counts by result, and duration and lateness histograms and maxima, of one bucket."""
 
@@ -371,6 +393,21 @@ class _Accumulator:
             index = histogram_bin(row.lateness_ms)
             self.latenesses[index] = self.latenesses.get(index, 0) + 1
             self.lateness_max = _max(self.lateness_max, row.lateness_ms)
+
+    def add_binned(
+        self, result: str, index: int | None, n: int, largest: int | None, latenesses: bool
+    ) -> None:
+        """``n`` rows of ``result`` in bin ``index`` (None: no value), largest ``largest``: of
+        the durations (counted by result too), or of the latenesses."""
+        if latenesses:
+            assert index is not None
+            self.latenesses[index] = self.latenesses.get(index, 0) + n
+            self.lateness_max = _max(self.lateness_max, largest)
+            return
+        self.counts[result] = self.counts.get(result, 0) + n
+        if index is not None:
+            self.durations[index] = self.durations.get(index, 0) + n
+            self.duration_max = _max(self.duration_max, largest)
 
     def merge(self, other: _Accumulator) -> None:
         for result, n in other.counts.items():
@@ -491,6 +528,13 @@ def _deadline_millis(key: JobKey, deadline: timedelta) -> int:
             f"success deadline of job {key}: a positive timedelta, got {deadline!r}"
         )
     return int(deadline.total_seconds() * 1000)
+
+
+def _bin(column: Any) -> Any:
+    """:func:`~celery_quartz.history.histogram_bin` in SQL (PostgreSQL); NULL stays NULL."""
+    doublings = func.ln(cast(column + 1, Float)) / math.log(2)
+    binned = func.least(LAST_BIN, func.floor(doublings * BINS_PER_DOUBLING))
+    return case((column <= 0, 0), else_=cast(binned, Integer))
 
 
 def _json(text: str | None) -> Any:

@@ -28,7 +28,21 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, bindparam, case, delete, insert, select, tuple_, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    String,
+    and_,
+    bindparam,
+    case,
+    column,
+    delete,
+    insert,
+    select,
+    tuple_,
+    update,
+    values,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 
@@ -64,7 +78,7 @@ MAX_BATCH = 50_000
 #: Most triggers over their cap trimmed in one sweep.
 _CAPPED_TRIGGERS = 100
 #: Keys per statement when looking up existing rollups (bound parameters stay few).
-_CHUNK = 400
+_CHUNK = 1000
 
 
 class SweepSql(HistoryKeeper):
@@ -189,43 +203,29 @@ class SweepSql(HistoryKeeper):
                     row.result,
                 )
                 existing[key] = row
-        inserts, updates = [], []
+        # The rows a merge changes are deleted and written again whole, with the new rows:
+        # one DELETE per chunk of keys and one multi-row INSERT, whatever their number (only
+        # the sweep, holding its lock, writes rollups; readers see one or the other).
+        rows = []
         for key, rollup in sorted(rollups.items()):
             old = existing.get(key)
             if old is not None:
                 rollup.add_rollup(old)
-            values = rollup.values()
-            if old is None:
-                group, name, width, start, result = key
-                inserts.append(
-                    {
-                        "sched_name": self.sql.scheduler_name,
-                        "job_group": group,
-                        "job_name": name,
-                        "bucket_seconds": width,
-                        "bucket_start": start,
-                        "result": result,
-                        **values,
-                    }
-                )
-            else:
-                updates.append({f"k_{i}": part for i, part in enumerate(key)} | values)
-        if inserts:
-            conn.execute(insert(r), inserts)
-        if updates:
-            conn.execute(
-                update(r)
-                .where(
-                    self.sql.scoped(r),
-                    r.c.job_group == bindparam("k_0"),
-                    r.c.job_name == bindparam("k_1"),
-                    r.c.bucket_seconds == bindparam("k_2"),
-                    r.c.bucket_start == bindparam("k_3"),
-                    r.c.result == bindparam("k_4"),
-                )
-                .values({name: bindparam(name) for name in _Rollup.COLUMNS}),
-                updates,
+            group, name, width, start, result = key
+            rows.append(
+                {
+                    "sched_name": self.sql.scheduler_name,
+                    "job_group": group,
+                    "job_name": name,
+                    "bucket_seconds": width,
+                    "bucket_start": start,
+                    "result": result,
+                    **rollup.values(),
+                }
             )
+        for chunk in _chunks(sorted(existing), _CHUNK):
+            conn.execute(delete(r).where(self.sql.scoped(r), pk.in_(chunk)))
+        conn.execute(insert(r), rows)
 
     def _add_counts(
         self, conn: Connection, per_trigger: Counter[tuple[str, str]], total: int
@@ -344,6 +344,35 @@ class SweepSql(HistoryKeeper):
         self, conn: Connection, per_trigger: Counter[tuple[str, str]], total: int
     ) -> None:
         rs = self.sql.tables.run_status
+        taken = [
+            {"kind": kind, "key_group": group, "key_name": name, "n": count}
+            for kind, group, name, count in sorted(
+                [(TRIGGER, g, t, c) for (g, t), c in per_trigger.items()]
+                + [(TOTAL, WHOLE_SCHEDULER, WHOLE_SCHEDULER, total)]
+            )
+        ]
+        if self.sql.dialect == "postgresql":
+            # One UPDATE … FROM (VALUES …) for every count: psycopg2 would send an executemany
+            # of UPDATEs one statement at a time.
+            for chunk in _chunks(taken, _CHUNK):
+                rows = values(
+                    column("kind", String),
+                    column("key_group", String),
+                    column("key_name", String),
+                    column("n", BigInteger),
+                    name="taken",
+                ).data([tuple(row.values()) for row in chunk])
+                conn.execute(
+                    update(rs)
+                    .where(
+                        self.sql.scoped(rs),
+                        rs.c.kind == rows.c.kind,
+                        rs.c.key_group == rows.c.key_group,
+                        rs.c.key_name == rows.c.key_name,
+                    )
+                    .values(history_rows=_less(rs.c.history_rows, rows.c.n))
+                )
+            return
         n: Any = bindparam("n")
         conn.execute(
             update(rs)
@@ -353,13 +382,15 @@ class SweepSql(HistoryKeeper):
                 rs.c.key_group == bindparam("k_group"),
                 rs.c.key_name == bindparam("k_name"),
             )
-            .values(history_rows=case((rs.c.history_rows > n, rs.c.history_rows - n), else_=0)),
+            .values(history_rows=_less(rs.c.history_rows, n)),
             [
-                {"k_kind": kind, "k_group": group, "k_name": name, "n": count}
-                for kind, group, name, count in sorted(
-                    [(TRIGGER, g, t, c) for (g, t), c in per_trigger.items()]
-                    + [(TOTAL, WHOLE_SCHEDULER, WHOLE_SCHEDULER, total)]
-                )
+                {
+                    "k_kind": r["kind"],
+                    "k_group": r["key_group"],
+                    "k_name": r["key_name"],
+                    "n": r["n"],
+                }
+                for r in taken
             ],
         )
 
@@ -446,6 +477,11 @@ class _Rollup:
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def _less(count: Any, n: Any) -> Any:
+    """``count - n``, never below 0."""
+    return case((count > n, count - n), else_=0)
 
 
 def _max(a: int | None, b: int | None) -> int | None:

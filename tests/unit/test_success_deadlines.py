@@ -1,11 +1,13 @@
 """A job's success deadline (docs/history.md#success-deadlines): ``Job(require_success_within=)``
 stored and read back, refused when not positive (naming the job, the store left as it was),
-accepted from a ``beat_schedule`` entry's ``quartz`` options, and the settings' mapping for jobs
-defined elsewhere."""
+accepted from a ``beat_schedule`` entry's ``quartz`` options and from scheduling files (exported
+as JSON and YAML, refused by the XML export), and the settings' mapping for jobs defined
+elsewhere."""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from celery import Celery
@@ -14,9 +16,10 @@ from celery_quartz import Job, JobKey, Quartz
 from celery_quartz.beat_schedule import import_beat_schedule
 from celery_quartz.clock import FakeClock
 from celery_quartz.config import Settings
-from celery_quartz.errors import ConfigurationError, ValidationError
+from celery_quartz.errors import ConfigurationError, SchedulingFileError, ValidationError
 from celery_quartz.keys import BEAT_SCHEDULE_GROUP
 from celery_quartz.presentation import job as job_json
+from celery_quartz.scheduling_files import export_scheduling_data, load_scheduling_files
 from celery_quartz.store import MemoryStore, SqlStore
 
 KEY = JobKey("billing", "finance")
@@ -149,3 +152,85 @@ def test_health_overdue_jobs_is_degraded_or_unhealthy() -> None:
     Settings(health_overdue_jobs="unhealthy").validate()
     with pytest.raises(ConfigurationError, match="quartz_health_overdue_jobs"):
         Settings(health_overdue_jobs="fatal").validate()
+
+
+# -- scheduling files (docs/scheduling-files.md) -------------------------------------------------
+
+_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<job-scheduling-data xmlns="http://quartznet.sourceforge.net/JobSchedulingData" version="2.0">
+  <schedule>
+    <job>
+      <name>billing</name><group>finance</group><job-type>tasks.report</job-type>
+      <durable>true</durable><recover>false</recover>
+      <require-success-within>{value}</require-success-within>
+    </job>
+  </schedule>
+</job-scheduling-data>
+"""
+_JSON = (
+    '{{"Jobs": [{{"Name": "billing", "Group": "finance", "JobType": "tasks.report", '
+    '"Durable": true, "RequireSuccessWithin": {value}}}]}}'
+)
+_YAML = (
+    "Jobs:\n  - {{Name: billing, Group: finance, JobType: tasks.report, Durable: true,\n"
+    "      RequireSuccessWithin: {value}}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("jobs.xml", _XML.format(value="1.02:00:00"), timedelta(hours=26)),
+        ("jobs.xml", _XML.format(value="3600000"), timedelta(hours=1)),
+        ("jobs.json", _JSON.format(value='"00:30:00"'), timedelta(minutes=30)),
+        ("jobs.json", _JSON.format(value=90000), timedelta(seconds=90)),
+        ("jobs.yaml", _YAML.format(value="'1.02:00:00'"), timedelta(hours=26)),
+    ],
+)
+def test_a_scheduling_file_sets_a_jobs_deadline_as_a_time_span_or_milliseconds(
+    app: Celery, store: MemoryStore, tmp_path: Path, name: str, text: str, expected: timedelta
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    load_scheduling_files(app, store, [path])
+    job = store.retrieve_job(KEY)
+    assert job is not None and job.require_success_within == expected
+
+
+def test_a_scheduling_files_zero_deadline_is_refused_naming_the_file_and_the_job(
+    app: Celery, store: MemoryStore, tmp_path: Path
+) -> None:
+    path = tmp_path / "jobs.xml"
+    path.write_text(_XML.format(value="00:00:00"))
+    with pytest.raises(SchedulingFileError, match=r"jobs\.xml.*job finance\.billing.*positive"):
+        load_scheduling_files(app, store, [path])
+    assert store.retrieve_job(KEY) is None
+
+
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_the_export_writes_the_deadline_and_reads_it_back(
+    app: Celery, store: MemoryStore, tmp_path: Path, fmt: str
+) -> None:
+    _client(app, store).add_job(
+        Job(key=KEY, task="tasks.report", durable=True, require_success_within=timedelta(hours=26))
+    )
+    path = tmp_path / f"export.{fmt}"
+    path.write_text(export_scheduling_data(store, fmt))
+    assert "RequireSuccessWithin" in path.read_text()
+    other = MemoryStore(scheduler_name="other", clock=store.clock)
+    try:
+        load_scheduling_files(app, other, [path])
+        job = other.retrieve_job(KEY)
+        assert job is not None and job.require_success_within == timedelta(hours=26)
+    finally:
+        other.dispose()
+
+
+def test_the_xml_export_refuses_a_deadline_quartznet_has_no_element_for(
+    app: Celery, store: MemoryStore
+) -> None:
+    _client(app, store).add_job(
+        Job(key=KEY, task="tasks.report", durable=True, require_success_within=timedelta(hours=1))
+    )
+    with pytest.raises(SchedulingFileError, match=r"no <require-success-within> in <job>"):
+        export_scheduling_data(store, "xml")

@@ -198,7 +198,7 @@ def stats(
         return
     rows = [*((presentation.iso(b.start), b) for b in found.buckets), ("total", found.total)]
     _table(
-        ["bucket", "runs", "succeeded", "failed", "not run", "p50", "p95", "max", "late p95"],
+        ["bucket", "total", "succeeded", "failed", "not run", "p50", "p95", "max", "late p95"],
         [
             (
                 label,

@@ -118,7 +118,7 @@ def test_stats_count_by_result_in_buckets(recorded: Celery) -> None:
     assert one["job"] == {"group": "DEFAULT", "name": "report"}
     assert one["total"]["counts"] == {"misfired": 1}
     table = run(recorded, "stats", "--window", "2h")
-    assert table.output.splitlines()[0].split()[:3] == ["BUCKET", "RUNS", "SUCCEEDED"]
+    assert table.output.splitlines()[0].split()[:3] == ["BUCKET", "TOTAL", "SUCCEEDED"]
     assert table.output.splitlines()[-1].split()[:5] == ["total", "3", "1", "1", "1"]
     bad = run(recorded, "stats", "--bucket", "10m")
     assert bad.exit_code == 2 and "5m, 1h, 6h or 1d" in bad.output

@@ -309,3 +309,12 @@ def test_one_run_status_is_read_by_its_key(db: SqlStore, clock: FakeClock) -> No
     assert db.run_status(group="DEFAULT", name="c").items == []
     with pytest.raises(ValidationError, match="give its group"):
         db.run_status(name="b")
+
+
+def test_a_percentile_is_never_above_the_largest_value(store: SqlStore, clock: FakeClock) -> None:
+    # 2900 ms falls in a bin whose middle is above it.
+    clock.set(at(3600))
+    insert_history(store, history_row(at(60), duration_ms=2900, lateness_ms=220))
+    (bucket,) = [b for b in store.statistics(window=timedelta(hours=2)).buckets if b.counts]
+    assert bucket.duration_p50 == bucket.duration_p95 == bucket.duration_max == 2.9
+    assert bucket.lateness_p95 == 0.22

@@ -421,11 +421,11 @@ class _Accumulator:
         return StatisticsBucket(
             start=start,
             counts=dict(sorted(self.counts.items())),
-            duration_p50=_seconds(percentile(self.durations, 0.5)),
-            duration_p95=_seconds(percentile(self.durations, 0.95)),
+            duration_p50=_seconds(_within(percentile(self.durations, 0.5), self.duration_max)),
+            duration_p95=_seconds(_within(percentile(self.durations, 0.95), self.duration_max)),
             duration_max=_seconds(self.duration_max),
-            lateness_p50=_seconds(percentile(self.latenesses, 0.5)),
-            lateness_p95=_seconds(percentile(self.latenesses, 0.95)),
+            lateness_p50=_seconds(_within(percentile(self.latenesses, 0.5), self.lateness_max)),
+            lateness_p95=_seconds(_within(percentile(self.latenesses, 0.95), self.lateness_max)),
             lateness_max=_seconds(self.lateness_max),
         )
 
@@ -543,6 +543,13 @@ def _json(text: str | None) -> Any:
 
 def _seconds(millis: int | None) -> float | None:
     return None if millis is None else millis / 1000
+
+
+def _within(value: int | None, largest: int | None) -> int | None:
+    """A percentile read from a bin (its middle), never above the largest value counted."""
+    if value is None or largest is None:
+        return value
+    return min(value, largest)
 
 
 def _max(a: int | None, b: int | None) -> int | None:

@@ -17,6 +17,7 @@ from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.config import Settings
 from celery_quartz.elections import Election, build_election
 from celery_quartz.health import HealthReport, health_check
+from celery_quartz.history_sweep import HistorySweeper
 from celery_quartz.leadership import SchedulerLeadership
 from celery_quartz.lifecycle import SchedulerStatus, check_clustering
 from celery_quartz.loop import SchedulingLoop
@@ -48,6 +49,8 @@ class Scheduler(beat.Scheduler):
         self.gauges: StoreGauges | None = None
         #: The HTTP health endpoint, when ``quartz_health_port`` is set.
         self.health_server: HealthServer | None = None
+        #: The history's sweep, on a thread of its own while this scheduler runs.
+        self.history_sweeper: HistorySweeper | None = None
         kwargs.setdefault("max_interval", self.max_interval)
         super().__init__(app, *args, **kwargs)
 
@@ -113,7 +116,16 @@ class Scheduler(beat.Scheduler):
                 is_collector=lambda: self._collects_gauges(observation, instance_id),
                 limit_for=lambda group: _max_concurrent(router, group),
                 groups=lambda: router.limits.named_groups,
+                deadlines=lambda: settings.success_deadlines,
             )
+        # Off the scheduling path: a thread of its own, sweeping while this scheduler runs.
+        loop = self.loop
+        self.history_sweeper = HistorySweeper(
+            store,
+            settings.history_retention_policy(),
+            interval=settings.history_sweep_interval,
+            should_sweep=lambda: loop.status is SchedulerStatus.RUNNING,
+        ).start()
         if settings.health_port is not None and self.health_server is None:
             # Kept until the process exits: after close() it answers 503 (shut down).
             self.health_server = HealthServer(
@@ -180,6 +192,9 @@ class Scheduler(beat.Scheduler):
             if self.election is not None:
                 self.election.stop()
                 self.election = None
+            if self.history_sweeper is not None:
+                self.history_sweeper.stop()
+                self.history_sweeper = None
             self.loop.store.dispose()
             if self.gauges is not None:
                 self.gauges.close()

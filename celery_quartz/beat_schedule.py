@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from celery import Celery
@@ -25,7 +26,7 @@ from celery_quartz.client import check_task_registered
 from celery_quartz.clock import Clock
 from celery_quartz.definitions import JobChanges, owned_group
 from celery_quartz.errors import ValidationError
-from celery_quartz.job import Job
+from celery_quartz.job import Job, check_success_deadline
 from celery_quartz.keys import BEAT_SCHEDULE_GROUP, JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.store.abc import JobStore
@@ -34,8 +35,11 @@ from celery_quartz.triggers.base import Trigger
 logger = logging.getLogger(__name__)
 
 _ENTRY_FIELDS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative", "quartz"})
-#: What an entry's ``quartz`` mapping may set on its trigger.
-_QUARTZ_FIELDS = frozenset({"execution_group", "preferred_node", "retry_policy"})
+#: What an entry's ``quartz`` mapping may set on its trigger (and, ``require_success_within``,
+#: on its job).
+_QUARTZ_FIELDS = frozenset(
+    {"execution_group", "preferred_node", "retry_policy", "require_success_within"}
+)
 
 
 def import_beat_schedule(
@@ -119,6 +123,7 @@ def entry_to_job(
         kwargs=dict(fields.get("kwargs") or {}),
         options=dict(fields.get("options") or {}),
         description=f"beat_schedule entry {name}",
+        require_success_within=_success_deadline(where, fields.get("quartz")),
     )
     job.validate(max_data_bytes)
     check_task_registered(app, job.task, where)
@@ -133,6 +138,22 @@ def entry_to_job(
     _apply_quartz_fields(where, trigger, fields.get("quartz"))
     trigger.validate()
     return job, trigger
+
+
+def _success_deadline(where: str, quartz: object) -> timedelta | None:
+    """An entry's ``quartz`` ``require_success_within``: a timedelta or seconds."""
+    if not isinstance(quartz, Mapping):
+        return None  # refused, naming the entry, with the trigger's fields
+    value = quartz.get("require_success_within")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
+        raise ValidationError(
+            f"{where}: quartz require_success_within must be a timedelta or seconds, got {value!r}"
+        )
+    deadline = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    check_success_deadline(f"{where}: quartz", deadline)
+    return deadline
 
 
 def _apply_quartz_fields(where: str, trigger: Trigger, quartz: object) -> None:

@@ -14,8 +14,14 @@ from typing import Any
 
 from celery_quartz.audit import DEFAULT_REDACT_KEYS
 from celery_quartz.errors import ConfigurationError
-from celery_quartz.history import DEFAULT_HISTORY_RETENTION
+from celery_quartz.history import (
+    DEFAULT_HISTORY_MAX_ROWS,
+    DEFAULT_HISTORY_RETENTION,
+    HistoryRetention,
+    parse_result,
+)
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
+from celery_quartz.keys import DEFAULT_GROUP, JobKey
 from celery_quartz.limits import ExecutionLimits
 from celery_quartz.liveness import DEFAULT_CHECKIN_MISFIRE_THRESHOLD
 from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
@@ -28,10 +34,14 @@ AUTO = "AUTO"
 STORE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: Values of ``quartz_election``: none, a PostgreSQL advisory lock, a Redis lock.
 ELECTIONS = ("", "postgresql", "redis")
+#: Values of ``quartz_health_overdue_jobs``: what a job past its success deadline makes health.
+HEALTH_OVERDUE_JOBS = ("degraded", "unhealthy")
 #: Settings that mean something only to a clustered scheduler (failure detection of peers).
 CLUSTER_ONLY = ("checkin_misfire_threshold",)
 #: Settings that mean something only to a non-clustered scheduler.
 NON_CLUSTERED_ONLY = ("election",)
+#: Settings whose ``None`` means something (no cap), so one set to None is not a default.
+_NONE_MEANS_SOMETHING = ("history_max_rows_per_trigger", "history_max_rows")
 
 
 @dataclass(frozen=True)
@@ -98,8 +108,30 @@ class Settings:
     #: More overdue triggers than this (due by more than the misfire threshold) make the health
     #: report degraded; None (default): overdue triggers are reported, never judged.
     health_overdue_threshold: int | None = None
+    #: Success deadlines of jobs defined elsewhere (docs/history.md#success-deadlines): a
+    #: mapping of ``"group.name"`` (split at the last dot), ``"name"`` (the DEFAULT group) or a
+    #: ``(group, name)`` pair to seconds or a timedelta; a deadline stored on the job
+    #: (``Job(require_success_within=...)``) wins. None by default.
+    require_success_within: Any = field(default=None, compare=False)
+    #: What a job past its success deadline makes the health report: ``"degraded"`` (default)
+    #: or ``"unhealthy"``.
+    health_overdue_jobs: str = "degraded"
     #: Register the store gauges (``quartz.trigger.count`` and the rest) on the global meter.
     metrics_gauges: bool = True
+    # -- the run history's retention and its sweep (docs/history.md#retention) ---------------
+    #: Seconds rows of a result are kept where it differs from ``history_retention``: a
+    #: mapping of result name to seconds (or a timedelta).
+    history_retention_by_result: Any = field(
+        default_factory=lambda: {"failed": 30 * 86400.0}, compare=False
+    )
+    #: Most history rows kept per trigger, the oldest deleted first; None: no cap.
+    history_max_rows_per_trigger: int | None = 10_000
+    #: Most history rows kept per scheduler name, the oldest deleted first; None: no cap.
+    history_max_rows: int | None = DEFAULT_HISTORY_MAX_ROWS
+    #: Seconds audit rows are kept (a timedelta is accepted).
+    audit_retention: Any = 365 * 86400.0
+    #: Seconds between two sweeps of the history (one scheduler of the cluster at a time).
+    history_sweep_interval: float = 10.0
     #: Execution limits (see :mod:`celery_quartz.limits`): an ``ExecutionLimits`` or a mapping
     #: of group to limit; none by default (nothing is capped).
     execution_limits: Any = field(default=None, compare=False)
@@ -170,7 +202,7 @@ class Settings:
         for f in fields(cls):
             key = f"quartz_{f.name}"
             value = conf.get(key) if f.name != "explicitly_set" else None
-            if value is not None:
+            if value is not None or (f.name in _NONE_MEANS_SOMETHING and key in conf):
                 values[f.name] = value
         settings = cls(**values, explicitly_set=frozenset(values))
         if not settings.scheduler_name:
@@ -247,9 +279,16 @@ class Settings:
             raise ConfigurationError(
                 f"quartz_metrics_gauges must be True or False, got {self.metrics_gauges!r}"
             )
+        if self.health_overdue_jobs not in HEALTH_OVERDUE_JOBS:
+            raise ConfigurationError(
+                "quartz_health_overdue_jobs must be one of "
+                f"{', '.join(map(repr, HEALTH_OVERDUE_JOBS))}, got {self.health_overdue_jobs!r}"
+            )
+        self.success_deadlines  # noqa: B018  (raises on a bad value)
         ExecutionLimits.coerce(self.execution_limits)
         self.scheduling_file_paths  # noqa: B018  (raises on a bad value)
         self._validate_dashboard()
+        self.history_retention_policy()  # raises on a bad value
         if not self.instance_id or len(self.instance_id) > 200:
             raise ConfigurationError(
                 f"quartz_instance_id {self.instance_id!r}: 1 to 200 characters"
@@ -344,6 +383,48 @@ class Settings:
             raise ConfigurationError(f"no store named {name!r} (configured: {known})")
         return stores[name]
 
+    def history_retention_policy(self) -> HistoryRetention:
+        """How long history and audit rows are kept, from the ``history_*`` and
+        ``audit_retention`` settings (validated: a bad value raises naming its setting)."""
+        by_result = self.history_retention_by_result or {}
+        if not isinstance(by_result, dict):
+            raise ConfigurationError(
+                "quartz_history_retention_by_result must be a mapping of result to seconds, "
+                f"got {by_result!r}"
+            )
+        ages = {}
+        for name, age in by_result.items():
+            try:
+                result = parse_result(str(name))
+            except ValueError as exc:
+                raise ConfigurationError(f"quartz_history_retention_by_result: {exc}") from None
+            ages[result] = _duration(f"history_retention_by_result[{name!r}]", age)
+        caps = {}
+        for name in _NONE_MEANS_SOMETHING:
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ConfigurationError(
+                    f"quartz_{name} must be a whole number (1 or more) or None, got {value!r}"
+                )
+            caps[name] = value
+        interval = self.history_sweep_interval
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+            raise ConfigurationError(
+                f"quartz_history_sweep_interval must be a positive number of seconds, "
+                f"got {interval!r}"
+            )
+        # ``history_retention`` (its writers' setting) read where it is, from its default else.
+        base = getattr(self, "history_retention", DEFAULT_HISTORY_RETENTION.total_seconds())
+        return HistoryRetention(
+            max_age=_duration("history_retention", base),
+            max_age_by_result=ages,
+            max_rows_per_trigger=caps["history_max_rows_per_trigger"],
+            max_rows=caps["history_max_rows"],
+            audit_max_age=_duration("audit_retention", self.audit_retention, positive=True),
+        )
+
     @property
     def scheduling_file_paths(self) -> list[str]:
         """``scheduling_files`` as a list of paths (validated by :meth:`validate`)."""
@@ -357,6 +438,23 @@ class Settings:
                 f"quartz_scheduling_files must be a path or a list of paths, got {value!r}"
             )
         return [os.fspath(p) for p in value]
+
+    @property
+    def success_deadlines(self) -> dict[JobKey, timedelta]:
+        """``require_success_within`` by job key (validated by :meth:`validate`)."""
+        value = self.require_success_within
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ConfigurationError(
+                "quartz_require_success_within must be a mapping of job to seconds or a "
+                f"timedelta, got {value!r}"
+            )
+        found: dict[JobKey, timedelta] = {}
+        for name, deadline in value.items():
+            where = f"quartz_require_success_within[{name!r}]"
+            found[_job_key_of(where, name)] = _deadline_of(where, deadline)
+        return found
 
     @property
     def limits(self) -> ExecutionLimits:
@@ -386,8 +484,49 @@ class Settings:
         return f"{socket.gethostname()}-{os.getpid()}-{millis}"
 
 
+def _job_key_of(where: str, name: Any) -> JobKey:
+    """``"group.name"`` (at the last dot), ``"name"`` (DEFAULT group) or ``(group, name)``."""
+    if isinstance(name, JobKey):
+        return name
+    if isinstance(name, tuple) and len(name) == 2 and all(isinstance(p, str) for p in name):
+        group, job = name
+    elif isinstance(name, str) and name:
+        group, _, job = name.rpartition(".")
+        group = group or DEFAULT_GROUP
+    else:
+        raise ConfigurationError(f"{where}: a job as 'group.name', 'name' or (group, name)")
+    try:
+        return JobKey(job, group)
+    except Exception as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+
+
+def _deadline_of(where: str, value: Any) -> timedelta:
+    if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
+        raise ConfigurationError(f"{where}: seconds or a timedelta, got {value!r}")
+    deadline = value if isinstance(value, timedelta) else timedelta(seconds=value)
+    if deadline < timedelta(milliseconds=1):
+        raise ConfigurationError(f"{where}: must be positive, got {value!r}")
+    return deadline
+
+
 _auto_lock = threading.Lock()
 _last_auto_millis = 0
+
+
+def _duration(name: str, value: Any, *, positive: bool = False) -> timedelta:
+    """A setting of seconds (or a timedelta) as a timedelta; raises naming the setting."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise ConfigurationError(f"quartz_{name} must be seconds or a timedelta, got {value!r}")
+    if seconds < 0 or (positive and seconds == 0):
+        raise ConfigurationError(
+            f"quartz_{name} must be {'positive' if positive else '0 or more'}, got {value!r}"
+        )
+    return timedelta(seconds=seconds)
 
 
 def _replace(settings: Settings, **changes: Any) -> Settings:

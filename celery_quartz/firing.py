@@ -14,6 +14,28 @@ from celery_quartz.triggers.base import Trigger
 
 #: The name of the message header that carries a firing to the worker (:class:`FiringHeader`).
 HEADER = "quartz"
+#: A trigger data key holding ``{"args": [...], "kwargs": {...}}``: the arguments its firings
+#: call the job's task with, in place of the job's own (a one-off "Run again" of a recorded
+#: run, :meth:`celery_quartz.Quartz.trigger_job`). The task does not see the key.
+RUN_ARGUMENTS = "quartz.run_arguments"
+
+
+def run_arguments(
+    args: list[Any], kwargs: dict[str, Any], trigger_data: dict[str, Any]
+) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
+    """The args and kwargs a firing calls its task with, and the trigger data its task sees:
+    the job's, unless the trigger carries :data:`RUN_ARGUMENTS`."""
+    override = trigger_data.get(RUN_ARGUMENTS) if trigger_data else None
+    if not isinstance(override, Mapping):
+        return args, kwargs, trigger_data
+    data = {k: v for k, v in trigger_data.items() if k != RUN_ARGUMENTS}
+    new_args = override.get("args")
+    new_kwargs = override.get("kwargs")
+    return (
+        list(new_args) if isinstance(new_args, list) else args,
+        dict(new_kwargs) if isinstance(new_kwargs, Mapping) else kwargs,
+        data,
+    )
 
 
 def new_ids(count: int) -> list[str]:

@@ -22,6 +22,9 @@ a queue it publishes to that a        degraded (``data["unhooked_workers"]``: qu
 worker without the hooks consumes     workers, from their last answer to the broadcast)
 more overdue triggers than            degraded (``quartz_health_overdue_threshold``; off by
 ``quartz_health_overdue_threshold``   default)
+a job past its success deadline       degraded, or unhealthy with
+                                      ``quartz_health_overdue_jobs = "unhealthy"``
+                                      (``data["overdue_jobs"]`` names them)
 ====================================  ===========
 
 Beyond Quartz, ``data`` also gives the seconds since the last successful acquisition
@@ -38,6 +41,8 @@ from typing import Any
 from celery_quartz.clock import from_millis, to_millis
 from celery_quartz.lifecycle import SchedulerStatus
 
+#: The most jobs past their success deadline a report names.
+MAX_OVERDUE_JOBS = 100
 #: States whose overdue triggers are owed a firing (a paused or completed one is not).
 OVERDUE_STATES = ("WAITING", "ACQUIRED", "BLOCKED")
 
@@ -46,6 +51,26 @@ def overdue_triggers(summary: dict[str, Any]) -> int:
     """Triggers due by more than the misfire threshold, in a state that owes a firing, from
     :meth:`~celery_quartz.store.abc.StoreReader.trigger_summary`."""
     return sum(summary[state].overdue for state in OVERDUE_STATES if state in summary)
+
+
+def _overdue_jobs(loop: Any, data: dict[str, Any]) -> str:
+    """Jobs past their success deadline (stored on the job, or in
+    ``quartz_require_success_within``), put in ``data["overdue_jobs"]``; the sentence that
+    says so, or "" when none is."""
+    try:
+        late = loop.store.overdue_jobs(loop.settings.success_deadlines, limit=MAX_OVERDUE_JOBS)
+    except Exception as exc:  # the ping answered; a failed read is reported, not judged
+        data["overdue_jobs_error"] = f"{exc.__class__.__name__}: {exc}"
+        return ""
+    data["overdue_jobs"] = [str(s.key) for s in late]
+    if not late:
+        return ""
+    more = "" if len(late) < MAX_OVERDUE_JOBS else " (at least)"
+    return (
+        f"{len(late)}{more} job(s) have not succeeded within their success deadline: "
+        + ", ".join(str(s.key) for s in late[:5])
+        + (", ..." if len(late) > 5 else "")
+    )
 
 
 class HealthStatus(enum.Enum):
@@ -97,6 +122,9 @@ def health_check(scheduler: Any) -> HealthReport:
         data["overdue_error"] = f"{exc.__class__.__name__}: {exc}"
         overdue = None
     data["overdue"] = overdue
+    late_jobs = _overdue_jobs(loop, data)
+    if late_jobs and loop.settings.health_overdue_jobs == HealthStatus.UNHEALTHY.value:
+        return HealthReport(HealthStatus.UNHEALTHY, late_jobs, data)
     if status is SchedulerStatus.CREATED:
         return HealthReport(
             HealthStatus.DEGRADED, "not started: waiting to be elected (auto-start is off)", data
@@ -151,4 +179,6 @@ def health_check(scheduler: Any) -> HealthReport:
             f"(degraded past {threshold})",
             data,
         )
+    if late_jobs:
+        return HealthReport(HealthStatus.DEGRADED, late_jobs, data)
     return HealthReport(HealthStatus.HEALTHY, "running, and the store answers", data)

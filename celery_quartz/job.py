@@ -6,7 +6,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery_quartz.errors import JobDataError, ValidationError
@@ -51,6 +51,10 @@ class Job:
     #: Write the job data the task leaves in its context back to the job
     #: (PersistJobDataAfterExecution).
     persist_job_data: bool = False
+    #: The job must succeed at least this often: past it with no success, the job is listed
+    #: as owed, degrades ``/healthz`` and shows on the ``quartz.job.overdue`` gauge
+    #: (docs/history.md#success-deadlines). None: no deadline.
+    require_success_within: timedelta | None = None
 
     def validate(self, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> None:
         """Raise a :class:`ValidationError` naming this job and the field at fault."""
@@ -72,6 +76,20 @@ class Job:
             encode_json_object(f"job {self.key}", name, getattr(self, name), max_data_bytes)
         _check_expires(self.key, self.options.get("expires"))
         check_description(f"job {self.key}", self.description)
+        check_success_deadline(f"job {self.key}", self.require_success_within)
+
+
+def check_success_deadline(owner: str, value: Any) -> None:
+    """A success deadline: None, or a positive :class:`~datetime.timedelta` of whole
+    milliseconds at least (it is stored in milliseconds)."""
+    if value is None:
+        return
+    if not isinstance(value, timedelta):
+        raise ValidationError(
+            f"{owner}: require_success_within must be a timedelta, got {type(value).__name__}"
+        )
+    if value < timedelta(milliseconds=1):
+        raise ValidationError(f"{owner}: require_success_within must be positive, got {value}")
 
 
 def _check_expires(key: JobKey, expires: Any) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery_quartz.audit import Redaction
@@ -20,7 +20,18 @@ from celery_quartz.firing import Firing
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store.abc import ClientStore
-from celery_quartz.store.views import FiringView, LastOutcome, NodeView, TriggerView
+from celery_quartz.store.views import (
+    AuditEntry,
+    FiringView,
+    HistoryCursor,
+    HistoryEntry,
+    LastOutcome,
+    NodeView,
+    RunStatus,
+    Statistics,
+    StatisticsBucket,
+    TriggerView,
+)
 
 REDACTED = "***"
 
@@ -104,6 +115,9 @@ def job(j: Job, redact: Redactor = NO_REDACTION) -> dict[str, Any]:
         "requests_recovery": j.requests_recovery,
         "disallow_concurrent": j.disallow_concurrent,
         "persist_job_data": j.persist_job_data,
+        "require_success_within": None
+        if j.require_success_within is None
+        else j.require_success_within.total_seconds(),
     }
 
 
@@ -181,3 +195,132 @@ def with_queues(
                 view = dataclasses.replace(view, queue=queue_of(routed))
         found.append(view)
     return found
+
+
+# -- the run history (docs/history.md) ----------------------------------------------------------
+
+
+def history_entry(e: HistoryEntry, redact: Redactor = NO_REDACTION) -> dict[str, Any]:
+    """A history row under the names of issue 28's fields (``job``, ``worker``,
+    ``scheduler_instance``, ``scheduled_fire_time``, …); arguments pass through ``redact``."""
+    return {
+        "history_id": e.history_id,
+        "event_time": iso(e.event_time),
+        "result": e.result,
+        "fire_instance_id": e.fire_instance_id,
+        "job": key(e.job_key),
+        "trigger": key(e.trigger_key),
+        "task_name": e.task_name,
+        "task_id": e.task_id,
+        "scheduled_fire_time": iso(e.scheduled_fire_time),
+        "published_time": iso(e.published_time),
+        "started_time": iso(e.started_time),
+        "finished_time": iso(e.finished_time),
+        "duration": e.duration,
+        "start_lateness": e.start_lateness,
+        "error_type": e.error_type,
+        "error_message": e.error_message,
+        "worker": e.worker_name,
+        "scheduler_instance": e.instance_name,
+        "retry_attempt": e.retry_attempt,
+        "recovering": e.recovering,
+        "reason": e.reason,
+        "summary": e.summary,
+        "metrics": e.metrics,
+        "args": redact(e.args),
+        "kwargs": redact(e.kwargs),
+    }
+
+
+def statistics_bucket(b: StatisticsBucket) -> dict[str, Any]:
+    return {
+        "start": iso(b.start),
+        "counts": b.counts,
+        "duration_p50": b.duration_p50,
+        "duration_p95": b.duration_p95,
+        "duration_max": b.duration_max,
+        "start_lateness_p50": b.lateness_p50,
+        "start_lateness_p95": b.lateness_p95,
+        "start_lateness_max": b.lateness_max,
+    }
+
+
+def statistics(s: Statistics) -> dict[str, Any]:
+    """Buckets oldest first, and the window's total; times in seconds."""
+    return {
+        "job": key(s.job),
+        "since": iso(s.since),
+        "until": iso(s.until),
+        "bucket": s.bucket.total_seconds(),
+        "buckets": [statistics_bucket(b) for b in s.buckets],
+        "total": statistics_bucket(s.total),
+    }
+
+
+def run_status(s: RunStatus) -> dict[str, Any]:
+    deadline = s.require_success_within
+    return {
+        "kind": s.kind,
+        "key": key(s.key),
+        "since": iso(s.since),
+        "last_run_time": iso(s.last_run_time),
+        "last_result": s.last_result,
+        "last_success_time": iso(s.last_success_time),
+        "consecutive_failures": s.consecutive_failures,
+        "runs": s.runs,
+        "failures": s.failures,
+        "require_success_within": None if deadline is None else deadline.total_seconds(),
+        "overdue": s.overdue,
+    }
+
+
+def audit_entry(e: AuditEntry, redact: Redactor = NO_REDACTION) -> dict[str, Any]:
+    return {
+        "audit_id": e.audit_id,
+        "event_time": iso(e.event_time),
+        "principal": e.principal,
+        "via": e.via,
+        "action": e.action,
+        "target_kind": e.target_kind,
+        "target": e.target,
+        "changes": redact(e.changes),
+    }
+
+
+def encode_history_cursor(cursor: HistoryCursor | None) -> str | None:
+    """A history or audit page's cursor (event time in ms, row id) as one word."""
+    return None if cursor is None else f"{cursor[0]}.{cursor[1]}"
+
+
+def decode_history_cursor(text: str) -> HistoryCursor:
+    """The cursor :func:`encode_history_cursor` printed; ValueError otherwise."""
+    millis, _, row = text.partition(".")
+    if not (millis.isdigit() and row.isdigit()) or len(text) > 40:
+        raise ValueError(f"{text!r} is not a cursor printed by a previous page")
+    return int(millis), int(row)
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO 8601 time; one without a UTC offset is UTC. ValueError otherwise."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 time (2026-12-01T09:00:00Z)") from None
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``5m``, ``24h``, ``7d``, ``2w`` (or seconds as a number); ValueError otherwise."""
+    word = text.strip().lower()
+    unit = _UNITS.get(word[-1:]) if word else None
+    number = word[:-1] if unit is not None else word
+    try:
+        seconds = float(number) * (unit or 1)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration such as 5m, 1h, 24h or 7d") from None
+    if not 0 < seconds <= 10 * 366 * 86400:
+        raise ValueError(f"{text!r}: a duration from 1s to 10 years")
+    return timedelta(seconds=seconds)

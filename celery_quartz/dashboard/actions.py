@@ -32,6 +32,7 @@ from celery_quartz.keys import (
     JobKey,
     TriggerKey,
 )
+from celery_quartz.store.views import HistoryFilter
 from celery_quartz.triggers import REPEAT_INDEFINITELY, CronTrigger, SimpleTrigger, Trigger
 from celery_quartz.triggers.base import MAX_PRIORITY, MIN_PRIORITY, TriggerDetailsUpdate
 
@@ -162,11 +163,69 @@ TRIGGER_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] 
     "unschedule": ("unschedule", _trigger_action(_unschedule)),
     "preferred-node": ("repin_trigger", _trigger_action(_repin)),
 }
+
+
+def run_again(client: Quartz, key: JobKey, body: Mapping[str, Any]) -> dict[str, Any]:
+    """Fire ``key`` once now with the arguments recorded on its history row (``history_id``
+    and ``event_time``: the row's id, and its time in epoch milliseconds or ISO 8601), or with
+    the job's current ones when the row recorded none."""
+    unknown = set(body) - {"history_id", "event_time"}
+    if unknown:
+        raise invalid(sorted(unknown)[0], "not a field of run-again")
+    history_id = _whole(body.get("history_id"), "history_id")
+    event = body.get("event_time")
+    if isinstance(event, str) and not event.strip().lstrip("-").isdigit():
+        try:
+            when = datetime.fromisoformat(event.replace("Z", "+00:00"))
+        except ValueError:
+            raise invalid("event_time", f"epoch milliseconds or ISO 8601, not {event!r}") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        event_millis = int(when.timestamp() * 1000)
+    else:
+        event_millis = _whole(event, "event_time")
+    # The row itself: the first one at or before (event time, id), newest first.
+    page = client.store.history(
+        HistoryFilter(job=key), after=(event_millis, history_id + 1), limit=1
+    )
+    if not page.items or page.items[0].history_id != history_id:
+        raise HttpError(404, "not_found", f"history row {history_id} of job {key} is not stored")
+    row = page.items[0]
+    recorded = row.args is not None or row.kwargs is not None
+    if recorded:
+        trigger = client.trigger_job(key, args=row.args, kwargs=row.kwargs)
+    else:
+        trigger = client.trigger_job(key)
+    arguments = "recorded" if recorded else "current"
+    return {
+        "trigger": {"group": trigger.key.group, "name": trigger.key.name},
+        "arguments": arguments,
+        "message": f"job {key} runs again with "
+        + (
+            "the arguments recorded on the run"
+            if recorded
+            else "its current arguments (the run recorded none)"
+        ),
+    }
+
+
+def _whole(value: Any, field: str) -> int:
+    if isinstance(value, bool):
+        raise invalid(field, f"a whole number, not {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise invalid(field, f"a whole number, not {value!r}")
+
+
 #: Actions on one job.
 JOB_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] = {
     "pause": ("pause_job", _job_action(_done(Quartz.pause_job))),
     "resume": ("resume_job", _job_action(_done(Quartz.resume_job))),
     "trigger": ("trigger_job", _job_action(_trigger_now)),
+    # Fires the job, as "trigger" does: the same permission.
+    "run-again": ("trigger_job", _job_action(run_again)),
     "delete": ("delete_job", _job_action(_delete_job)),
 }
 #: Actions on a trigger group (which need not hold a trigger yet: a paused group pauses the

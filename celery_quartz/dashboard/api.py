@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from celery_quartz import presentation
-from celery_quartz.dashboard import present
+from celery_quartz.dashboard import history_api, present
 from celery_quartz.dashboard.actions import (
     GROUP_ACTIONS,
     JOB_ACTIONS,
@@ -365,6 +365,11 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         Route(f"{s}/groups", _reader(d, _groups)),
         Route(f"{s}/owed", _reader(d, _owed)),
         Route(f"{s}/calendars", _reader(d, read_calendars)),
+        Route(f"{s}/history", _reader(d, history_api.read_history)),
+        Route(f"{s}/history/misfires", _reader(d, history_api.read_misfires)),
+        Route(f"{s}/stats", _reader(d, history_api.read_stats)),
+        Route(f"{s}/job-status", _reader(d, history_api.read_job_status)),
+        Route(f"{s}/audit", _reader(d, history_api.read_audit)),
         Route(f"{s}/firings", _reader(d, read_firings)),
         Route(f"{s}/triggers", _reader(d, read_triggers)),
         Route(f"{s}/triggers/{{group}}/{{name}}", _reader(d, read_trigger, "group", "name")),

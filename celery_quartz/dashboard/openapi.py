@@ -116,6 +116,8 @@ SCHEMAS: dict[str, Any] = {
             "requests_recovery": _BOOLEAN,
             "disallow_concurrent": _BOOLEAN,
             "persist_job_data": _BOOLEAN,
+            # Seconds (docs/history.md#success-deadlines); null: no deadline of its own.
+            "require_success_within": _nullable("number"),
         }
     ),
     "JobPage": _object({"items": _list("Job"), "next_after": _nullable("string")}),
@@ -194,6 +196,25 @@ SCHEMAS: dict[str, Any] = {
             "parked_groups": _list("Group"),
             "dead_nodes": _list("Node"),
             "unserved": _list("Unserved"),
+            "overdue_jobs": _list("OverdueJob"),
+        }
+    ),
+    "OverdueJob": _object(
+        {
+            "key": _ref("Key"),
+            "require_success_within": {"type": "number"},
+            "last_success_time": _TIME,
+            "last_run_time": _TIME,
+            "last_result": _nullable("string"),
+            "consecutive_failures": _INTEGER,
+            "due_time": _TIME,
+        }
+    ),
+    "RanAgain": _object(
+        {
+            "trigger": _ref("Key"),
+            "arguments": {"enum": ["recorded", "current"]},
+            "message": _STRING,
         }
     ),
     "Overview": {
@@ -257,6 +278,95 @@ SCHEMAS: dict[str, Any] = {
     "Fired": _object({"trigger": _ref("Key")}),
     "Scheduled": _object({"job": _ref("Key"), "trigger": _ref("Key"), "next_fire_time": _TIME}),
 }
+
+_NUMBER = _nullable("number")
+_KEY_OR_NULL = {"oneOf": [_ref("Key"), {"type": "null"}]}
+_PAGE_OF = {"next_after": _nullable("string")}
+_BUCKET = _object(
+    {
+        "start": _TIME,
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        **{
+            f"{what}_{stat}": _NUMBER
+            for what in ("duration", "start_lateness")
+            for stat in ("p50", "p95", "max")
+        },
+    }
+)
+SCHEMAS.update(
+    {
+        "HistoryEntry": _object(
+            {
+                "history_id": _INTEGER,
+                "event_time": _TIME,
+                "result": _STRING,
+                "fire_instance_id": _nullable("string"),
+                "job": _KEY_OR_NULL,
+                "trigger": _ref("Key"),
+                "task_name": _nullable("string"),
+                "task_id": _nullable("string"),
+                "scheduled_fire_time": _TIME,
+                "published_time": _TIME,
+                "started_time": _TIME,
+                "finished_time": _TIME,
+                "duration": _NUMBER,
+                "start_lateness": _NUMBER,
+                "error_type": _nullable("string"),
+                "error_message": _nullable("string"),
+                "worker": _nullable("string"),
+                "scheduler_instance": _nullable("string"),
+                "retry_attempt": _INTEGER,
+                "recovering": _BOOLEAN,
+                "reason": _nullable("string"),
+                "summary": _nullable("string"),
+                "metrics": _nullable("object"),
+                "args": _nullable("array"),
+                "kwargs": _nullable("object"),
+            }
+        ),
+        "HistoryPage": _object({"items": _list("HistoryEntry"), **_PAGE_OF}),
+        "StatisticsBucket": _BUCKET,
+        "Statistics": _object(
+            {
+                "job": _KEY_OR_NULL,
+                "since": _TIME,
+                "until": _TIME,
+                "bucket": {"type": "number"},
+                "buckets": _list("StatisticsBucket"),
+                "total": _ref("StatisticsBucket"),
+            }
+        ),
+        "RunStatus": _object(
+            {
+                "kind": _STRING,
+                "key": _ref("Key"),
+                "since": _TIME,
+                "last_run_time": _TIME,
+                "last_result": _nullable("string"),
+                "last_success_time": _TIME,
+                "consecutive_failures": _INTEGER,
+                "runs": _INTEGER,
+                "failures": _INTEGER,
+                "require_success_within": _NUMBER,
+                "overdue": _BOOLEAN,
+            }
+        ),
+        "RunStatusPage": _object({"items": _list("RunStatus"), **_PAGE_OF}),
+        "AuditEntry": _object(
+            {
+                "audit_id": _INTEGER,
+                "event_time": _TIME,
+                "principal": _STRING,
+                "via": _STRING,
+                "action": _STRING,
+                "target_kind": _STRING,
+                "target": _nullable("string"),
+                "changes": {"type": ["object", "array", "null"]},
+            }
+        ),
+        "AuditPage": _object({"items": _list("AuditEntry"), **_PAGE_OF}),
+    }
+)
 
 _PAGE = [
     {
@@ -375,6 +485,88 @@ def _get(summary: str, answer: str, parameters: list[dict[str, Any]]) -> dict[st
     }
 
 
+def _query(*names: tuple[str, str], **schemas: Any) -> list[dict[str, Any]]:
+    """Query parameters (name, description), strings unless ``schemas`` says otherwise."""
+    return [
+        {"name": n, "in": "query", "description": text, "schema": schemas.get(n, _STRING)}
+        for n, text in names
+    ]
+
+
+_HISTORY_FILTERS = _query(
+    ("job_group", "With job_name: one job's rows."),
+    ("job_name", "With job_group."),
+    ("trigger_group", "With trigger_name: one trigger's rows (its retries and recoveries)."),
+    ("trigger_name", "With trigger_group."),
+    ("group", "Only the triggers of this group."),
+    ("result", "Result names, comma-separated (succeeded, failed, misfired, ...)."),
+    ("since", "From this time (ISO 8601; UTC without an offset), inclusive."),
+    ("until", "Up to this time, exclusive."),
+)
+
+
+def _history_get(summary: str, answer: str, parameters: list[dict[str, Any]]) -> dict[str, Any]:
+    """A read of the run history: a bad query parameter is a 400 naming it."""
+    operation = _get(summary, answer, parameters)
+    operation["get"]["responses"]["400"] = _error()
+    return operation
+
+
+def history_paths(s: str) -> dict[str, Any]:
+    """The run history's reads (docs/api.md#the-run-history)."""
+    return {
+        f"{s}/history": _history_get(
+            "Finished executions and occurrences not run, newest first",
+            "HistoryPage",
+            _SCHEDULER + _HISTORY_FILTERS + _PAGE,
+        ),
+        f"{s}/history/misfires": _history_get(
+            "Occurrences owed and not run (misfired, expired, held, skipped), newest first",
+            "HistoryPage",
+            _SCHEDULER + _HISTORY_FILTERS + _PAGE,
+        ),
+        f"{s}/stats": _history_get(
+            "Runs by result, duration and start-lateness percentiles, by bucket",
+            "Statistics",
+            _SCHEDULER
+            + _query(
+                ("job_group", "With job_name: one job's; else the whole scheduler's."),
+                ("job_name", "With job_group."),
+                ("window", "How far back: 90m, 24h, 7d, 30d (default 24h)."),
+                ("bucket", "5m, 1h, 6h or 1d (default 1h)."),
+                ("until", "The window's end (default now), rounded up to its bucket's end."),
+                bucket={"type": "string", "enum": ["5m", "1h", "6h", "1d"]},
+            ),
+        ),
+        f"{s}/job-status": _history_get(
+            "Each job's runs in short, its success deadline and whether it is past it",
+            "RunStatusPage",
+            _SCHEDULER
+            + _query(
+                ("group", "Only the jobs of this group."),
+                ("name", "With group: one job."),
+                ("overdue", "true: only the jobs past their success deadline."),
+                overdue={"type": "string", "enum": ["true", "false"]},
+            )
+            + _PAGE,
+        ),
+        f"{s}/audit": _history_get(
+            "Changes to the schedule: who, through what, which action, on what",
+            "AuditPage",
+            _SCHEDULER
+            + _query(
+                ("principal", "Only this principal's changes."),
+                ("via", "client, cli, api, dashboard, file, import, beat_schedule, scheduler."),
+                ("action", "Only this action."),
+                ("target", "Only changes to this target (GROUP.NAME)."),
+                ("since", "From this time (ISO 8601), inclusive."),
+                ("until", "Up to this time, exclusive."),
+            )
+            + _PAGE,
+        ),
+    }
+
+
 def _post(
     summary: str,
     action: str,
@@ -456,6 +648,7 @@ def openapi_document(prefix: str) -> dict[str, Any]:
             "A job and its triggers", "JobDetail", _SCHEDULER + _KEY
         ),
     }
+    paths.update(history_paths(s))
     repin = _object({"preferred_node": _nullable("string")}, additionalProperties=False)
     for verb, action, summary, answer, body in (
         ("pause", "pause_trigger", "Pause a trigger", "Ok", None),
@@ -484,6 +677,22 @@ def openapi_document(prefix: str) -> dict[str, Any]:
             {"type": "object", "properties": {"data": _JSON_OBJECT}, "additionalProperties": False},
         ),
         ("delete", "delete_job", "Delete a job and its triggers", "Removed", None),
+        (
+            "run-again",
+            "trigger_job",
+            "Fire a job now, once, with the arguments recorded on one of its history rows (the "
+            "job's current ones when the row recorded none)",
+            "RanAgain",
+            {
+                "type": "object",
+                "properties": {
+                    "history_id": _INTEGER,
+                    "event_time": {"oneOf": [_INTEGER, {"type": "string", "format": "date-time"}]},
+                },
+                "required": ["history_id", "event_time"],
+                "additionalProperties": False,
+            },
+        ),
     ):
         paths[f"{s}/jobs/{{group}}/{{name}}/{verb}"] = _post(
             summary, action, answer, _SCHEDULER + _KEY, body

@@ -8,10 +8,10 @@ from typing import Any
 
 from celery_quartz.config import Settings
 from celery_quartz.lifecycle import SchedulerStatus
-from celery_quartz.presentation import Redactor, node, trigger
+from celery_quartz.presentation import Redactor, iso, key, node, trigger
 from celery_quartz.routing import LiveWorker
-from celery_quartz.store import StoreReader
-from celery_quartz.store.views import NodeView
+from celery_quartz.store import ClientStore, StoreReader
+from celery_quartz.store.views import NodeView, RunStatus
 
 
 def nodes(store: StoreReader, views: list[NodeView] | None = None) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def groups(
 
 
 def owed(
-    store: StoreReader,
+    store: ClientStore,
     settings: Settings,
     default_queue: str,
     redact: Redactor,
@@ -89,7 +89,8 @@ def owed(
     group_rows: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """What is owed and not happening (seed 004, "what to watch"): overdue triggers, triggers
-    BLOCKED for long, triggers in ERROR with their reason, groups parked at their ceiling with
+    BLOCKED for long, triggers in ERROR with their reason, jobs past their success deadline
+    (docs/history.md#success-deadlines), groups parked at their ceiling with
     work held back, dead nodes, and queues of stored triggers' groups that no live worker
     consumes. ``views`` and ``group_rows``: the check-ins and groups, when already read."""
     found = store.owed_triggers(blocked_for=settings.dashboard_blocked_threshold)
@@ -107,6 +108,24 @@ def owed(
         "parked_groups": [g for g in group_rows if g["parked"] and g["held_back"]],
         "dead_nodes": [node(n) for n in views if not n.alive],
         "unserved": unserved(store, settings, default_queue),
+        "overdue_jobs": [
+            late_job(s) for s in store.overdue_jobs(settings.success_deadlines, limit=100)
+        ],
+    }
+
+
+def late_job(status: RunStatus) -> dict[str, Any]:
+    """A job past its success deadline, as the owed listing shows it."""
+    assert status.require_success_within is not None
+    due = (status.last_success_time or status.since) + status.require_success_within
+    return {
+        "key": key(status.key),
+        "require_success_within": status.require_success_within.total_seconds(),
+        "last_success_time": iso(status.last_success_time),
+        "last_run_time": iso(status.last_run_time),
+        "last_result": status.last_result,
+        "consecutive_failures": status.consecutive_failures,
+        "due_time": iso(due),
     }
 
 
@@ -120,7 +139,7 @@ def unserved(store: StoreReader, settings: Settings, default_queue: str) -> list
 
 
 def overview(
-    store: StoreReader, settings: Settings, default_queue: str, redact: Redactor
+    store: ClientStore, settings: Settings, default_queue: str, redact: Redactor
 ) -> dict[str, Any]:
     """Nodes, leader, groups and what is owed, reading the check-ins and the groups once."""
     views = store.list_nodes()

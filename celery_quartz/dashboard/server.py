@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from celery_quartz.clock import Clock
 from celery_quartz.config import Settings
-from celery_quartz.dashboard import api, ui
+from celery_quartz.dashboard import api, metrics, ui
 from celery_quartz.dashboard.actions import HttpError
 from celery_quartz.dashboard.app import Dashboard, error_response
 
@@ -44,7 +44,11 @@ def create_app(
     under ``quartz_dashboard_url_prefix``. Attaches to the store; starts no scheduler."""
     settings = settings or Settings.from_app(app)
     dashboard = Dashboard(app, settings, clock)
-    routes: list[BaseRoute] = [*api.routes(dashboard), *ui.routes(dashboard)]
+    routes: list[BaseRoute] = [
+        *api.routes(dashboard),
+        *metrics.routes(dashboard),
+        *ui.routes(dashboard),
+    ]
     if dashboard.prefix:
         routes = [Mount(dashboard.prefix, routes=routes)]
 

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from celery_quartz.dashboard import api
+from celery_quartz.dashboard import api, history_pages
 from celery_quartz.dashboard.actions import (
     GROUP_ACTIONS,
     JOB_ACTIONS,
@@ -251,8 +251,23 @@ def routes(d: Dashboard) -> list[BaseRoute]:
     async def trigger(request: Request) -> Response:
         group, name = request.path_params["group"], request.path_params["name"]
         return await page(
-            request, "trigger.html", api.read_trigger, group, name, actions=PAGE_TRIGGER_ACTIONS
+            request,
+            "trigger.html",
+            history_pages.read_trigger_page,
+            group,
+            name,
+            actions=PAGE_TRIGGER_ACTIONS,
         )
+
+    async def job(request: Request) -> Response:
+        group, name = request.path_params["group"], request.path_params["name"]
+        return await page(request, "job.html", history_pages.read_job_page, group, name)
+
+    async def history(request: Request) -> Response:
+        return await page(request, "history.html", history_pages.read_history)
+
+    async def audit(request: Request) -> Response:
+        return await page(request, "audit.html", history_pages.read_audit)
 
     async def firings(request: Request) -> Response:
         return await page(request, "firings.html", api.read_firings)
@@ -322,19 +337,26 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         body: dict[str, Any] = {}
         if verb == "preferred-node":
             body = {"preferred_node": form.get("preferred_node") or None}
+        elif verb == "run-again":
+            body = {k: form.get(k, "") for k in ("history_id", "event_time")}
         audited = d.acting(request, "dashboard", work, cookie=True)
         try:
             if kind == "groups":
-                await run_in_threadpool(audited, target.client, p["group"])
+                result = await run_in_threadpool(audited, target.client, p["group"])
             else:
-                await run_in_threadpool(audited, target.client, p["group"], p["name"], body)
+                result = await run_in_threadpool(
+                    audited, target.client, p["group"], p["name"], body
+                )
         except QuartzError as error:
             raise from_quartz_error(error) from None
+        done = f"{kind} {verb}"
+        if isinstance(result, dict) and isinstance(result.get("message"), str):
+            done = result["message"]
         back = form.get("back", "")
         if not back.startswith(f"{d.prefix}/s/"):
             back = f"{d.prefix}/s/{_quote(scheduler)}/"
         sep = "&" if "?" in back else "?"
-        return RedirectResponse(f"{back}{sep}{urlencode({'done': f'{kind} {verb}'})}", 303)
+        return RedirectResponse(f"{back}{sep}{urlencode({'done': done})}", 303)
 
     s = "/s/{scheduler}"
     return [
@@ -344,6 +366,9 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         Route(f"{s}/", overview),
         Route(f"{s}/triggers", triggers),
         Route(f"{s}/triggers/{{group}}/{{name}}", trigger),
+        Route(f"{s}/jobs/{{group}}/{{name}}", job),
+        Route(f"{s}/history", history),
+        Route(f"{s}/audit", audit),
         Route(f"{s}/firings", firings),
         Route(f"{s}/calendars", calendars),
         Route(f"{s}/{{kind}}/{{group}}/{{name}}/{{verb}}", act, methods=["POST"]),

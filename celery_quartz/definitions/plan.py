@@ -480,6 +480,7 @@ def same_job(a: Job, b: Job) -> bool:
         and bool(a.requests_recovery) == bool(b.requests_recovery)
         and bool(a.disallow_concurrent) == bool(b.disallow_concurrent)
         and bool(a.persist_job_data) == bool(b.persist_job_data)
+        and a.require_success_within == b.require_success_within
     )
 
 

@@ -184,7 +184,8 @@ def build_job(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> JobDef
     options = read(_json_object, node, "Options", owner)
     data = read(_json_object, node, "JobDataMap", owner)
     description = read(_text, node, "Description", owner)
-    flags = {
+    deadline = read(_duration, node, "RequireSuccessWithin", owner)
+    flags: dict[str, bool] = {
         attribute: bool(read(_bool, node, name, owner))
         for attribute, name in (
             ("durable", "Durable"),
@@ -202,7 +203,11 @@ def build_job(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> JobDef
         data=data or {},
         options=options or {},
         description=description,
-        **flags,
+        durable=flags["durable"],
+        requests_recovery=flags["requests_recovery"],
+        disallow_concurrent=flags["disallow_concurrent"],
+        persist_job_data=flags["persist_job_data"],
+        require_success_within=deadline,
     )
     try:
         job.validate(max_data_bytes)

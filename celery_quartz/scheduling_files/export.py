@@ -61,6 +61,9 @@ def job_tree(job: Job) -> dict[str, Any]:
         tree["Kwargs"] = dict(job.kwargs)
     if job.options:
         tree["Options"] = dict(job.options)
+    if job.require_success_within is not None:
+        owner = f"job {job.key}"
+        tree["RequireSuccessWithin"] = millis(job.require_success_within, owner, "deadline")
     return tree
 
 

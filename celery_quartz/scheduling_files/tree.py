@@ -36,6 +36,7 @@ JOB_KEYS = (
     "Args",
     "Kwargs",
     "Options",
+    "RequireSuccessWithin",
 )
 TRIGGER_KEYS = (
     "Name",

@@ -48,6 +48,7 @@ _JOB: Sequence[_Field] = (
     ("args", "Args", "json"),
     ("kwargs", "Kwargs", "json"),
     ("options", "Options", "json"),
+    ("require-success-within", "RequireSuccessWithin", "text"),
 )
 _TRIGGER_COMMON: Sequence[_Field] = (
     ("name", "Name", "text"),
@@ -156,6 +157,7 @@ _OWN_ELEMENTS = frozenset(
         "args",
         "kwargs",
         "options",
+        "require-success-within",
         "retry-policy",
         "preferred-node",
         "execution-group",

@@ -705,11 +705,12 @@ class HistoryReader(abc.ABC):
         *,
         kind: str = "job",
         group: str | None = None,
+        name: str | None = None,
         after: tuple[str, str] | None = None,
         limit: int = 100,
     ) -> Page[RunStatus, tuple[str, str]]:
         """The run status of jobs (``kind="job"``) or triggers by (group, name), with each
-        job's success deadline and whether it is past it."""
+        job's success deadline and whether it is past it; ``name`` (with ``group``) reads one."""
 
     @abc.abstractmethod
     def overdue_jobs(
@@ -750,14 +751,16 @@ class OpenedStore(abc.ABC):
         """Close the store's connections."""
 
 
-class SchedulerStore(SchedulingStore, ClusterStore, StoreReader, OpenedStore):
-    """What a scheduler process holds: the loop's and the cluster manager's roles, and the
-    read side its health check uses."""
+class SchedulerStore(
+    SchedulingStore, ClusterStore, StoreReader, HistoryReader, HistoryKeeper, OpenedStore
+):
+    """What a scheduler process holds: the loop's and the cluster manager's roles, the read
+    side its health check uses, and the history's sweep (run by one node at a time)."""
 
 
-class ClientStore(JobStore, StoreReader, OpenedStore):
+class ClientStore(JobStore, StoreReader, HistoryReader, OpenedStore):
     """What a client holds (:class:`celery_quartz.Quartz`, the CLI, an import): the client's
-    role, and the read side it reports from."""
+    role, and the read sides it reports from (the run history's among them)."""
 
 
 class WorkerNodeStore(WorkerStore, ClusterStore, OpenedStore):

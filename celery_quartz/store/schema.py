@@ -460,6 +460,13 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("lateness_max", BigInteger),
         Column("lateness_hist", Text),
     )
+    # The sweep's range of old rollups, by width and age (whatever the number of jobs).
+    Index(
+        f"ix_{p}history_rollups_age",
+        history_rollups.c.sched_name,
+        history_rollups.c.bucket_seconds,
+        history_rollups.c.bucket_start,
+    )
 
     # Each job's and trigger's runs in short, kept when the history rows are swept: the last
     # run and success, failures in a row, counts. Folded in the transaction of the history row.
@@ -481,6 +488,13 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("failures", BigInteger, nullable=False, server_default=text("0")),
         # History rows of this key still stored (the sweep's count, for the per-trigger cap).
         Column("history_rows", BigInteger, nullable=False, server_default=text("0")),
+    )
+    # The sweep's range of the triggers over their cap of stored rows.
+    Index(
+        f"ix_{p}run_status_rows",
+        run_status.c.sched_name,
+        run_status.c.kind,
+        run_status.c.history_rows,
     )
 
     # Every change, by whom, through what (docs/history.md#audit).

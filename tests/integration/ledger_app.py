@@ -177,6 +177,10 @@ if os.environ.get("CQ_COMPLETION_DELAY"):
 app.conf.worker_prefetch_multiplier = 1
 # Every worker consumes its own queue, as pinned triggers need (docs/affinity.md).
 app.conf.worker_direct = True
+# The history's sweep (docs/history.md#retention): its interval, and the scheduler's cap.
+app.conf.quartz_history_sweep_interval = float(os.environ.get("CQ_HISTORY_SWEEP_INTERVAL", "10"))
+if os.environ.get("CQ_HISTORY_MAX_ROWS"):
+    app.conf.quartz_history_max_rows = int(os.environ["CQ_HISTORY_MAX_ROWS"])
 if os.environ.get("CQ_EXECUTION_LIMITS"):
     app.conf.quartz_execution_limits = json.loads(os.environ["CQ_EXECUTION_LIMITS"])
 if os.environ.get("CQ_SCHEDULING_FILES"):

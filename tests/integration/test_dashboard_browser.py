@@ -243,3 +243,171 @@ def test_a_200_character_name_wraps_on_a_phone(pg_url: str, browser: Any) -> Non
         page.wait_for_selector("#trigger-state")
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 390, f"the page is {width}px wide on a 390px screen"
+
+
+# -- the run history's pages (docs/history.md#pages) --------------------------------------------
+
+
+def _history(store: Any) -> None:
+    """A day of runs of three jobs, as the worker and the scheduler record them: successes of
+    varied durations, failures, a retry, misfires and held occurrences; and a few audit rows."""
+    import random
+
+    from tests.history_rows import history_row, insert_audit, insert_history
+
+    rng = random.Random(28)
+    now = datetime.now(timezone.utc)
+    rows = []
+    for minutes in range(24 * 60, 0, -20):
+        when = now - timedelta(minutes=minutes)
+        for job, trigger, group, base in (
+            ("nightly-report", "nightly", "reports", 4000),
+            ("heartbeat", "every-2s", "ops", 300),
+        ):
+            roll = rng.random()
+            result = (
+                "failed"
+                if roll < 0.06
+                else "misfired"
+                if roll < 0.09
+                else "held"
+                if roll < 0.11
+                else "retried"
+                if roll < 0.13
+                else "succeeded"
+            )
+            extra: dict[str, Any] = {}
+            if result == "failed":
+                extra = {
+                    "error_type": "TimeoutError",
+                    "error_message": "the SMTP server did not answer",
+                }
+            rows.append(
+                history_row(
+                    when + timedelta(seconds=rng.randint(0, 600)),
+                    result,
+                    trigger=trigger,
+                    trigger_group=group,
+                    job=job,
+                    job_group=group,
+                    duration_ms=None
+                    if result in ("misfired", "held")
+                    else int(base * rng.lognormvariate(0, 0.5)),
+                    lateness_ms=None if result in ("misfired", "held") else rng.randint(5, 400),
+                    worker_name=None if result in ("misfired", "held") else "celery@w1",
+                    args="[]" if job == "heartbeat" else None,
+                    kwargs='{"period": "day"}' if job == "heartbeat" else None,
+                    **extra,
+                )
+            )
+    insert_history(store, *rows)
+    for minutes, principal, via, action, target, changes in (
+        (
+            300,
+            "admin",
+            "dashboard",
+            "pause_trigger",
+            "reports.nightly",
+            {"state": ["WAITING", "PAUSED"]},
+        ),
+        (
+            240,
+            "admin",
+            "dashboard",
+            "resume_trigger",
+            "reports.nightly",
+            {"state": ["PAUSED", "WAITING"]},
+        ),
+        (30, "alice", "cli", "store_job", "ops.heartbeat", {"kwargs": [{}, {"period": "day"}]}),
+    ):
+        insert_audit(
+            store,
+            now - timedelta(minutes=minutes),
+            principal=principal,
+            via=via,
+            action=action,
+            target_kind="trigger" if "trigger" in action else "job",
+            target=target,
+            changes=changes,
+        )
+
+
+def test_the_history_and_audit_pages_draw_their_chart_and_rows_in_a_browser(
+    pg_url: str, tmp_path: Path, browser: Any
+) -> None:
+    quartz = _schedule(pg_url)
+    _history(quartz.store)
+    with serve(pg_url) as base:
+        page = browser.new_page()
+        _log_in(page, base)
+        page.click("#nav-history")
+        page.wait_for_selector("#history-chart svg")
+        chart = page.locator("#history-chart svg")
+        assert chart.is_visible()
+        box = chart.bounding_box()
+        assert box is not None and box["width"] > 300 and box["height"] > 150, box
+        bars = page.locator("#history-chart svg rect.bar")
+        assert bars.count() >= 24  # a bar per hour at least, more where results mix
+        # The bars are drawn: the tallest has a height on the screen.
+        heights = bars.evaluate_all("rs => rs.map(r => r.getBoundingClientRect().height)")
+        assert max(heights) > 20, heights
+        assert page.locator("#history-chart svg polyline").count() >= 2  # p50 and p95
+        assert page.locator("tr.run-row").count() == 50  # the first page
+        if os.environ.get("CQ_HISTORY_SCREENSHOT"):
+            page.set_viewport_size({"width": 1280, "height": 1000})
+            page.screenshot(path=os.environ["CQ_HISTORY_SCREENSHOT"], full_page=False)
+        page.screenshot(path=str(tmp_path / "history.png"), full_page=True)
+        page.set_viewport_size({"width": 390, "height": 844})  # a phone: the chart shrinks
+        page.reload()
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"the page is {width}px wide on a 390px screen"
+        assert page.locator("#history-chart svg").bounding_box()["width"] <= 390
+        page.set_viewport_size({"width": 1280, "height": 900})
+
+        # Filtered to the failures of one job: the chart is the job's, the rows its failures.
+        page.fill("#history-filters input[name=job]", "nightly-report")
+        page.fill("#history-filters input[name=group]", "reports")
+        page.select_option("#history-filters select[name=result]", "failed")
+        page.click("#history-filters button")
+        page.wait_for_selector("text=Runs over time of job reports.nightly-report")
+        results = page.locator("tr.run-row").evaluate_all("rs => rs.map(r => r.dataset.result)")
+        assert results and set(results) == {"failed"}
+
+        # A trigger's page: its recent runs and a small chart.
+        page.goto(f"{base}/s/ledger_app/triggers/ops/every-2s")
+        assert page.locator("#runs-chart svg rect.bar").count() > 0
+        assert page.locator("#runs-chart svg").is_visible()
+        assert page.locator("tr.run-row").count() == 15
+
+        # Run again with the recorded arguments, after the confirmation.
+        asked: list[str] = []
+
+        def accept(dialog: Any) -> None:
+            asked.append(dialog.message)
+            dialog.accept()
+
+        page.on("dialog", accept)
+        page.locator("button.run-again").first.click()
+        page.wait_for_selector("#flash")
+        assert "the arguments recorded on the run" in page.inner_text("#flash")
+        assert asked and "with the arguments recorded on this run" in asked[0]
+
+        # The Audit page.
+        page.click("#nav-audit")
+        page.wait_for_selector("#audit-rows")
+        assert page.locator("tr.audit-row").count() >= 3
+        assert "pause_trigger" in page.inner_text("#audit-rows")
+        page.fill("#audit-filters input[name=principal]", "alice")
+        page.click("#audit-filters button")
+        page.wait_for_load_state()
+        principals = page.locator("tr.audit-row td:nth-child(2)").all_inner_texts()
+        assert principals and set(principals) == {"alice"}
+        page.screenshot(path=str(tmp_path / "audit.png"), full_page=True)
+    manual = [
+        t
+        for t in quartz.get_triggers_of_job(JobKey("heartbeat", "ops"))
+        if t.key.group == "MANUAL_TRIGGER"
+    ]
+    assert [t.data for t in manual] == [
+        {"quartz.run_arguments": {"args": [], "kwargs": {"period": "day"}}}
+    ]

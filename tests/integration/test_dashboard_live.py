@@ -1,21 +1,31 @@
 """The API while a real ``celery beat`` fires and a real worker runs the firings: pages keyed by
 trigger neither skip nor repeat a row while every trigger's next fire time moves, the nodes
-show alive, and each trigger's last outcome is what its worker reported."""
+show alive, and each trigger's last outcome is what its worker reported. A job past its success
+deadline degrades beat's health and shows on its gauges, and still on the dashboard's own
+/metrics once every beat is stopped."""
 
 from __future__ import annotations
 
+import json
+import re
+import urllib.error
+import urllib.request
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
 from celery_quartz.keys import BEAT_SCHEDULE_GROUP
 from celery_quartz.store import SqlStore
+from celery_quartz.triggers import CronTrigger
+from tests.history_rows import insert_status
 from tests.integration import ledger_app
-from tests.integration.dashboard_helpers import API, client
+from tests.integration.dashboard_helpers import ADMIN, API, client, serve
+from tests.integration.otel_files import read_points
 from tests.integration.processes import processes, wait_for
+from tests.services import free_port
 
 
 def _env(pg_url: str, redis_url: str) -> dict[str, str]:
@@ -127,3 +137,124 @@ def test_each_trigger_keeps_the_outcome_its_worker_reported(
     assert succeeded["error_type"] is None
     started = datetime.fromisoformat(succeeded["started_time"])
     assert started <= datetime.fromisoformat(succeeded["finished_time"])
+
+
+# -- success deadlines (docs/history.md#success-deadlines) -------------------------------------
+
+
+def _http_json(url: str) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+    except urllib.error.URLError:  # not listening (yet, or any more)
+        return 0, {}
+
+
+def _scrape(base: str) -> str:
+    request = urllib.request.Request(
+        f"{base}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return str(answer.read().decode())
+
+
+def _job_points(otel: Path, name: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in read_points(otel).get(name, [])
+        if p["attributes"].get("quartz.job.name") == "billing"
+    ]
+
+
+def test_a_job_past_its_deadline_trips_health_the_gauges_and_the_dashboards_metrics(
+    pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    store = ledger_app.prepared_store(pg_url)
+    quartz = Quartz(ledger_app.app, store=store)
+    billing = JobKey("billing", "finance")
+    quartz.schedule_job(
+        Job(
+            key=billing,
+            task="ledger.noop",
+            durable=True,
+            require_success_within=timedelta(minutes=30),
+        ),
+        CronTrigger(key=TriggerKey("nightly", "finance"), expression="0 0 3 * * ?"),
+    )
+    # The job's run status as the worker's end of a firing leaves it: it last succeeded an hour
+    # ago, and failed since.
+    now = datetime.now(timezone.utc)
+    insert_status(
+        store,
+        "billing",
+        group="finance",
+        since=now - timedelta(days=1),
+        last_success=now - timedelta(hours=1),
+        last_run=now - timedelta(minutes=10),
+        last_result="failed",
+        runs=5,
+        failures=1,
+        consecutive_failures=1,
+    )
+    otel = tmp_path / "otel"
+    otel.mkdir()
+    health_port = free_port()
+    env = ledger_app.environment(
+        pg_url,
+        redis_url,
+        IDLE_WAIT="0.5",
+        CHECKIN_INTERVAL="1",
+        CHECKIN_THRESHOLD="1",
+        OTEL_DIR=str(otel),
+        HEALTH_PORT=str(health_port),
+    )
+    with processes(tmp_path, env) as procs:
+        procs.beat("beat1")
+        procs.beat("beat2")
+        healthz = f"http://127.0.0.1:{health_port}/healthz"
+        wait_for(
+            lambda: _http_json(healthz)[1].get("status") == "degraded",
+            timeout=60,
+            message="beat's /healthz degraded by the job past its deadline",
+        )
+        code, report = _http_json(healthz)
+        assert code == 200 and report["data"]["overdue_jobs"] == ["finance.billing"], report
+        assert "finance.billing" in report["description"]
+        # Beat's own gauges (one node of the cluster reads them).
+        wait_for(
+            lambda: _job_points(otel, "quartz.job.overdue"), timeout=30, message="the job gauge"
+        )
+        [since] = _job_points(otel, "quartz.job.since_success")[-1:]
+        assert since["value"] >= 3600
+        # Every scheduler stops: their gauges and health endpoints go with them.
+        procs.stop("beat1")
+        procs.stop("beat2")
+        assert _http_json(healthz) == (0, {}), "beat's health endpoint still answers"
+    assert not [n for n in store.list_nodes() if n.kind == "scheduler" and n.alive]
+    # The dashboard reads the store itself: the alert's series is still there.
+    with serve(pg_url) as base:
+        text = _scrape(base)
+        labels = (
+            'quartz_scheduler_name="ledger_app",quartz_job_group="finance",'
+            'quartz_job_name="billing"'
+        )
+        assert f"quartz_job_overdue{{{labels}}} 1" in text, text
+        found = re.search(rf"quartz_job_since_success_seconds{{{re.escape(labels)}}} (\S+)", text)
+        assert found and float(found.group(1)) >= 3600
+        assert 'quartz_store_up{quartz_scheduler_name="ledger_app"} 1' in text
+        # Listed under what is owed and not happening.
+        owed = client(pg_url).get(f"{API}/owed").json()
+        assert [j["key"] for j in owed["overdue_jobs"]] == [{"group": "finance", "name": "billing"}]
+        # A success clears it.
+        rs = store.tables.run_status
+        with store.transaction() as conn:
+            conn.execute(
+                update(rs).values(
+                    last_success_time=int(datetime.now(timezone.utc).timestamp() * 1000)
+                )
+            )
+        assert "quartz_job_overdue{" not in _scrape(base)
+    store.dispose()

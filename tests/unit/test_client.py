@@ -283,6 +283,52 @@ def test_trigger_job_fires_the_job_once_now(
     assert quartz.get_trigger_state(trigger.key) == TriggerState.COMPLETE
 
 
+def test_trigger_job_with_arguments_runs_the_task_with_them_once_and_leaves_the_job(
+    quartz: Quartz, store: MemoryStore, clock: FakeClock
+) -> None:
+    quartz.add_job(report_job(durable=True, args=(1,), kwargs={"period": "day"}))
+    clock.set(at(5))
+    quartz.trigger_job(
+        JobKey("report"), data={"reason": "again"}, args=[7, 8], kwargs={"period": "week"}
+    )
+    [claimed] = store.acquire_next_triggers(
+        "sched-a", no_later_than=at(5), max_count=10, time_window=0
+    )
+    [firing] = store.fire("sched-a", [claimed])
+    # The run's arguments are the ones given; the task sees the trigger's data without them.
+    assert (firing.args, firing.kwargs, firing.trigger_data) == (
+        [7, 8],
+        {"period": "week"},
+        {"reason": "again"},
+    )
+    job = quartz.get_job(JobKey("report"))
+    assert job is not None and (list(job.args), dict(job.kwargs)) == ([1], {"period": "day"})
+
+
+def test_trigger_job_with_only_kwargs_keeps_the_jobs_args(
+    quartz: Quartz, store: MemoryStore, clock: FakeClock
+) -> None:
+    quartz.add_job(report_job(durable=True, args=(1,), kwargs={"period": "day"}))
+    clock.set(at(5))
+    quartz.trigger_job(JobKey("report"), kwargs={})
+    [claimed] = store.acquire_next_triggers(
+        "sched-a", no_later_than=at(5), max_count=10, time_window=0
+    )
+    [firing] = store.fire("sched-a", [claimed])
+    assert (firing.args, firing.kwargs) == ([1], {})
+
+
+def test_trigger_job_with_arguments_that_are_not_json_is_refused(
+    quartz: Quartz, store: MemoryStore
+) -> None:
+    quartz.add_job(report_job(durable=True))
+    with pytest.raises(ValidationError):
+        quartz.trigger_job(JobKey("report"), args=[object()])
+    with pytest.raises(ValidationError, match="args must be a list"):
+        quartz.trigger_job(JobKey("report"), args="abc")  # type: ignore[arg-type]
+    assert quartz.get_triggers_of_job(JobKey("report")) == []
+
+
 def test_trigger_job_of_an_unknown_job_is_refused(quartz: Quartz, store: MemoryStore) -> None:
     refused(
         store,

@@ -159,3 +159,49 @@ def test_bad_scheduling_file_settings_are_refused(app: Celery, key: str, value: 
     app.conf[f"quartz_{key}"] = value
     with pytest.raises(ConfigurationError, match=f"quartz_{key}"):
         Settings.from_app(app)
+
+
+def test_the_history_retention_is_built_from_the_settings(app: Celery) -> None:
+    from datetime import timedelta
+
+    from celery_quartz.history import HistoryRetention, RunResult
+
+    assert Settings.from_app(app).history_retention_policy() == HistoryRetention(
+        max_age=timedelta(days=7),
+        max_age_by_result={RunResult.FAILED: timedelta(days=30)},
+        max_rows_per_trigger=10_000,
+        max_rows=1_000_000,
+        audit_max_age=timedelta(days=365),
+    )
+    app.conf.update(
+        quartz_history_retention_by_result={"failed": timedelta(days=90), "misfired": 3600},
+        quartz_history_max_rows_per_trigger=None,
+        quartz_history_max_rows=500,
+        quartz_audit_retention=timedelta(days=30),
+    )
+    policy = Settings.from_app(app).history_retention_policy()
+    assert policy.age_of(RunResult.FAILED) == timedelta(days=90)
+    assert policy.age_of(RunResult.MISFIRED) == timedelta(hours=1)
+    assert policy.age_of(RunResult.SUCCEEDED) == timedelta(days=7)
+    assert (policy.max_rows_per_trigger, policy.max_rows) == (None, 500)
+    assert policy.audit_max_age == timedelta(days=30)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("history_retention_by_result", {"done": 60}, "unknown result 'done'"),
+        ("history_retention_by_result", {"failed": "a month"}, r"by_result\['failed'\]"),
+        ("history_retention_by_result", [("failed", 60)], "a mapping"),
+        ("history_max_rows_per_trigger", 0, "quartz_history_max_rows_per_trigger"),
+        ("history_max_rows", 2.5, "quartz_history_max_rows"),
+        ("audit_retention", 0, "quartz_audit_retention must be positive"),
+        ("history_sweep_interval", -1, "quartz_history_sweep_interval"),
+    ],
+)
+def test_a_bad_history_setting_is_refused_naming_it(
+    app: Celery, key: str, value: object, named: str
+) -> None:
+    app.conf[f"quartz_{key}"] = value
+    with pytest.raises(ConfigurationError, match=named):
+        Settings.from_app(app)

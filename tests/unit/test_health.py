@@ -76,6 +76,39 @@ def group_served(loop: SchedulingLoop, clock: FakeClock) -> None:
     loop.store.check_in("celery@w1", interval=7.5, kind="worker", queues=["reindex"])
 
 
+def job_past_its_deadline(loop: SchedulingLoop, clock: FakeClock) -> None:
+    """Job DEFAULT.job must succeed hourly; it last did two hours ago."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from celery_quartz.keys import JobKey
+    from celery_quartz.triggers import SimpleTrigger
+    from tests.history_rows import insert_status
+    from tests.unit.builders import add
+
+    add(loop.store, SimpleTrigger(start_at=clock.now(), job_key=JobKey("job")))  # type: ignore[arg-type]
+    j = loop.store.tables.jobs  # type: ignore[attr-defined]
+    with loop.store.transaction() as conn:  # type: ignore[attr-defined]
+        conn.execute(update(j).values(require_success_within=3600 * 1000))
+    insert_status(loop.store, "job", since=clock.now(), last_success=clock.now())  # type: ignore[arg-type]
+    clock.advance(timedelta(hours=2))
+    loop.start()
+
+
+def job_within_its_deadline(loop: SchedulingLoop, clock: FakeClock) -> None:
+    """The same job, which succeeded five minutes ago."""
+    from sqlalchemy import update
+
+    from celery_quartz.clock import to_millis
+
+    job_past_its_deadline(loop, clock)
+    s = loop.store.tables.run_status  # type: ignore[attr-defined]
+    five_minutes_ago = to_millis(clock.now()) - 300_000
+    with loop.store.transaction() as conn:  # type: ignore[attr-defined]
+        conn.execute(update(s).values(last_success_time=five_minutes_ago))
+
+
 Setup = Callable[[SchedulingLoop, FakeClock], None]
 
 CASES: list[tuple[str, dict[str, object], Setup, HealthStatus]] = [
@@ -92,6 +125,14 @@ CASES: list[tuple[str, dict[str, object], Setup, HealthStatus]] = [
     ("non-clustered, check-in old", {"clustered": False}, check_in_stale, HEALTHY),
     ("a group no live worker serves", {}, group_unserved, DEGRADED),
     ("every group served", {}, group_served, HEALTHY),
+    ("a job past its success deadline", {}, job_past_its_deadline, DEGRADED),
+    (
+        "a job past its deadline, configured unhealthy",
+        {"health_overdue_jobs": "unhealthy"},
+        job_past_its_deadline,
+        UNHEALTHY,
+    ),
+    ("a job within its success deadline", {}, job_within_its_deadline, HEALTHY),
 ]
 
 
@@ -112,6 +153,9 @@ def test_health(
     report = health_check(loop)
     assert report.status is expected, report.description
     assert report.data["instance"] == "node"
+    if setup is job_past_its_deadline:
+        assert report.data["overdue_jobs"] == ["DEFAULT.job"]
+        assert "DEFAULT.job" in report.description
     if setup is group_unserved:
         assert report.data["unserved"] == [
             "execution group 'reindex': no live worker consumes queue 'reindex'"

@@ -202,6 +202,36 @@ def test_overdue_and_the_oldest_blocked_or_error_trigger_are_gauged(
     gauges.close()
 
 
+def test_a_job_past_its_success_deadline_is_gauged_until_it_succeeds(
+    store: MemoryStore, clock: FakeClock, instance: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqlalchemy import update
+
+    from celery_quartz.clock import to_millis
+    from celery_quartz.observability import gauges as gauges_module
+    from tests.history_rows import insert_status
+
+    monkeypatch.setattr(gauges_module, "_SNAPSHOT_TTL", 0.0)  # a new read per collection
+    job = Job(key=JobKey("billing", "finance"), task="tasks.report", durable=True)
+    store.store_jobs_and_triggers([(job, [])])
+    insert_status(store, "billing", group="finance", since=T0, last_success=T0)
+    clock.set(T0 + timedelta(hours=3))
+    observed = _observe(store, clock, instance)
+    deadlines = {job.key: timedelta(hours=2)}  # quartz_require_success_within
+    gauges = StoreGauges(
+        store, observed.attributes, clock, lambda: True, deadlines=lambda: deadlines
+    )
+    who = {"quartz__job__group": "finance", "quartz__job__name": "billing"}
+    [overdue] = points("quartz.job.overdue", quartz__scheduler__id=instance, **who)
+    [since] = points("quartz.job.since_success", quartz__scheduler__id=instance, **who)
+    assert (overdue.value, since.value) == (1, 3 * 3600)
+    s = store.tables.run_status
+    with store.transaction() as conn:
+        conn.execute(update(s).values(last_success_time=to_millis(clock.now())))
+    assert points("quartz.job.overdue", quartz__scheduler__id=instance, **who) == []
+    gauges.close()
+
+
 def _group_gauges(instance: str, group: str) -> dict[str, float]:
     """The execution-group gauges of ``group`` measured by ``instance``, by gauge name."""
     found = {}

@@ -107,6 +107,11 @@ def upgrade() -> None:
         sa.Column("lateness_max", sa.BigInteger()),
         sa.Column("lateness_hist", sa.Text()),
     )
+    op.create_index(
+        f"ix_{p}history_rollups_age",
+        f"{p}history_rollups",
+        ["sched_name", "bucket_seconds", "bucket_start"],
+    )
 
     op.create_table(
         f"{p}run_status",
@@ -124,6 +129,9 @@ def upgrade() -> None:
         sa.Column("runs", sa.BigInteger(), nullable=False, server_default=sa.text("0")),
         sa.Column("failures", sa.BigInteger(), nullable=False, server_default=sa.text("0")),
         sa.Column("history_rows", sa.BigInteger(), nullable=False, server_default=sa.text("0")),
+    )
+    op.create_index(
+        f"ix_{p}run_status_rows", f"{p}run_status", ["sched_name", "kind", "history_rows"]
     )
 
     op.create_table(

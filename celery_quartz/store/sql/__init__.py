@@ -15,7 +15,8 @@ fence) and the services several roles share:
 * ``_firings`` — what a firing's end releases, recovery and retry firings;
 * ``_claims`` — a claim's statements, for the scheduling role;
 * ``jobs`` (client), ``scheduling`` (scheduling loop), ``cluster`` (cluster manager),
-  ``worker`` (worker hooks), ``reads`` (operators): the roles.
+  ``worker`` (worker hooks), ``reads`` (operators), ``history`` (the run history's reads),
+  ``sweep`` (the history's upkeep): the roles.
 
 :class:`SqlStore` composes them: every role operation, called between the store's hooks.
 """
@@ -37,6 +38,8 @@ from celery_quartz.liveness import DEFAULT_CHECKIN_MISFIRE_THRESHOLD
 from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
 from celery_quartz.store.abc import (
     ClusterStore,
+    HistoryKeeper,
+    HistoryReader,
     JobStore,
     SchedulingStore,
     Store,
@@ -52,9 +55,11 @@ from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._firings import FiringEnds
 from celery_quartz.store.sql._rows import Rows, in_acquisition_order
 from celery_quartz.store.sql.cluster import ClusterSql
+from celery_quartz.store.sql.history import HistorySql
 from celery_quartz.store.sql.jobs import JobsSql
 from celery_quartz.store.sql.reads import ReadsSql
 from celery_quartz.store.sql.scheduling import SchedulingSql
+from celery_quartz.store.sql.sweep import SweepSql
 from celery_quartz.store.sql.worker import WorkerSql
 from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
@@ -108,7 +113,8 @@ def _between(hooks: tuple[StoreHooks, ...], name: str, method: Any) -> Any:
 class SqlStore(Store):
     """Jobs, triggers and firings of one scheduler name, in SQL tables under one prefix: one
     object per role (:attr:`jobs`, :attr:`scheduling`, :attr:`cluster`, :attr:`worker`,
-    :attr:`reader`) on one :class:`~celery_quartz.store.sql._context.SqlContext`, and every
+    :attr:`reader`, :attr:`history_reader`, :attr:`history_keeper`) on one
+    :class:`~celery_quartz.store.sql._context.SqlContext`, and every
     role operation of :mod:`celery_quartz.store.abc` on the store itself, called between its
     hooks (:meth:`add_hooks`)."""
 
@@ -179,6 +185,8 @@ class SqlStore(Store):
         self.cluster = ClusterSql(sql, definitions, ends)
         self.worker = WorkerSql(sql, ends)
         self.reader = ReadsSql(sql, rows)
+        self.history_reader = HistorySql(sql)
+        self.history_keeper = SweepSql(sql)
         #: Called around every role operation, in this order (see :meth:`add_hooks`).
         self.hooks: tuple[StoreHooks, ...] = ()
         self.engine: Engine = sql.engine
@@ -291,3 +299,13 @@ class SqlStore(Store):
     current_epoch = _Operation("reader", StoreReader.current_epoch)
     count_rows = _Operation("reader", StoreReader.count_rows)
     firing_states = _Operation("reader", StoreReader.firing_states)
+
+    # -- HistoryReader ------------------------------------------------------------------------
+    history = _Operation("history_reader", HistoryReader.history)
+    statistics = _Operation("history_reader", HistoryReader.statistics)
+    run_status = _Operation("history_reader", HistoryReader.run_status)
+    overdue_jobs = _Operation("history_reader", HistoryReader.overdue_jobs)
+    audit = _Operation("history_reader", HistoryReader.audit)
+
+    # -- HistoryKeeper ------------------------------------------------------------------------
+    sweep_history = _Operation("history_keeper", HistoryKeeper.sweep_history)

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from celery_quartz.firing import AcquiredFiring, Firing, new_ids
+from celery_quartz.firing import AcquiredFiring, Firing, new_ids, run_arguments
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.routing import Admission, HeldBack, Router, take_batch
 from celery_quartz.store.records import Claim
@@ -469,12 +469,13 @@ def _firing_message(
     firing: AcquiredFiring, scheduler_name: str, now: int, instance_name: str, expires: int | None
 ) -> Firing:
     job = firing.job
+    args, kwargs, trigger_data = run_arguments(job.args, job.kwargs, firing.trigger.data)
     return Firing(
         fire_instance_id=firing.fire_instance_id,
         scheduler_name=scheduler_name,
         task=job.task,
-        args=job.args,
-        kwargs=job.kwargs,
+        args=args,
+        kwargs=kwargs,
         options=job.options,
         job_key=job.key,
         trigger_key=firing.trigger.key,
@@ -482,7 +483,7 @@ def _firing_message(
         fired_millis=now,
         fired_by=instance_name,
         job_data=job.data,
-        trigger_data=firing.trigger.data,
+        trigger_data=trigger_data,
         expires_millis=expires,
         recovering=firing.recovering,
         retry_attempt=firing.retry_attempt,

@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 
 from celery_quartz.clock import from_millis
-from celery_quartz.firing import Firing
+from celery_quartz.firing import Firing, run_arguments
 from celery_quartz.history import RunResult
 from celery_quartz.keys import RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy, decide_retry
@@ -457,12 +457,15 @@ class FiringEnds:
 
 def _firing(r: Any, scheduler_name: str, instance_name: str) -> Firing:
     """The firing to publish of a fired row read with its job and trigger."""
+    args, kwargs, trigger_data = run_arguments(
+        json.loads(r.args), json.loads(r.kwargs), json.loads(r.trigger_data or "{}")
+    )
     return Firing(
         fire_instance_id=r.fire_instance_id,
         scheduler_name=scheduler_name,
         task=r.task_name,
-        args=json.loads(r.args),
-        kwargs=json.loads(r.kwargs),
+        args=args,
+        kwargs=kwargs,
         options=json.loads(r.options),
         job_key=JobKey(r.job_name, r.job_group),
         trigger_key=TriggerKey(r.trigger_name, r.trigger_group),
@@ -470,7 +473,7 @@ def _firing(r: Any, scheduler_name: str, instance_name: str) -> Firing:
         fired_millis=r.fired_time,
         fired_by=instance_name,
         job_data=json.loads(r.job_data),
-        trigger_data=json.loads(r.trigger_data or "{}"),
+        trigger_data=trigger_data,
         expires_millis=r.expires_time,
         expired_count=r.expired_count,
         recovering=r.recovering,

@@ -7,7 +7,7 @@ import functools
 import json
 from collections import namedtuple
 from collections.abc import Iterator, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -31,7 +31,7 @@ from celery_quartz.affinity import PreferredNode
 from celery_quartz.clock import from_millis, to_millis
 from celery_quartz.errors import InvalidTriggerError
 from celery_quartz.firing import JobRecord
-from celery_quartz.job import Job, encode_json, encode_json_object
+from celery_quartz.job import Job, check_success_deadline, encode_json, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.routing import LiveWorker, Router, direct_queue
@@ -187,6 +187,10 @@ def last_outcome(row: Any) -> LastOutcome | None:
     )
 
 
+def _millis_of(value: timedelta | None) -> int | None:
+    return None if value is None else int(value // timedelta(milliseconds=1))
+
+
 def _cut(text: str | None, width: int) -> str | None:
     return None if text is None else text[:width]
 
@@ -204,7 +208,12 @@ def job_from_row(row: Row[Any]) -> Job:
         requests_recovery=row.requests_recovery,
         disallow_concurrent=row.is_nonconcurrent,
         persist_job_data=row.is_update_data,
+        require_success_within=_deadline(row._mapping.get("require_success_within")),
     )
+
+
+def _deadline(millis: int | None) -> timedelta | None:
+    return None if millis is None else timedelta(milliseconds=millis)
 
 
 def job_record_from_row(row: Row[Any]) -> JobRecord:
@@ -258,6 +267,7 @@ class Rows:
     def job_values(self, job: Job) -> dict[str, Any]:
         owner = f"job {job.key}"
         limit = self.sql.max_data_bytes
+        check_success_deadline(owner, job.require_success_within)
         return {
             "sched_name": self.sql.scheduler_name,
             "job_name": job.key.name,
@@ -272,6 +282,7 @@ class Rows:
             "is_nonconcurrent": bool(job.disallow_concurrent),
             "is_update_data": bool(job.persist_job_data),
             "requests_recovery": bool(job.requests_recovery),
+            "require_success_within": _millis_of(job.require_success_within),
         }
 
     def trigger_values(self, trigger: Trigger, state: str) -> dict[str, Any]:

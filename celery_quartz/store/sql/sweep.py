@@ -330,11 +330,16 @@ class SweepSql(HistoryKeeper):
             .order_by(h.c.event_time, h.c.history_id)
             .limit(count)
         )
-        gone = conn.execute(
-            delete(h)
-            .where(h.c.history_id.in_(oldest.scalar_subquery()))
-            .returning(h.c.trigger_group, h.c.trigger_name)
-        ).all()
+        # The ids first, then a delete by primary key: a DELETE … WHERE id IN (subquery)
+        # may be planned as a join over the whole table.
+        ids = list(conn.execute(oldest).scalars())
+        gone: list[Any] = []
+        for chunk in _chunks(ids, _CHUNK):
+            gone += conn.execute(
+                delete(h)
+                .where(h.c.history_id.in_(chunk))
+                .returning(h.c.trigger_group, h.c.trigger_name)
+            ).all()
         if gone:
             per_trigger = Counter((row.trigger_group, row.trigger_name) for row in gone)
             self._take_counts(conn, per_trigger, len(gone))
@@ -413,10 +418,10 @@ class SweepSql(HistoryKeeper):
                 .order_by(r.c.bucket_start)
                 .limit(room)
             )
-            result = conn.execute(
-                delete(r).where(self.sql.scoped(r), tuple_(*pk).in_(old.subquery().select()))
-            )
-            deleted += result.rowcount
+            keys = [tuple(row) for row in conn.execute(old)]
+            for chunk in _chunks(keys, _CHUNK):
+                result = conn.execute(delete(r).where(self.sql.scoped(r), tuple_(*pk).in_(chunk)))
+                deleted += result.rowcount
         return deleted, deleted >= batch
 
     def _delete_audit(
@@ -430,8 +435,11 @@ class SweepSql(HistoryKeeper):
             .order_by(a.c.event_time, a.c.audit_id)
             .limit(batch)
         )
-        result = conn.execute(delete(a).where(a.c.audit_id.in_(old.scalar_subquery())))
-        return result.rowcount, result.rowcount >= batch
+        ids = list(conn.execute(old).scalars())
+        deleted = 0
+        for chunk in _chunks(ids, _CHUNK):
+            deleted += conn.execute(delete(a).where(a.c.audit_id.in_(chunk))).rowcount
+        return deleted, deleted >= batch
 
 
 class _Rollup:

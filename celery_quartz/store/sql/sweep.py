@@ -44,7 +44,7 @@ from sqlalchemy import (
     values,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from celery_quartz.errors import ValidationError
 from celery_quartz.history import HistoryRetention, RunResult, histogram_bin, merge_histograms
@@ -77,6 +77,10 @@ ROLLUP_RETENTION = {
 MAX_BATCH = 50_000
 #: Most triggers over their cap trimmed in one sweep.
 _CAPPED_TRIGGERS = 100
+#: Longest the sweep waits for a row lock (ms), below PostgreSQL's ``deadlock_timeout`` (1 s).
+_LOCK_TIMEOUT_MS = 200
+#: SQLSTATEs of a batch that gave way: lock_not_available, deadlock_detected.
+_GAVE_WAY = frozenset({"55P03", "40P01"})
 #: Keys per statement when looking up existing rollups (bound parameters stay few).
 _CHUNK = 1000
 
@@ -103,11 +107,23 @@ class SweepSql(HistoryKeeper):
             ("audit_deleted", lambda conn: self._delete_audit(conn, retention, batch)),
         ]
         for name, step in steps:
-            with self.sql.transaction() as conn:
-                if not self._take_lock(conn):
-                    logger.debug("history sweep: another node holds %s", SWEEP_LOCK)
-                    break
-                done, full = step(conn)
+            try:
+                with self.sql.transaction() as conn:
+                    if self.sql.dialect == "postgresql":
+                        # The sweep waits for a row lock (a run status a worker is updating)
+                        # less than the deadlock detector waits: in a cycle it is the sweep's
+                        # batch that gives up, never the worker's transaction.
+                        conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{_LOCK_TIMEOUT_MS}ms'")
+                    if not self._take_lock(conn):
+                        logger.debug("history sweep: another node holds %s", SWEEP_LOCK)
+                        break
+                    done, full = step(conn)
+            except DBAPIError as exc:
+                if getattr(exc.orig, "pgcode", None) not in _GAVE_WAY:
+                    raise
+                logger.info("history sweep: %s waited too long for a row lock; later", name)
+                more = True
+                break
             counts[name] += done
             more = more or full
         report = SweepReport(more=more, **counts)

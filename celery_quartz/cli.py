@@ -15,7 +15,7 @@ import click
 
 from celery_quartz import presentation
 from celery_quartz.cli_history import HISTORY_COMMANDS
-from celery_quartz.cli_ops import OPERATOR_COMMANDS, json_option
+from celery_quartz.cli_ops import OPERATOR_COMMANDS, add_store_option, json_option, settings_of
 from celery_quartz.config import Settings
 from celery_quartz.errors import ConfigurationError
 from celery_quartz.store import migrate, open_store
@@ -24,15 +24,27 @@ from celery_quartz.store.engine import create_store_engine, redact_url
 logger = logging.getLogger(__name__)
 
 
-def _settings(ctx: click.Context) -> Settings:
-    app = ctx.obj.app
-    return Settings.from_app(app)
+_settings = settings_of
+
+#: The verbs that read no store of their own: ``--store`` is not theirs (the dashboard reads
+#: every store of ``quartz_dashboard_stores``; the time helpers read none).
+_STORELESS = frozenset({"dashboard", "cron", "fire-times"})
 
 
 class _QuartzGroup(click.Group):
     """Every verb's errors, translated in one place: a store that cannot be reached, tables
     not created, a bad URL and our own errors become one line naming the problem (exit 1),
-    never a traceback; the traceback goes to the debug log."""
+    never a traceback; the traceback goes to the debug log.
+
+    Every verb that reads or writes a store, in this group and its subgroups, takes
+    ``--store NAME`` (:func:`~celery_quartz.cli_ops.add_store_option`)."""
+
+    group_class = type
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        if not isinstance(cmd, click.Group) and (name or cmd.name) not in _STORELESS:
+            add_store_option(cmd)
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

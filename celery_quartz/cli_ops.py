@@ -41,11 +41,44 @@ def _command(fn: click.Command) -> click.Command:
     return fn
 
 
+#: Where ``--store NAME`` leaves the name, in the root context's ``meta``.
+_STORE_META = "celery_quartz.store"
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    """The app's settings, on the store ``--store NAME`` named (one of
+    ``quartz_dashboard_stores``) when given."""
+    root = ctx.find_root()
+    settings = Settings.from_app(root.obj.app)
+    name = root.meta.get(_STORE_META)
+    return settings if name is None else settings.for_store(name)
+
+
+def _remember_store(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.find_root().meta[_STORE_META] = value
+
+
+def add_store_option(command: click.Command) -> None:
+    """Give ``command`` the ``--store NAME`` option: its store is the one of
+    ``quartz_dashboard_stores`` so named instead of ``quartz_store_url``."""
+    command.params.append(
+        click.Option(
+            ["--store", "store_name"],
+            metavar="NAME",
+            expose_value=False,
+            is_eager=True,
+            callback=_remember_store,
+            help="Use the store of this name in quartz_dashboard_stores.",
+        )
+    )
+
+
 @contextmanager
 def _store(ctx: click.Context) -> Iterator[ClientStore]:
     """The store of the app's settings, without creating tables: an operator's look at a store
     that has none says so (see :func:`celery_quartz.cli.describe_error`)."""
-    store = open_store(Settings.from_app(ctx.find_root().obj.app))
+    store = open_store(settings_of(ctx))
     try:
         yield store
     finally:

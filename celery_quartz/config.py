@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
@@ -25,6 +27,9 @@ from celery_quartz.routing import Router
 from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
 AUTO = "AUTO"
+#: A store's name in ``quartz_dashboard_stores`` (never a ``:``: the dashboard addresses a
+#: scheduler of a named store as ``STORE:SCHEDULER``).
+STORE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: Values of ``quartz_election``: none, a PostgreSQL advisory lock, a Redis lock.
 ELECTIONS = ("", "postgresql", "redis")
 #: Settings that mean something only to a clustered scheduler (failure detection of peers).
@@ -153,6 +158,10 @@ class Settings:
     dashboard_secret_key: str = field(default="", repr=False)
     #: Proxies whose X-Forwarded-For/-Proto headers are trusted (comma-separated, ``*``: any).
     dashboard_forwarded_allow_ips: str = "127.0.0.1"
+    #: Several stores in one dashboard, and the CLI's ``--store NAME``: a mapping of a store's
+    #: name to its URL, or to ``{"url": ..., "table_prefix": ...}``; none (default): the app's
+    #: store only (docs/operations.md#past-one-database).
+    dashboard_stores: Any = field(default=None, compare=False, repr=False)
     #: The ``quartz_*`` keys the application set itself (for the clustering guard).
     explicitly_set: frozenset[str] = field(
         default=frozenset(), compare=False, repr=False, metadata={"internal": True}
@@ -278,6 +287,7 @@ class Settings:
             raise ConfigurationError(
                 "quartz_dashboard_tokens must be a mapping of token to principal"
             )
+        self.stores()  # validates quartz_dashboard_stores
         allowed = self.dashboard_allowed_tasks
         if allowed is not None and (
             isinstance(allowed, str) or not all(isinstance(t, str) for t in allowed)
@@ -327,6 +337,58 @@ class Settings:
             max_rows=caps["history_max_rows"],
             audit_max_age=_duration("audit_retention", self.audit_retention, positive=True),
         )
+
+    def stores(self) -> dict[str, Settings]:
+        """``dashboard_stores`` as settings of their own, by store name (empty when none is
+        configured): each is these settings on the store's URL and table prefix."""
+        configured = self.dashboard_stores
+        if configured is None:
+            return {}
+        if not isinstance(configured, Mapping) or not configured:
+            raise ConfigurationError(
+                "quartz_dashboard_stores must be a mapping of a store's name to its URL, got "
+                f"{type(configured).__name__}"
+            )
+        stores: dict[str, Settings] = {}
+        for name, value in configured.items():
+            if not isinstance(name, str) or not STORE_NAME.fullmatch(name):
+                raise ConfigurationError(
+                    f"quartz_dashboard_stores: store name {name!r}: use 1 to 64 letters, "
+                    "digits, '.', '_' and '-', starting with a letter or digit"
+                )
+            if isinstance(value, str):
+                value = {"url": value}
+            if not isinstance(value, Mapping):
+                raise ConfigurationError(
+                    f"quartz_dashboard_stores[{name!r}] must be a URL or a mapping with 'url' "
+                    "(and 'table_prefix')"
+                )
+            unknown = sorted(set(value) - {"url", "table_prefix"})
+            if unknown:
+                raise ConfigurationError(
+                    f"quartz_dashboard_stores[{name!r}]: unknown key(s) {', '.join(unknown)}; "
+                    "use 'url' and 'table_prefix'"
+                )
+            url = value.get("url")
+            if not isinstance(url, str) or "://" not in url:
+                raise ConfigurationError(
+                    f"quartz_dashboard_stores[{name!r}]: 'url' must be a SQLAlchemy URL"
+                )
+            prefix = value.get("table_prefix", self.table_prefix)
+            if not isinstance(prefix, str):
+                raise ConfigurationError(
+                    f"quartz_dashboard_stores[{name!r}]: 'table_prefix' must be a string"
+                )
+            stores[name] = _replace(self, store_url=url, table_prefix=prefix)
+        return stores
+
+    def for_store(self, name: str) -> Settings:
+        """These settings on the store named ``name`` in ``dashboard_stores``."""
+        stores = self.stores()
+        if name not in stores:
+            known = ", ".join(sorted(stores)) or "none: set quartz_dashboard_stores"
+            raise ConfigurationError(f"no store named {name!r} (configured: {known})")
+        return stores[name]
 
     @property
     def scheduling_file_paths(self) -> list[str]:

@@ -333,8 +333,13 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         names = await run_in_threadpool(d.readable, request, cookie=False)
         if not names and principal is None:
             raise HttpError(401, "unauthenticated", "a bearer token is required")
+        items = await run_in_threadpool(d.clusters, names)
         return JSONResponse(
-            {"items": [{"name": n} for n in names], "read_only": d.settings.dashboard_read_only}
+            {
+                "items": items,
+                "unreachable": d.targets.unreachable(),
+                "read_only": d.settings.dashboard_read_only,
+            }
         )
 
     async def openapi(request: Request) -> Response:

@@ -3,8 +3,10 @@ API's error answer."""
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Mapping
+from typing import Any
 
 from celery import Celery
 from starlette.requests import Request
@@ -20,6 +22,8 @@ from celery_quartz.publisher import Publisher
 
 #: The session cookie of the pages: a random id the CSRF token is bound to, and the token the
 #: user logged in with (HttpOnly, SameSite=Strict; Secure behind HTTPS).
+logger = logging.getLogger(__name__)
+
 SESSION_COOKIE = "cq_session"
 TOKEN_COOKIE = "cq_token"
 
@@ -78,6 +82,29 @@ class Dashboard:
         """The scheduler names the request may read."""
         principal, _ = self.principal(request, cookie=cookie)
         return [n for n in self.targets.names() if self.policy.authorize(principal, n, READ)]
+
+    def clusters(self, names: list[str]) -> list[dict[str, Any]]:
+        """One row per scheduler (a cluster) of ``names``: its address, store, name and nodes
+        (each with its kind and liveness); a scheduler whose store does not answer has an
+        ``error`` instead of nodes."""
+        rows = []
+        for name in names:
+            row: dict[str, Any] = {"name": name, "store": None, "scheduler": name}
+            try:
+                target = self.targets.get(name)
+                if target is None:
+                    continue
+                row.update(store=target.store_name, scheduler=target.scheduler_name)
+                row["nodes"] = [
+                    {"instance_name": n.instance_name, "kind": n.kind, "alive": n.alive}
+                    for n in target.store.list_nodes()
+                ]
+            except Exception as exc:  # one store down: the others are still shown
+                logger.warning("dashboard: reading the nodes of %s failed: %s", name, exc)
+                row["nodes"] = None
+                row["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            rows.append(row)
+        return rows
 
 
 def error_response(error: HttpError) -> JSONResponse:

@@ -227,7 +227,26 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Schedulers": _object(
         {
-            "items": {"type": "array", "items": _object({"name": _STRING})},
+            "items": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": _STRING,
+                        "store": _nullable("string"),
+                        "scheduler": _STRING,
+                        "nodes": {
+                            "type": ["array", "null"],
+                            "items": _object(
+                                {"instance_name": _STRING, "kind": _STRING, "alive": _BOOLEAN}
+                            ),
+                        },
+                        "error": _STRING,
+                    },
+                    "required": ["name", "store", "scheduler", "nodes"],
+                },
+            },
+            "unreachable": {"type": "object", "additionalProperties": _STRING},
             "read_only": _BOOLEAN,
         }
     ),
@@ -553,7 +572,10 @@ def openapi_document(prefix: str) -> dict[str, Any]:
     s = "/api/v1/schedulers/{scheduler}"
     paths: dict[str, Any] = {
         "/api/v1/schedulers": _get(
-            "The scheduler names in the store the caller may read", "Schedulers", []
+            "The schedulers the caller may read, one row per cluster with its nodes, and the "
+            "configured stores that do not answer",
+            "Schedulers",
+            [],
         ),
         s: _get("Overview: nodes, leader and epoch, groups, what is owed", "Overview", _SCHEDULER),
         f"{s}/nodes": _get(

@@ -227,9 +227,18 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         principal, _ = d.principal(request, cookie=True)
         if not names and principal is None:
             return RedirectResponse(f"{d.prefix}/login", 303)
-        if len(names) == 1:
+        if len(names) == 1 and not d.targets.several:
             return RedirectResponse(f"{d.prefix}/s/{_quote(names[0])}/", 303)
-        return render(d, request, "home.html", schedulers=names, scheduler=None)
+        clusters = await run_in_threadpool(d.clusters, names)
+        return render(
+            d,
+            request,
+            "home.html",
+            clusters=clusters,
+            several=d.targets.several,
+            unreachable=d.targets.unreachable(),
+            scheduler=None,
+        )
 
     async def overview(request: Request) -> Response:
         return await page(request, "overview.html", api.read_overview)

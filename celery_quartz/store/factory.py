@@ -96,10 +96,11 @@ def check_worker_schema(settings: Settings) -> None:
         engine.dispose()
 
 
-def discover_scheduler_names(settings: Settings) -> list[str]:
+def discover_scheduler_names(settings: Settings, *, include_configured: bool = True) -> list[str]:
     """Every scheduler name with jobs, triggers or check-ins in the tables of ``settings`` (URL
-    and table prefix), sorted; the configured name too, even before it has rows. A store is
-    per scheduler name: open one for each with ``open_store(settings, scheduler_name=...)``."""
+    and table prefix), sorted; the configured name too, even before it has rows, unless
+    ``include_configured`` is false. A store is per scheduler name: open one for each with
+    ``open_store(settings, scheduler_name=...)``."""
     from celery_quartz.store.engine import create_store_engine
     from celery_quartz.store.schema import build_tables
     from celery_quartz.store.sql.reads import scheduler_names
@@ -109,4 +110,7 @@ def discover_scheduler_names(settings: Settings) -> list[str]:
         found = scheduler_names(engine, build_tables(settings.table_prefix))
     finally:
         engine.dispose()
-    return sorted({*found, settings.scheduler_name})
+    names = set(found)
+    if include_configured:
+        names.add(settings.scheduler_name)
+    return sorted(names)

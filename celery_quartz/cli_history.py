@@ -17,10 +17,11 @@ import click
 
 from celery_quartz import presentation
 from celery_quartz.cli_ops import _limit_option, _store, _table, json_option
-from celery_quartz.history import RunResult, parse_result
+from celery_quartz.history import NOT_RUN_RESULTS, RunResult, parse_result
 from celery_quartz.keys import DEFAULT_GROUP, JobKey, TriggerKey
 from celery_quartz.store.views import AuditFilter, HistoryCursor, HistoryFilter
 
+_NOT_RUN = frozenset(r.value for r in NOT_RUN_RESULTS)
 #: The verbs, added to the ``quartz`` group by :mod:`celery_quartz.cli`.
 HISTORY_COMMANDS: list[click.Command] = []
 
@@ -205,7 +206,7 @@ def stats(
                 sum(b.counts.values()),
                 b.counts.get(RunResult.SUCCEEDED.value, 0),
                 b.counts.get(RunResult.FAILED.value, 0),
-                sum(n for r, n in b.counts.items() if not RunResult(r).ran),
+                sum(n for r, n in b.counts.items() if r in _NOT_RUN),
                 _seconds(b.duration_p50),
                 _seconds(b.duration_p95),
                 _seconds(b.duration_max),

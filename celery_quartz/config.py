@@ -331,6 +331,48 @@ class Settings:
                 f"quartz_dashboard_allowed_tasks must be a list of task names, got {allowed!r}"
             )
 
+    def history_retention_policy(self) -> HistoryRetention:
+        """How long history and audit rows are kept, from the ``history_*`` and
+        ``audit_retention`` settings (validated: a bad value raises naming its setting)."""
+        by_result = self.history_retention_by_result or {}
+        if not isinstance(by_result, dict):
+            raise ConfigurationError(
+                "quartz_history_retention_by_result must be a mapping of result to seconds, "
+                f"got {by_result!r}"
+            )
+        ages = {}
+        for name, age in by_result.items():
+            try:
+                result = parse_result(str(name))
+            except ValueError as exc:
+                raise ConfigurationError(f"quartz_history_retention_by_result: {exc}") from None
+            ages[result] = _duration(f"history_retention_by_result[{name!r}]", age)
+        caps = {}
+        for name in _NONE_MEANS_SOMETHING:
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ConfigurationError(
+                    f"quartz_{name} must be a whole number (1 or more) or None, got {value!r}"
+                )
+            caps[name] = value
+        interval = self.history_sweep_interval
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+            raise ConfigurationError(
+                f"quartz_history_sweep_interval must be a positive number of seconds, "
+                f"got {interval!r}"
+            )
+        # ``history_retention`` (its writers' setting) read where it is, from its default else.
+        base = getattr(self, "history_retention", DEFAULT_HISTORY_RETENTION.total_seconds())
+        return HistoryRetention(
+            max_age=_duration("history_retention", base),
+            max_age_by_result=ages,
+            max_rows_per_trigger=caps["history_max_rows_per_trigger"],
+            max_rows=caps["history_max_rows"],
+            audit_max_age=_duration("audit_retention", self.audit_retention, positive=True),
+        )
+
     def stores(self) -> dict[str, Settings]:
         """``dashboard_stores`` as settings of their own, by store name (empty when none is
         configured): each is these settings on the store's URL and table prefix."""
@@ -382,48 +424,6 @@ class Settings:
             known = ", ".join(sorted(stores)) or "none: set quartz_dashboard_stores"
             raise ConfigurationError(f"no store named {name!r} (configured: {known})")
         return stores[name]
-
-    def history_retention_policy(self) -> HistoryRetention:
-        """How long history and audit rows are kept, from the ``history_*`` and
-        ``audit_retention`` settings (validated: a bad value raises naming its setting)."""
-        by_result = self.history_retention_by_result or {}
-        if not isinstance(by_result, dict):
-            raise ConfigurationError(
-                "quartz_history_retention_by_result must be a mapping of result to seconds, "
-                f"got {by_result!r}"
-            )
-        ages = {}
-        for name, age in by_result.items():
-            try:
-                result = parse_result(str(name))
-            except ValueError as exc:
-                raise ConfigurationError(f"quartz_history_retention_by_result: {exc}") from None
-            ages[result] = _duration(f"history_retention_by_result[{name!r}]", age)
-        caps = {}
-        for name in _NONE_MEANS_SOMETHING:
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ConfigurationError(
-                    f"quartz_{name} must be a whole number (1 or more) or None, got {value!r}"
-                )
-            caps[name] = value
-        interval = self.history_sweep_interval
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
-            raise ConfigurationError(
-                f"quartz_history_sweep_interval must be a positive number of seconds, "
-                f"got {interval!r}"
-            )
-        # ``history_retention`` (its writers' setting) read where it is, from its default else.
-        base = getattr(self, "history_retention", DEFAULT_HISTORY_RETENTION.total_seconds())
-        return HistoryRetention(
-            max_age=_duration("history_retention", base),
-            max_age_by_result=ages,
-            max_rows_per_trigger=caps["history_max_rows_per_trigger"],
-            max_rows=caps["history_max_rows"],
-            audit_max_age=_duration("audit_retention", self.audit_retention, positive=True),
-        )
 
     @property
     def scheduling_file_paths(self) -> list[str]:

@@ -224,3 +224,31 @@ def test_one_node_sweeps_at_a_time(pg_url: str, clock: FakeClock) -> None:
     finally:
         one.dispose()
         two.dispose()
+
+
+@pytest.mark.integration
+def test_the_sweep_gives_way_to_a_writer_holding_a_run_status(
+    pg_url: str, clock: FakeClock
+) -> None:
+    """A worker's transaction holding its trigger's status row: the sweep's batch waits less than
+    the deadlock detector would, gives up, and folds at its next pass."""
+    store = store_at(pg_url, "sweep-wait", clock=clock)
+    try:
+        store.create_tables()
+        clock.set(at(DAY))
+        insert_status(store, "t1", kind="trigger", since=at(0))
+        insert_history(store, *(history_row(at(i)) for i in range(3)))
+        rs = store.tables.run_status
+        with store.transaction() as conn:
+            conn.execute(
+                select(rs.c.kind)
+                .where(rs.c.sched_name == "sweep-wait", rs.c.key_name == "t1")
+                .with_for_update()
+            ).one()
+            report = store.sweep_history(KEEP_ALL)
+            assert (report.folded, report.more) == (0, True)
+        assert _rows(store, unfolded=True) == 3
+        assert store.sweep_history(KEEP_ALL).folded == 3
+        assert _counted(store, "trigger", "t1") == 3
+    finally:
+        store.dispose()

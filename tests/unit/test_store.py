@@ -20,6 +20,8 @@ from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store import NONE_STATE, FiringState, MemoryStore, TriggerState
 from celery_quartz.store.abc import (
     ClusterStore,
+    HistoryKeeper,
+    HistoryReader,
     JobStore,
     SchedulingStore,
     StoreReader,
@@ -863,7 +865,15 @@ class _Recorder:
 
 
 def test_every_role_operation_of_the_interfaces_is_an_operation_of_the_sql_store() -> None:
-    roles = (JobStore, SchedulingStore, ClusterStore, WorkerStore, StoreReader)
+    roles = (
+        JobStore,
+        SchedulingStore,
+        ClusterStore,
+        WorkerStore,
+        StoreReader,
+        HistoryReader,
+        HistoryKeeper,
+    )
     declared = set().union(*(role.__abstractmethods__ for role in roles))
     hooked = {name for name, value in vars(SqlStore).items() if isinstance(value, _Operation)}
     assert hooked == declared

@@ -98,10 +98,11 @@ class HistorySql(HistoryReader):
             and filters.trigger is None
         ):
             # One range of ix_history_result per result, each cut to a page, merged: a filter
-            # on several results costs a page per result, not a scan of the time index.
+            # on several results costs a page per result, not a scan of the time index. The
+            # ranges give only the keys (the index holds them); the page's rows are read next.
             arms = [
                 select(
-                    select(h)
+                    select(h.c.event_time, h.c.history_id)
                     .where(*conditions, h.c.result == r)
                     .order_by(*newest)
                     .limit(limit + 1)
@@ -110,13 +111,24 @@ class HistorySql(HistoryReader):
                 for i, r in enumerate(sorted(results))
             ]
             merged = union_all(*arms).subquery("by_result")
-            query = select(merged).order_by(merged.c.event_time.desc(), merged.c.history_id.desc())
+            keys = (
+                select(merged.c.history_id)
+                .order_by(merged.c.event_time.desc(), merged.c.history_id.desc())
+                .limit(limit + 1)
+            )
+            with self.sql.transaction() as conn:
+                ids = list(conn.execute(keys).scalars())
+                rows = (
+                    conn.execute(select(h).where(h.c.history_id.in_(ids)).order_by(*newest)).all()
+                    if ids
+                    else []
+                )
         else:
             if results is not None:
                 conditions.append(h.c.result.in_(sorted(results)))
             query = select(h).where(*conditions).order_by(*newest)
-        with self.sql.transaction() as conn:
-            rows = conn.execute(query.limit(limit + 1)).all()
+            with self.sql.transaction() as conn:
+                rows = conn.execute(query.limit(limit + 1)).all()
         entries = [history_entry(r) for r in rows[:limit]]
         last = entries[-1] if len(rows) > limit else None
         return Page(

@@ -44,7 +44,7 @@ from sqlalchemy import (
     values,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from celery_quartz.errors import ValidationError
 from celery_quartz.history import HistoryRetention, RunResult, histogram_bin, merge_histograms
@@ -77,6 +77,10 @@ ROLLUP_RETENTION = {
 MAX_BATCH = 50_000
 #: Most triggers over their cap trimmed in one sweep.
 _CAPPED_TRIGGERS = 100
+#: Longest the sweep waits for a row lock (ms), below PostgreSQL's ``deadlock_timeout`` (1 s).
+_LOCK_TIMEOUT_MS = 200
+#: SQLSTATEs of a batch that gave way: lock_not_available, deadlock_detected.
+_GAVE_WAY = frozenset({"55P03", "40P01"})
 #: Keys per statement when looking up existing rollups (bound parameters stay few).
 _CHUNK = 1000
 
@@ -103,11 +107,23 @@ class SweepSql(HistoryKeeper):
             ("audit_deleted", lambda conn: self._delete_audit(conn, retention, batch)),
         ]
         for name, step in steps:
-            with self.sql.transaction() as conn:
-                if not self._take_lock(conn):
-                    logger.debug("history sweep: another node holds %s", SWEEP_LOCK)
-                    break
-                done, full = step(conn)
+            try:
+                with self.sql.transaction() as conn:
+                    if self.sql.dialect == "postgresql":
+                        # The sweep waits for a row lock (a run status a worker is updating)
+                        # less than the deadlock detector waits: in a cycle it is the sweep's
+                        # batch that gives up, never the worker's transaction.
+                        conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{_LOCK_TIMEOUT_MS}ms'")
+                    if not self._take_lock(conn):
+                        logger.debug("history sweep: another node holds %s", SWEEP_LOCK)
+                        break
+                    done, full = step(conn)
+            except DBAPIError as exc:
+                if getattr(exc.orig, "pgcode", None) not in _GAVE_WAY:
+                    raise
+                logger.info("history sweep: %s waited too long for a row lock; later", name)
+                more = True
+                break
             counts[name] += done
             more = more or full
         report = SweepReport(more=more, **counts)
@@ -330,11 +346,16 @@ class SweepSql(HistoryKeeper):
             .order_by(h.c.event_time, h.c.history_id)
             .limit(count)
         )
-        gone = conn.execute(
-            delete(h)
-            .where(h.c.history_id.in_(oldest.scalar_subquery()))
-            .returning(h.c.trigger_group, h.c.trigger_name)
-        ).all()
+        # The ids first, then a delete by primary key: a DELETE … WHERE id IN (subquery)
+        # may be planned as a join over the whole table.
+        ids = list(conn.execute(oldest).scalars())
+        gone: list[Any] = []
+        for chunk in _chunks(ids, _CHUNK):
+            gone += conn.execute(
+                delete(h)
+                .where(h.c.history_id.in_(chunk))
+                .returning(h.c.trigger_group, h.c.trigger_name)
+            ).all()
         if gone:
             per_trigger = Counter((row.trigger_group, row.trigger_name) for row in gone)
             self._take_counts(conn, per_trigger, len(gone))
@@ -413,10 +434,10 @@ class SweepSql(HistoryKeeper):
                 .order_by(r.c.bucket_start)
                 .limit(room)
             )
-            result = conn.execute(
-                delete(r).where(self.sql.scoped(r), tuple_(*pk).in_(old.subquery().select()))
-            )
-            deleted += result.rowcount
+            keys = [tuple(row) for row in conn.execute(old)]
+            for chunk in _chunks(keys, _CHUNK):
+                result = conn.execute(delete(r).where(self.sql.scoped(r), tuple_(*pk).in_(chunk)))
+                deleted += result.rowcount
         return deleted, deleted >= batch
 
     def _delete_audit(
@@ -430,8 +451,11 @@ class SweepSql(HistoryKeeper):
             .order_by(a.c.event_time, a.c.audit_id)
             .limit(batch)
         )
-        result = conn.execute(delete(a).where(a.c.audit_id.in_(old.scalar_subquery())))
-        return result.rowcount, result.rowcount >= batch
+        ids = list(conn.execute(old).scalars())
+        deleted = 0
+        for chunk in _chunks(ids, _CHUNK):
+            deleted += conn.execute(delete(a).where(a.c.audit_id.in_(chunk))).rowcount
+        return deleted, deleted >= batch
 
 
 class _Rollup:

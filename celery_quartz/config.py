@@ -334,88 +334,12 @@ class Settings:
     def history_retention_policy(self) -> HistoryRetention:
         """How long history and audit rows are kept, from the ``history_*`` and
         ``audit_retention`` settings (validated: a bad value raises naming its setting)."""
-        by_result = self.history_retention_by_result or {}
-        if not isinstance(by_result, dict):
-            raise ConfigurationError(
-                "quartz_history_retention_by_result must be a mapping of result to seconds, "
-                f"got {by_result!r}"
-            )
-        ages = {}
-        for name, age in by_result.items():
-            try:
-                result = parse_result(str(name))
-            except ValueError as exc:
-                raise ConfigurationError(f"quartz_history_retention_by_result: {exc}") from None
-            ages[result] = _duration(f"history_retention_by_result[{name!r}]", age)
-        caps = {}
-        for name in _NONE_MEANS_SOMETHING:
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):
-                raise ConfigurationError(
-                    f"quartz_{name} must be a whole number (1 or more) or None, got {value!r}"
-                )
-            caps[name] = value
-        interval = self.history_sweep_interval
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
-            raise ConfigurationError(
-                f"quartz_history_sweep_interval must be a positive number of seconds, "
-                f"got {interval!r}"
-            )
-        # ``history_retention`` (its writers' setting) read where it is, from its default else.
-        base = getattr(self, "history_retention", DEFAULT_HISTORY_RETENTION.total_seconds())
-        return HistoryRetention(
-            max_age=_duration("history_retention", base),
-            max_age_by_result=ages,
-            max_rows_per_trigger=caps["history_max_rows_per_trigger"],
-            max_rows=caps["history_max_rows"],
-            audit_max_age=_duration("audit_retention", self.audit_retention, positive=True),
-        )
+        return _retention_policy(self)
 
     def stores(self) -> dict[str, Settings]:
         """``dashboard_stores`` as settings of their own, by store name (empty when none is
         configured): each is these settings on the store's URL and table prefix."""
-        configured = self.dashboard_stores
-        if configured is None:
-            return {}
-        if not isinstance(configured, Mapping) or not configured:
-            raise ConfigurationError(
-                "quartz_dashboard_stores must be a mapping of a store's name to its URL, got "
-                f"{type(configured).__name__}"
-            )
-        stores: dict[str, Settings] = {}
-        for name, value in configured.items():
-            if not isinstance(name, str) or not STORE_NAME.fullmatch(name):
-                raise ConfigurationError(
-                    f"quartz_dashboard_stores: store name {name!r}: use 1 to 64 letters, "
-                    "digits, '.', '_' and '-', starting with a letter or digit"
-                )
-            if isinstance(value, str):
-                value = {"url": value}
-            if not isinstance(value, Mapping):
-                raise ConfigurationError(
-                    f"quartz_dashboard_stores[{name!r}] must be a URL or a mapping with 'url' "
-                    "(and 'table_prefix')"
-                )
-            unknown = sorted(set(value) - {"url", "table_prefix"})
-            if unknown:
-                raise ConfigurationError(
-                    f"quartz_dashboard_stores[{name!r}]: unknown key(s) {', '.join(unknown)}; "
-                    "use 'url' and 'table_prefix'"
-                )
-            url = value.get("url")
-            if not isinstance(url, str) or "://" not in url:
-                raise ConfigurationError(
-                    f"quartz_dashboard_stores[{name!r}]: 'url' must be a SQLAlchemy URL"
-                )
-            prefix = value.get("table_prefix", self.table_prefix)
-            if not isinstance(prefix, str):
-                raise ConfigurationError(
-                    f"quartz_dashboard_stores[{name!r}]: 'table_prefix' must be a string"
-                )
-            stores[name] = _replace(self, store_url=url, table_prefix=prefix)
-        return stores
+        return _stores(self)
 
     def for_store(self, name: str) -> Settings:
         """These settings on the store named ``name`` in ``dashboard_stores``."""
@@ -533,3 +457,86 @@ def _replace(settings: Settings, **changes: Any) -> Settings:
     from dataclasses import replace
 
     return replace(settings, **changes)
+
+
+def _retention_policy(settings: Settings) -> HistoryRetention:
+    """:meth:`Settings.history_retention_policy`."""
+    by_result = settings.history_retention_by_result or {}
+    if not isinstance(by_result, dict):
+        raise ConfigurationError(
+            "quartz_history_retention_by_result must be a mapping of result to seconds, "
+            f"got {by_result!r}"
+        )
+    ages = {}
+    for name, age in by_result.items():
+        try:
+            result = parse_result(str(name))
+        except ValueError as exc:
+            raise ConfigurationError(f"quartz_history_retention_by_result: {exc}") from None
+        ages[result] = _duration(f"history_retention_by_result[{name!r}]", age)
+    caps = {}
+    for name in _NONE_MEANS_SOMETHING:
+        value = getattr(settings, name)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ConfigurationError(
+                f"quartz_{name} must be a whole number (1 or more) or None, got {value!r}"
+            )
+        caps[name] = value
+    interval = settings.history_sweep_interval
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+        raise ConfigurationError(
+            f"quartz_history_sweep_interval must be a positive number of seconds, got {interval!r}"
+        )
+    return HistoryRetention(
+        max_age=_duration("history_retention", settings.history_retention),
+        max_age_by_result=ages,
+        max_rows_per_trigger=caps["history_max_rows_per_trigger"],
+        max_rows=caps["history_max_rows"],
+        audit_max_age=_duration("audit_retention", settings.audit_retention, positive=True),
+    )
+
+
+def _stores(settings: Settings) -> dict[str, Settings]:
+    """:meth:`Settings.stores`."""
+    configured = settings.dashboard_stores
+    if configured is None:
+        return {}
+    if not isinstance(configured, Mapping) or not configured:
+        raise ConfigurationError(
+            "quartz_dashboard_stores must be a mapping of a store's name to its URL, got "
+            f"{type(configured).__name__}"
+        )
+    stores: dict[str, Settings] = {}
+    for name, value in configured.items():
+        if not isinstance(name, str) or not STORE_NAME.fullmatch(name):
+            raise ConfigurationError(
+                f"quartz_dashboard_stores: store name {name!r}: use 1 to 64 letters, "
+                "digits, '.', '_' and '-', starting with a letter or digit"
+            )
+        if isinstance(value, str):
+            value = {"url": value}
+        if not isinstance(value, Mapping):
+            raise ConfigurationError(
+                f"quartz_dashboard_stores[{name!r}] must be a URL or a mapping with 'url' "
+                "(and 'table_prefix')"
+            )
+        unknown = sorted(set(value) - {"url", "table_prefix"})
+        if unknown:
+            raise ConfigurationError(
+                f"quartz_dashboard_stores[{name!r}]: unknown key(s) {', '.join(unknown)}; "
+                "use 'url' and 'table_prefix'"
+            )
+        url = value.get("url")
+        if not isinstance(url, str) or "://" not in url:
+            raise ConfigurationError(
+                f"quartz_dashboard_stores[{name!r}]: 'url' must be a SQLAlchemy URL"
+            )
+        prefix = value.get("table_prefix", settings.table_prefix)
+        if not isinstance(prefix, str):
+            raise ConfigurationError(
+                f"quartz_dashboard_stores[{name!r}]: 'table_prefix' must be a string"
+            )
+        stores[name] = _replace(settings, store_url=url, table_prefix=prefix)
+    return stores

@@ -30,6 +30,7 @@ from celery_quartz.store.views import (
     FiringFilter,
     JobFilter,
     TriggerFilter,
+    TriggerView,
 )
 from celery_quartz.triggers.base import Trigger
 
@@ -168,6 +169,15 @@ _limit_option = click.option(
 _after_option = click.option("--after", help="The cursor a previous page printed (next page).")
 
 
+def _state_text(view: TriggerView) -> str:
+    """A trigger's state, with its pause's reason and who paused it when it has them."""
+    pause = view.pause
+    if pause is None:
+        return view.state
+    why = f"{pause.reason}, " if pause.reason else ""
+    return f"{view.state} ({why}by {pause.requested_by})"
+
+
 def _group_option(help_text: str = "The key's group.") -> Callable[[Any], Any]:
     return click.option("-g", "--group", default=DEFAULT_GROUP, show_default=True, help=help_text)
 
@@ -271,7 +281,7 @@ def triggers(
             (
                 v.key.group,
                 v.key.name,
-                v.state,
+                _state_text(v),
                 presentation.iso(v.trigger.next_fire_time),
                 _schedule_text(v.trigger),
                 v.trigger.job_key,
@@ -418,42 +428,65 @@ def _done(as_json: bool, verb: str, what: str, **extra: Any) -> None:
 
 def _kind_command(verb: str, description: str) -> click.Command:
     @click.command(name=verb, help=description)
-    @click.argument("kind", type=click.Choice(["trigger", "job", "group"]))
-    @click.argument("name")
-    @_group_option("The trigger's or job's group (not used for KIND group).")
+    @click.argument("kind", type=click.Choice(["trigger", "job", "group", "all"]))
+    @click.argument("name", required=False)
+    @_group_option("The trigger's or job's group (not used for KIND group or all).")
     @json_option
     @click.pass_context
-    def command(ctx: click.Context, kind: str, name: str, group: str, as_json: bool) -> None:
+    def command(
+        ctx: click.Context,
+        kind: str,
+        name: str | None,
+        group: str,
+        as_json: bool,
+        reason: str | None = None,
+    ) -> None:
+        if (name is None) != (kind == "all"):
+            raise click.UsageError(
+                f"{verb} all takes no NAME" if kind == "all" else f"{verb} {kind} needs a NAME"
+            )
+        pause = {"reason": reason} if verb == "pause" else {}
         with _store(ctx) as store:
             client = _client(ctx, store)
             extra: dict[str, Any] = {}
             if kind == "trigger":
-                key: Any = _trigger_key(name, group)
-                getattr(client, f"{verb}_trigger")(key)
+                key: Any = _trigger_key(str(name), group)
+                getattr(client, f"{verb}_trigger")(key, **pause)
                 extra["state"] = store.get_trigger_state(key)
                 _check_outcome(verb, key, extra["state"])
             elif kind == "job":
-                key = _job_key(name, group)
-                getattr(client, f"{verb}_job")(key)
-            else:
+                key = _job_key(str(name), group)
+                getattr(client, f"{verb}_job")(key, **pause)
+            elif kind == "group":
                 key = name
-                getattr(client, f"{verb}_trigger_group")(name)
-        _done(as_json, f"{verb}d", f"{kind} {key}", **extra)
+                getattr(client, f"{verb}_trigger_group")(name, **pause)
+            else:
+                key = "everything"
+                getattr(client, f"{verb}_all")(**pause)
+        if reason is not None:
+            extra["reason"] = reason
+        _done(as_json, f"{verb}d", kind if kind == "all" else f"{kind} {key}", **extra)
 
+    if verb == "pause":
+        command = click.option(
+            "--reason", help="Why (up to 250 characters): shown with the paused triggers."
+        )(command)
     return command
 
 
 pause = _command(
     _kind_command(
         "pause",
-        "Pause a trigger, every trigger of a job, or a trigger group (and triggers stored in "
-        "it later). KIND is trigger, job or group; NAME is its name (a group: its name).",
+        "Pause a trigger, every trigger of a job, a trigger group (and triggers stored in it "
+        "later), or everything. KIND is trigger, job, group or all; NAME is its name (none for "
+        "all). The pause keeps --reason, your user name and the time; resume clears them.",
     )
 )
 resume = _command(
     _kind_command(
         "resume",
-        "Resume a trigger, a job's triggers or a trigger group; KIND is trigger, job or group.",
+        "Resume a trigger, a job's triggers, a trigger group or everything; KIND is trigger, "
+        "job, group or all.",
     )
 )
 

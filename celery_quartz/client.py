@@ -23,6 +23,7 @@ from celery_quartz.errors import (
 )
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.pausing import PauseRecord, PauseRequest, caller_principal
 from celery_quartz.routing import Unserved
 from celery_quartz.store import ClientStore, open_store
 from celery_quartz.triggers.base import Trigger, TriggerDetailsUpdate
@@ -52,20 +53,47 @@ class Quartz:
 
     # -- scheduling ------------------------------------------------------------------------------
 
-    def schedule_job(self, job: Job, trigger: Trigger, *, replace: bool = False) -> None:
-        """Store ``job`` and ``trigger`` together; the trigger's job key is set to the job's."""
-        self.schedule_jobs([(job, [trigger])], replace=replace)
+    def schedule_job(
+        self,
+        job: Job,
+        trigger: Trigger,
+        *,
+        replace: bool = False,
+        paused: bool = False,
+        pause_reason: str | None = None,
+        requested_by: str | None = None,
+    ) -> None:
+        """Store ``job`` and ``trigger`` together; the trigger's job key is set to the job's.
+        With ``paused``, the trigger is stored paused (with ``pause_reason``) in the same
+        transaction, so nothing fires in between."""
+        self.schedule_jobs(
+            [(job, [trigger])],
+            replace=replace,
+            paused=paused,
+            pause_reason=pause_reason,
+            requested_by=requested_by,
+        )
 
     def schedule_jobs(
-        self, items: Iterable[tuple[Job, Sequence[Trigger]]], *, replace: bool = False
+        self,
+        items: Iterable[tuple[Job, Sequence[Trigger]]],
+        *,
+        replace: bool = False,
+        paused: bool = False,
+        pause_reason: str | None = None,
+        requested_by: str | None = None,
     ) -> None:
-        """Store many jobs, each with its triggers, in one transaction: all of them or none."""
+        """Store many jobs, each with its triggers, in one transaction: all of them or none;
+        every trigger paused with ``paused`` (as :meth:`schedule_job`)."""
         items = list(items)
+        if not paused and pause_reason is not None:
+            raise ValidationError("pause_reason is given, but paused is not set")
+        request = self._pause_request(pause_reason, requested_by) if paused else None
         for job, triggers in items:
             self._check_job(job)
             for trigger in triggers:
                 self._attach(trigger, job.key)
-        self.store.store_jobs_and_triggers(items, replace=replace)
+        self.store.store_jobs_and_triggers(items, replace=replace, paused=request)
 
     def add_job(self, job: Job, *, replace: bool = False) -> None:
         """Store a job with no trigger; it must be ``durable`` (Quartz refuses otherwise)."""
@@ -122,13 +150,42 @@ class Quartz:
 
     # -- pausing ---------------------------------------------------------------------------------
 
-    def pause_trigger(self, key: TriggerKey) -> None:
+    def pause_trigger(
+        self, key: TriggerKey, *, reason: str | None = None, requested_by: str | None = None
+    ) -> None:
         """Pause the trigger ``key``: a WAITING or ACQUIRED trigger becomes PAUSED, a BLOCKED one
         PAUSED_BLOCKED; one in ERROR or COMPLETE stays as it is, as Quartz's job store leaves it
-        (read :meth:`get_trigger_state`). Raises :class:`TriggerNotFoundError` naming ``key``
+        (read :meth:`get_trigger_state`). The trigger keeps ``reason`` (up to 250 characters),
+        ``requested_by`` (default: the caller's principal) and when; every pause below does the
+        same, and the resume clears it. Raises :class:`TriggerNotFoundError` naming ``key``
         when it is not stored."""
+        request = self._pause_request(reason, requested_by)
         self._require_trigger(key)
-        self.store.pause_trigger(key)
+        self.store.pause_trigger(key, request)
+
+    def pause_triggers(
+        self,
+        keys: Iterable[TriggerKey],
+        *,
+        reason: str | None = None,
+        requested_by: str | None = None,
+    ) -> None:
+        """Pause each of the triggers ``keys``, in one transaction. Raises
+        :class:`TriggerNotFoundError` naming the first that is not stored (pausing none)."""
+        request = self._pause_request(reason, requested_by)
+        keys = list(keys)
+        for key in keys:
+            self._require_trigger(key)
+        self.store.pause_triggers(keys, request)
+
+    def resume_triggers(self, keys: Iterable[TriggerKey]) -> None:
+        """Resume each of the paused triggers ``keys``, in one transaction (as
+        :meth:`resume_trigger`). Raises :class:`TriggerNotFoundError` naming the first that is
+        not stored (resuming none)."""
+        keys = list(keys)
+        for key in keys:
+            self._require_trigger(key)
+        self.store.resume_triggers(keys)
 
     def resume_trigger(self, key: TriggerKey) -> None:
         """Resume the paused trigger ``key``; one the pause made late by more than the misfire
@@ -138,11 +195,14 @@ class Quartz:
         self._require_trigger(key)
         self.store.resume_trigger(key)
 
-    def pause_job(self, key: JobKey) -> None:
+    def pause_job(
+        self, key: JobKey, *, reason: str | None = None, requested_by: str | None = None
+    ) -> None:
         """Pause every trigger of the job ``key`` (as :meth:`pause_trigger` pauses one). Raises
         :class:`JobNotFoundError` naming ``key`` when it is not stored."""
+        request = self._pause_request(reason, requested_by)
         self._require_job(key)
-        self.store.pause_job(key)
+        self.store.pause_job(key, request)
 
     def resume_job(self, key: JobKey) -> None:
         """Resume every paused trigger of the job ``key`` (as :meth:`resume_trigger` resumes
@@ -150,18 +210,38 @@ class Quartz:
         self._require_job(key)
         self.store.resume_job(key)
 
-    def pause_trigger_group(self, group: str) -> None:
-        """Pause every trigger of ``group`` now and every trigger stored in it later."""
-        self.store.pause_trigger_group(group)
+    def pause_trigger_group(
+        self, group: str, *, reason: str | None = None, requested_by: str | None = None
+    ) -> None:
+        """Pause every trigger of ``group`` now and every trigger stored in it later (which
+        shows the group's reason)."""
+        self.store.pause_trigger_group(group, self._pause_request(reason, requested_by))
 
     def resume_trigger_group(self, group: str) -> None:
         """Resume every paused trigger of ``group``, and stop pausing the triggers stored in it
         later; a trigger the pause made late follows its misfire instruction."""
         self.store.resume_trigger_group(group)
 
+    def pause_all(self, *, reason: str | None = None, requested_by: str | None = None) -> None:
+        """Pause every trigger group, and every trigger stored later (Quartz's PauseAll)."""
+        self.store.pause_all(self._pause_request(reason, requested_by))
+
+    def resume_all(self) -> None:
+        """Resume every paused trigger, and stop pausing triggers stored later (ResumeAll);
+        a trigger the pause made late follows its misfire instruction."""
+        self.store.resume_all()
+
     def get_paused_trigger_groups(self) -> list[str]:
         """The trigger groups paused with :meth:`pause_trigger_group`, sorted."""
         return self.store.paused_trigger_groups()
+
+    def paused_group_records(self) -> dict[str, PauseRecord]:
+        """Each paused trigger group's reason, who paused it and when (``"*"``: everything,
+        paused by :meth:`pause_all`)."""
+        return self.store.paused_group_records()
+
+    def _pause_request(self, reason: str | None, requested_by: str | None) -> PauseRequest:
+        return PauseRequest.checked(reason, requested_by or caller_principal())
 
     def reset_trigger_from_error_state(self, *keys: TriggerKey) -> int:
         """Return triggers in ERROR (their job's task was missing when they came due) to their

@@ -19,6 +19,7 @@ from celery_quartz.clock import to_millis
 from celery_quartz.firing import Firing
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.pausing import PauseRecord
 from celery_quartz.store.abc import ClientStore
 from celery_quartz.store.views import FiringView, LastOutcome, NodeView, TriggerView
 
@@ -100,6 +101,18 @@ def trigger(view: TriggerView, redact: Redactor = NO_REDACTION) -> dict[str, Any
         "data": redact(t.data),
         "last_outcome": outcome(view.last_outcome),
         "error_reason": view.error_reason,
+        "pause": pause(view.pause),
+    }
+
+
+def pause(record: PauseRecord | None) -> dict[str, Any] | None:
+    """A pause record: ``{"reason", "requested_by", "paused_at"}``, or None."""
+    if record is None:
+        return None
+    return {
+        "reason": record.reason,
+        "requested_by": record.requested_by,
+        "paused_at": iso(record.paused_at),
     }
 
 

@@ -32,6 +32,7 @@ from celery_quartz.keys import (
     JobKey,
     TriggerKey,
 )
+from celery_quartz.pausing import MAX_PAUSE_REASON
 from celery_quartz.triggers import REPEAT_INDEFINITELY, CronTrigger, SimpleTrigger, Trigger
 from celery_quartz.triggers.base import MAX_PRIORITY, MIN_PRIORITY, TriggerDetailsUpdate
 
@@ -148,7 +149,30 @@ def _delete_job(client: Quartz, key: JobKey, body: Body) -> dict[str, Any]:
 
 def _done(client_call: Callable[[Quartz, Any], None]) -> Callable[[Quartz, Any, Body], Any]:
     def run(client: Quartz, key: Any, body: Body) -> dict[str, Any]:
+        _only(body, set(), "")
         client_call(client, key)
+        return {"ok": True}
+
+    return run
+
+
+def _paused(client_call: Callable[..., None]) -> Callable[[Quartz, Any, Body], Any]:
+    """A pause: the body's optional ``reason`` is kept with the paused triggers; the pause is
+    requested by the request's principal."""
+
+    def run(client: Quartz, key: Any, body: Body) -> dict[str, Any]:
+        _only(body, {"reason"}, "")
+        reason = body.get("reason")
+        if reason is not None:
+            if not isinstance(reason, str):
+                raise invalid("reason", f"text, up to {MAX_PAUSE_REASON} characters")
+            if len(reason) > MAX_PAUSE_REASON:
+                raise invalid("reason", f"{len(reason)} characters; at most {MAX_PAUSE_REASON}")
+            check_text({"reason": reason})
+        if key is None:
+            client_call(client, reason=reason)
+        else:
+            client_call(client, key, reason=reason)
         return {"ok": True}
 
     return run
@@ -156,7 +180,7 @@ def _done(client_call: Callable[[Quartz, Any], None]) -> Callable[[Quartz, Any, 
 
 #: Actions on one trigger: the path's last part → (the policy's action name, what it does).
 TRIGGER_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] = {
-    "pause": ("pause_trigger", _trigger_action(_done(Quartz.pause_trigger))),
+    "pause": ("pause_trigger", _trigger_action(_paused(Quartz.pause_trigger))),
     "resume": ("resume_trigger", _trigger_action(_done(Quartz.resume_trigger))),
     "reset": ("reset_trigger", _trigger_action(_reset)),
     "unschedule": ("unschedule", _trigger_action(_unschedule)),
@@ -164,16 +188,21 @@ TRIGGER_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] 
 }
 #: Actions on one job.
 JOB_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] = {
-    "pause": ("pause_job", _job_action(_done(Quartz.pause_job))),
+    "pause": ("pause_job", _job_action(_paused(Quartz.pause_job))),
     "resume": ("resume_job", _job_action(_done(Quartz.resume_job))),
     "trigger": ("trigger_job", _job_action(_trigger_now)),
     "delete": ("delete_job", _job_action(_delete_job)),
 }
 #: Actions on a trigger group (which need not hold a trigger yet: a paused group pauses the
 #: triggers stored in it later).
-GROUP_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str], None]]] = {
-    "pause": ("pause_group", Quartz.pause_trigger_group),
-    "resume": ("resume_group", Quartz.resume_trigger_group),
+GROUP_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, Body], Any]]] = {
+    "pause": ("pause_group", _paused(Quartz.pause_trigger_group)),
+    "resume": ("resume_group", _done(Quartz.resume_trigger_group)),
+}
+#: Actions on every trigger of the scheduler: the path's last part → (action, what it does).
+ALL_ACTIONS: dict[str, tuple[str, Callable[[Quartz, Any, Body], Any]]] = {
+    "pause-all": ("pause_all", _paused(Quartz.pause_all)),
+    "resume-all": ("resume_all", _done(lambda client, _: client.resume_all())),
 }
 
 

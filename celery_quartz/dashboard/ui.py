@@ -322,9 +322,11 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         body: dict[str, Any] = {}
         if verb == "preferred-node":
             body = {"preferred_node": form.get("preferred_node") or None}
+        elif verb == "pause" and form.get("reason"):
+            body = {"reason": form.get("reason")}
         try:
             if kind == "groups":
-                await run_in_threadpool(work, target.client, p["group"])
+                await run_in_threadpool(work, target.client, p["group"], body)
             else:
                 await run_in_threadpool(work, target.client, p["group"], p["name"], body)
         except QuartzError as error:

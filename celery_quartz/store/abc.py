@@ -50,6 +50,7 @@ from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.history import HistoryRetention
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.pausing import PauseRecord, PauseRequest
 from celery_quartz.routing import Router, Unserved
 from celery_quartz.store.records import (
     CheckIn,
@@ -100,6 +101,7 @@ class JobStore(abc.ABC):
         items: Sequence[tuple[Job | None, Sequence[Trigger]]],
         *,
         replace: bool = False,
+        paused: PauseRequest | None = None,
     ) -> None:
         """Store jobs and their triggers in one transaction: all of them, or none.
 
@@ -109,7 +111,9 @@ class JobStore(abc.ABC):
         :class:`~celery_quartz.errors.ObjectAlreadyExistsError` when a key exists and ``replace``
         is false, :class:`~celery_quartz.errors.JobNotFoundError` when a trigger names a job that
         is not stored, :class:`~celery_quartz.errors.InvalidTriggerError` for a trigger that is
-        invalid, names a calendar not stored, or would never fire.
+        invalid, names a calendar not stored, or would never fire. With ``paused``, every
+        trigger is stored paused with that record, in the same transaction: nothing fires in
+        between.
         """
 
     @abc.abstractmethod
@@ -172,9 +176,21 @@ class JobStore(abc.ABC):
         one transaction. False when ``key`` is not stored."""
 
     @abc.abstractmethod
-    def pause_trigger(self, key: TriggerKey) -> None:
+    def pause_trigger(self, key: TriggerKey, request: PauseRequest | None = None) -> None:
         """Pause a trigger (PAUSED, or PAUSED_BLOCKED while its job's firing runs). A claim on
-        it is dropped when its scheduler fires: the state is no longer ACQUIRED."""
+        it is dropped when its scheduler fires: the state is no longer ACQUIRED. With a
+        ``request``, the trigger keeps its reason, who asked and when (every pause below does
+        the same; a trigger already paused takes the new record); the resume clears it."""
+
+    @abc.abstractmethod
+    def pause_triggers(
+        self, keys: Sequence[TriggerKey], request: PauseRequest | None = None
+    ) -> None:
+        """Pause each of the triggers ``keys`` that is stored, in one transaction."""
+
+    @abc.abstractmethod
+    def resume_triggers(self, keys: Sequence[TriggerKey]) -> None:
+        """Resume each of the triggers ``keys`` that is paused, in one transaction."""
 
     @abc.abstractmethod
     def resume_trigger(self, key: TriggerKey) -> None:
@@ -182,7 +198,7 @@ class JobStore(abc.ABC):
         its misfire instruction first (Quartz does the same)."""
 
     @abc.abstractmethod
-    def pause_job(self, key: JobKey) -> None:
+    def pause_job(self, key: JobKey, request: PauseRequest | None = None) -> None:
         """Pause every trigger of job ``key``."""
 
     @abc.abstractmethod
@@ -191,8 +207,9 @@ class JobStore(abc.ABC):
         :meth:`resume_trigger`)."""
 
     @abc.abstractmethod
-    def pause_trigger_group(self, group: str) -> None:
-        """Pause every trigger of ``group``, and the triggers stored in it later."""
+    def pause_trigger_group(self, group: str, request: PauseRequest | None = None) -> None:
+        """Pause every trigger of ``group``, and the triggers stored in it later (which take
+        the group's record)."""
 
     @abc.abstractmethod
     def resume_trigger_group(self, group: str) -> None:
@@ -200,8 +217,20 @@ class JobStore(abc.ABC):
         :meth:`resume_trigger`)."""
 
     @abc.abstractmethod
+    def pause_all(self, request: PauseRequest | None = None) -> None:
+        """Pause every trigger group, and every trigger stored later (Quartz's PauseAll)."""
+
+    @abc.abstractmethod
+    def resume_all(self) -> None:
+        """Resume every trigger, and stop pausing the triggers stored later (ResumeAll)."""
+
+    @abc.abstractmethod
     def paused_trigger_groups(self) -> list[str]:
         """The paused trigger groups, sorted."""
+
+    @abc.abstractmethod
+    def paused_group_records(self) -> dict[str, PauseRecord]:
+        """Each paused trigger group's record (``"*"``: everything paused by :meth:`pause_all`)."""
 
     @abc.abstractmethod
     def apply_scheduling_data(

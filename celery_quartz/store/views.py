@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.pausing import PauseRecord
 from celery_quartz.triggers.base import Trigger
 
 Item = TypeVar("Item")
@@ -107,6 +108,8 @@ class TriggerView:
     task: str
     last_outcome: LastOutcome | None = None
     error_reason: str | None = None
+    #: Why it is paused, by whom, since when (None: not paused, or paused with no record).
+    pause: PauseRecord | None = None
 
     @property
     def key(self) -> TriggerKey:

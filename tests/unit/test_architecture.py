@@ -103,6 +103,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "limits",
             "liveness",
             "misfire",
+            "pausing",
             "retry",
             "routing",
             "table_prefix",

@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import (
@@ -17,6 +18,7 @@ from sqlalchemy import (
     insert,
     select,
     text,
+    tuple_,
     update,
 )
 
@@ -38,17 +40,22 @@ from celery_quartz.errors import (
 )
 from celery_quartz.job import Job, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.pausing import PauseRecord, PauseRequest
 from celery_quartz.store.abc import JobStore
 from celery_quartz.store.records import NONE_STATE
 from celery_quartz.store.schema import (
+    PAUSED_STATES,
     TriggerState,
 )
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._rows import (
+    ALL_GROUPS_PAUSED,
+    PAUSE_COLUMNS,
     Rows,
     initial_state,
     job_from_row,
+    pause_record,
     pin_columns,
     same_job,
     trigger_from_row,
@@ -80,11 +87,14 @@ class JobsSql(JobStore):
         items: Sequence[tuple[Job | None, Sequence[Trigger]]],
         *,
         replace: bool = False,
+        paused: PauseRequest | None = None,
     ) -> None:
         jobs = [job for job, _ in items if job is not None]
         triggers = [trigger for _, item_triggers in items for trigger in item_triggers]
         with self.sql.transaction() as conn:
-            self.definitions.store_many(conn, jobs, triggers, replace, self.sql.clock.now())
+            self.definitions.store_many(
+                conn, jobs, triggers, replace, self.sql.clock.now(), paused=paused
+            )
 
     def store_calendar(self, name: str, calendar: Any, *, replace: bool = False) -> None:
         c = self.sql.tables.calendars
@@ -222,31 +232,41 @@ class JobsSql(JobStore):
                 self.definitions.delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
         return True
 
-    def pause_trigger(self, key: TriggerKey) -> None:
+    def pause_trigger(self, key: TriggerKey, request: PauseRequest | None = None) -> None:
         with self.sql.transaction() as conn:
-            self._pause_triggers(conn, self.sql.trigger_key(key))
+            self._pause_triggers(conn, self.sql.trigger_key(key), request)
 
     def resume_trigger(self, key: TriggerKey) -> None:
         with self.sql.transaction() as conn:
             self._resume_triggers(conn, self.sql.trigger_key(key))
 
-    def pause_job(self, key: JobKey) -> None:
+    def pause_triggers(
+        self, keys: Sequence[TriggerKey], request: PauseRequest | None = None
+    ) -> None:
         with self.sql.transaction() as conn:
-            self._pause_triggers(conn, self.sql.triggers_of_job(key))
+            for chunk in _chunks(keys):
+                self._pause_triggers(conn, self._trigger_keys(chunk), request)
+
+    def resume_triggers(self, keys: Sequence[TriggerKey]) -> None:
+        with self.sql.transaction() as conn:
+            for chunk in _chunks(keys):
+                self._resume_triggers(conn, self._trigger_keys(chunk))
+
+    def pause_job(self, key: JobKey, request: PauseRequest | None = None) -> None:
+        with self.sql.transaction() as conn:
+            self._pause_triggers(conn, self.sql.triggers_of_job(key), request)
 
     def resume_job(self, key: JobKey) -> None:
         with self.sql.transaction() as conn:
             self._resume_triggers(conn, self.sql.triggers_of_job(key))
 
-    def pause_trigger_group(self, group: str) -> None:
-        p, t = self.sql.tables.paused_trigger_groups, self.sql.tables.triggers
+    def pause_trigger_group(self, group: str, request: PauseRequest | None = None) -> None:
+        t = self.sql.tables.triggers
         with self.sql.transaction() as conn:
-            clause = and_(self.sql.scoped(p), p.c.trigger_group == group)
-            if conn.execute(select(p.c.trigger_group).where(clause)).first() is None:
-                conn.execute(
-                    insert(p).values(sched_name=self.sql.scheduler_name, trigger_group=group)
-                )
-            self._pause_triggers(conn, and_(self.sql.scoped(t), t.c.trigger_group == group))
+            self._pause_group(conn, group, request)
+            self._pause_triggers(
+                conn, and_(self.sql.scoped(t), t.c.trigger_group == group), request
+            )
 
     def resume_trigger_group(self, group: str) -> None:
         p, t = self.sql.tables.paused_trigger_groups, self.sql.tables.triggers
@@ -254,34 +274,83 @@ class JobsSql(JobStore):
             conn.execute(delete(p).where(self.sql.scoped(p), p.c.trigger_group == group))
             self._resume_triggers(conn, and_(self.sql.scoped(t), t.c.trigger_group == group))
 
+    def pause_all(self, request: PauseRequest | None = None) -> None:
+        t = self.sql.tables.triggers
+        with self.sql.transaction() as conn:
+            groups = conn.execute(
+                select(t.c.trigger_group).distinct().where(self.sql.scoped(t))
+            ).scalars()
+            for group in (*groups, ALL_GROUPS_PAUSED):
+                self._pause_group(conn, group, request)
+            self._pause_triggers(conn, self.sql.scoped(t), request)
+
+    def resume_all(self) -> None:
+        p, t = self.sql.tables.paused_trigger_groups, self.sql.tables.triggers
+        with self.sql.transaction() as conn:
+            conn.execute(delete(p).where(self.sql.scoped(p)))
+            self._resume_triggers(conn, self.sql.scoped(t))
+
     def paused_trigger_groups(self) -> list[str]:
         with self.sql.transaction() as conn:
-            return sorted(self.rows.paused_groups(conn))
+            return sorted(self.rows.paused_groups(conn) - {ALL_GROUPS_PAUSED})
 
-    def _pause_triggers(self, conn: Connection, where: Any) -> None:
+    def paused_group_records(self) -> dict[str, PauseRecord]:
+        with self.sql.transaction() as conn:
+            records = self.rows.paused_group_records(conn)
+        return {
+            "*" if group == ALL_GROUPS_PAUSED else group: record
+            for group, values in sorted(records.items())
+            if (record := pause_record(SimpleNamespace(**values))) is not None
+        }
+
+    def _trigger_keys(self, keys: Sequence[TriggerKey]) -> Any:
+        t = self.sql.tables.triggers
+        return and_(
+            self.sql.scoped(t),
+            tuple_(t.c.trigger_name, t.c.trigger_group).in_([(k.name, k.group) for k in keys]),
+        )
+
+    def _pause_group(self, conn: Connection, group: str, request: PauseRequest | None) -> None:
+        """Record ``group`` as paused (a group paused already takes the new record)."""
+        p = self.sql.tables.paused_trigger_groups
+        clause = and_(self.sql.scoped(p), p.c.trigger_group == group)
+        record = self.rows.pause_values(request)
+        if conn.execute(select(p.c.trigger_group).where(clause)).first() is None:
+            conn.execute(
+                insert(p).values(sched_name=self.sql.scheduler_name, trigger_group=group, **record)
+            )
+        elif request is not None:
+            conn.execute(update(p).where(clause).values(record))
+
+    def _pause_triggers(self, conn: Connection, where: Any, request: PauseRequest | None) -> None:
         t = self.sql.tables.triggers
         # An ACQUIRED trigger becomes PAUSED too: the scheduler holding it sees the change when it
         # fires and drops the firing (the state is no longer ACQUIRED).
+        record = self.rows.pause_values(request)
         conn.execute(
             update(t)
             .where(where, t.c.trigger_state.in_([TriggerState.WAITING, TriggerState.ACQUIRED]))
-            .values(trigger_state=TriggerState.PAUSED)
+            .values(trigger_state=TriggerState.PAUSED, **record)
         )
         conn.execute(
             update(t)
             .where(where, t.c.trigger_state == TriggerState.BLOCKED)
-            .values(trigger_state=TriggerState.PAUSED_BLOCKED)
+            .values(trigger_state=TriggerState.PAUSED_BLOCKED, **record)
         )
+        if request is not None:
+            # Paused already: the latest pause's record is the one kept.
+            conn.execute(
+                update(t).where(where, t.c.trigger_state.in_(PAUSED_STATES)).values(record)
+            )
 
     def _resume_triggers(self, conn: Connection, where: Any) -> None:
         t = self.sql.tables.triggers
         now = self.sql.now()
-        rows = conn.execute(
-            select(t).where(
-                where, t.c.trigger_state.in_([TriggerState.PAUSED, TriggerState.PAUSED_BLOCKED])
-            )
-        ).all()
+        rows = conn.execute(select(t).where(where, t.c.trigger_state.in_(PAUSED_STATES))).all()
+        cleared = dict.fromkeys(PAUSE_COLUMNS)
         for row in rows:
+            key = self.sql.trigger_key(TriggerKey(row.trigger_name, row.trigger_group))
+            conn.execute(update(t).where(key).values(cleared))
             # Quartz applies the misfire instruction on resume when the pause made it late.
             if (
                 row.next_fire_time is not None
@@ -292,7 +361,7 @@ class JobsSql(JobStore):
             blocked = row.trigger_state == TriggerState.PAUSED_BLOCKED
             conn.execute(
                 update(t)
-                .where(self.sql.trigger_key(TriggerKey(row.trigger_name, row.trigger_group)))
+                .where(key)
                 .values(trigger_state=TriggerState.BLOCKED if blocked else TriggerState.WAITING)
             )
 
@@ -444,3 +513,11 @@ def _read_snapshot(conn: Connection, sql: SqlContext, rows: Rows, wanted: Needs)
         job_groups=wanted.job_groups,
         trigger_groups=wanted.trigger_groups,
     )
+
+
+#: Keys per statement when pausing or resuming a set of triggers.
+_KEYS_PER_STATEMENT = 500
+
+
+def _chunks(keys: Sequence[TriggerKey]) -> list[Sequence[TriggerKey]]:
+    return [keys[i : i + _KEYS_PER_STATEMENT] for i in range(0, len(keys), _KEYS_PER_STATEMENT)]

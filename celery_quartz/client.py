@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
+from typing import Any
 
 from celery import Celery
 
 from celery_quartz.calendars import Calendar
 from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.config import Settings
+from celery_quartz.editing import TriggerEdit
 from celery_quartz.errors import (
     InvalidTriggerError,
     JobNotFoundError,
@@ -115,6 +117,19 @@ class Quartz:
     def reschedule_job(self, key: TriggerKey, new_trigger: Trigger) -> bool:
         """Replace the trigger ``key`` by ``new_trigger`` for the same job; False if not stored."""
         return self.store.replace_trigger(key, new_trigger)
+
+    def update_trigger(self, key: TriggerKey, *, dry_run: bool = False, **changes: Any) -> Trigger:
+        """Edit the stored trigger ``key`` in place and return it as stored (``dry_run``: as it
+        would be; nothing is written). The editable details are the schedule (``cron`` and
+        ``time_zone``, ``interval``, ``rrule``), ``priority``, ``misfire_instruction`` (a name or
+        a number), ``preferred_node`` (a worker, ``"*"`` or None), ``execution_group``,
+        ``calendar`` and ``description``. A change of schedule or calendar recomputes the next
+        fire time as a reschedule does; the trigger keeps its state, counts and pause, and a
+        firing in flight is not touched (:mod:`celery_quartz.editing`). Raises
+        :class:`TriggerNotFoundError`, or :class:`InvalidTriggerError` /
+        :class:`ValidationError` naming the detail at fault (nothing is written then)."""
+        edit = TriggerEdit.of(**changes)
+        return self.store.edit_trigger(key, edit, dry_run=dry_run)
 
     def update_trigger_details(self, key: TriggerKey, update: TriggerDetailsUpdate) -> None:
         """Change details of the stored trigger ``key`` in place, without rescheduling it: its

@@ -22,6 +22,7 @@ from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.pausing import PauseRecord
 from celery_quartz.store.abc import ClientStore
 from celery_quartz.store.views import FiringView, LastOutcome, NodeView, TriggerView
+from celery_quartz.triggers.base import Trigger
 
 REDACTED = "***"
 
@@ -103,6 +104,17 @@ def trigger(view: TriggerView, redact: Redactor = NO_REDACTION) -> dict[str, Any
         "error_reason": view.error_reason,
         "pause": pause(view.pause),
     }
+
+
+def trigger_edit(
+    before: TriggerView, edited: Trigger, *, dry_run: bool, redact: Redactor = NO_REDACTION
+) -> dict[str, Any]:
+    """An edit's answer: the trigger as edited, what changed (``{field: [before, after]}``)
+    and whether it was only a dry run."""
+    old = trigger(before, redact)
+    new = trigger(dataclasses.replace(before, trigger=edited), redact)
+    changed = {name: [old[name], new[name]] for name in new if new[name] != old[name]}
+    return {"trigger": new, "changed": changed, "dry_run": dry_run}
 
 
 def pause(record: PauseRecord | None) -> dict[str, Any] | None:

@@ -33,6 +33,7 @@ from celery_quartz.keys import (
     TriggerKey,
 )
 from celery_quartz.pausing import MAX_PAUSE_REASON
+from celery_quartz.presentation import Redactor, trigger_edit
 from celery_quartz.triggers import REPEAT_INDEFINITELY, CronTrigger, SimpleTrigger, Trigger
 from celery_quartz.triggers.base import MAX_PRIORITY, MIN_PRIORITY, TriggerDetailsUpdate
 
@@ -178,6 +179,63 @@ def _paused(client_call: Callable[..., None]) -> Callable[[Quartz, Any, Body], A
     return run
 
 
+#: The body of an edit: each editable detail and the JSON types it takes.
+_EDIT_FIELDS: dict[str, tuple[type, ...]] = {
+    "cron": (str,),
+    "time_zone": (str,),
+    "interval": (int, float),
+    "rrule": (str,),
+    "priority": (int,),
+    "misfire_instruction": (str, int),
+    "preferred_node": (str, type(None)),
+    "execution_group": (str, type(None)),
+    "calendar": (str, type(None)),
+    "description": (str, type(None)),
+}
+
+
+def _edit(client: Quartz, key: TriggerKey, body: Body) -> dict[str, Any]:
+    """Edit a trigger in place: the body's details (``dry_run``: show, write nothing). A bad
+    value is a 422 naming its field."""
+    _only(body, {*_EDIT_FIELDS, "dry_run"}, "")
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise invalid("dry_run", "true or false")
+    changes = {name: value for name, value in body.items() if name != "dry_run"}
+    if not changes:
+        raise invalid("body", f"give at least one of {', '.join(_EDIT_FIELDS)}")
+    for name, value in changes.items():
+        kinds = _EDIT_FIELDS[name]
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+            raise invalid(name, f"must be {names}")
+        if isinstance(value, str):
+            check_text({name: value})
+        if isinstance(value, float) and not math.isfinite(value):
+            raise invalid(name, "must be a finite number")
+    before = client.store.trigger_view(key)
+    if before is None:
+        raise HttpError(404, "not_found", f"trigger {key} is not stored")
+    try:
+        edited = client.update_trigger(key, dry_run=dry_run, **changes)
+    except (InvalidTriggerError, ValidationError) as error:
+        raise invalid(_field_at_fault(client, key, changes), str(error)) from None
+    # The answer shows the trigger's data as the API's reads do: secrets redacted.
+    redact = Redactor(client.settings.dashboard_redact_keys)
+    return trigger_edit(before, edited, dry_run=dry_run, redact=redact)
+
+
+def _field_at_fault(client: Quartz, key: TriggerKey, changes: Body) -> str:
+    """The first detail of ``changes`` that is refused on its own (a dry run of each)."""
+    if len(changes) > 1:
+        for name, value in changes.items():
+            try:
+                client.update_trigger(key, dry_run=True, **{name: value})
+            except (InvalidTriggerError, ValidationError):
+                return name
+    return next(iter(changes))
+
+
 #: Actions on one trigger: the path's last part → (the policy's action name, what it does).
 TRIGGER_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] = {
     "pause": ("pause_trigger", _trigger_action(_paused(Quartz.pause_trigger))),
@@ -185,6 +243,7 @@ TRIGGER_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] 
     "reset": ("reset_trigger", _trigger_action(_reset)),
     "unschedule": ("unschedule", _trigger_action(_unschedule)),
     "preferred-node": ("repin_trigger", _trigger_action(_repin)),
+    "edit": ("edit_trigger", _trigger_action(_edit)),
 }
 #: Actions on one job.
 JOB_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] = {

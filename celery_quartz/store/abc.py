@@ -9,8 +9,8 @@ calls it and writes the outcome.
 Roles, and who holds each:
 
 * :class:`JobStore` — the client (:class:`celery_quartz.Quartz`), and the loads of definitions (the
-  scheduling files, the ``beat_schedule`` import, the importers): jobs, triggers, calendars, pause
-  and resume.
+  scheduling files, the ``beat_schedule`` import, the importers): jobs, triggers, calendars.
+* :class:`PauseStore` — the client's pauses and resumes, each keeping why, who and when.
 * :class:`SchedulingStore` — the scheduling loop (:mod:`celery_quartz.loop`): claim, fire, record
   publication, release, misfires.
 * :class:`ClusterStore` — the cluster manager (:mod:`celery_quartz.cluster`) and the worker's
@@ -46,6 +46,7 @@ from typing import Any
 
 from celery_quartz.clock import Clock
 from celery_quartz.definitions import Plan, SchedulingData
+from celery_quartz.editing import TriggerEdit
 from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.history import HistoryRetention
 from celery_quartz.job import Job
@@ -176,6 +177,46 @@ class JobStore(abc.ABC):
         one transaction. False when ``key`` is not stored."""
 
     @abc.abstractmethod
+    def edit_trigger(self, key: TriggerKey, edit: TriggerEdit, *, dry_run: bool = False) -> Trigger:
+        """Change details of the stored trigger ``key`` in place (:mod:`celery_quartz.editing`),
+        in one transaction; the edited trigger as stored (with ``dry_run``: as it would be,
+        nothing written). Its state, counts and pause are kept; a change of schedule or calendar
+        recomputes the next fire time as a reschedule does, and drops a claim on it (the state
+        is no longer ACQUIRED when its scheduler fires). Raises
+        :class:`~celery_quartz.errors.TriggerNotFoundError`, or
+        :class:`~celery_quartz.errors.InvalidTriggerError` naming the field at fault."""
+
+    @abc.abstractmethod
+    def apply_scheduling_data(
+        self, files: Sequence[SchedulingData], now: datetime, *, dry_run: bool = False
+    ) -> Plan:
+        """Load definitions (scheduling files, ``beat_schedule``, an importer's group), in
+        order: all of their changes or none, and what changed (with ``dry_run``, what would
+        change; nothing is written). What changes is decided by
+        :func:`celery_quartz.definitions.plan.plan` over the stored jobs and triggers they
+        touch; a job or trigger that ends as it is stored is left alone.
+
+        Race settled: several schedulers loading the same definitions as they start together;
+        the read, the decision and the write are one transaction under the TRIGGER_ACCESS lock
+        row, so the second loader finds every job and trigger unchanged and writes nothing.
+        """
+
+    @abc.abstractmethod
+    def scheduled_definitions(self) -> tuple[list[Job], list[Trigger]]:
+        """Every job and trigger outside the groups celery-quartz keeps itself (recovery, retry,
+        ``beat_schedule``), read in one transaction: what an export writes."""
+
+    @abc.abstractmethod
+    def reset_trigger_from_error_state(self, keys: Sequence[TriggerKey]) -> int:
+        """Return triggers in ERROR to their schedule (WAITING, or PAUSED when their group is
+        paused, or BLOCKED while their ``disallow_concurrent`` job runs). The number reset."""
+
+
+class PauseStore(abc.ABC):
+    """The client's pauses: a trigger, a set of triggers, a job's, a group's, everything, each
+    keeping its pause record (why, who, when); resuming clears it."""
+
+    @abc.abstractmethod
     def pause_trigger(self, key: TriggerKey, request: PauseRequest | None = None) -> None:
         """Pause a trigger (PAUSED, or PAUSED_BLOCKED while its job's firing runs). A claim on
         it is dropped when its scheduler fires: the state is no longer ACQUIRED. With a
@@ -231,31 +272,6 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     def paused_group_records(self) -> dict[str, PauseRecord]:
         """Each paused trigger group's record (``"*"``: everything paused by :meth:`pause_all`)."""
-
-    @abc.abstractmethod
-    def apply_scheduling_data(
-        self, files: Sequence[SchedulingData], now: datetime, *, dry_run: bool = False
-    ) -> Plan:
-        """Load definitions (scheduling files, ``beat_schedule``, an importer's group), in
-        order: all of their changes or none, and what changed (with ``dry_run``, what would
-        change; nothing is written). What changes is decided by
-        :func:`celery_quartz.definitions.plan.plan` over the stored jobs and triggers they
-        touch; a job or trigger that ends as it is stored is left alone.
-
-        Race settled: several schedulers loading the same definitions as they start together;
-        the read, the decision and the write are one transaction under the TRIGGER_ACCESS lock
-        row, so the second loader finds every job and trigger unchanged and writes nothing.
-        """
-
-    @abc.abstractmethod
-    def scheduled_definitions(self) -> tuple[list[Job], list[Trigger]]:
-        """Every job and trigger outside the groups celery-quartz keeps itself (recovery, retry,
-        ``beat_schedule``), read in one transaction: what an export writes."""
-
-    @abc.abstractmethod
-    def reset_trigger_from_error_state(self, keys: Sequence[TriggerKey]) -> int:
-        """Return triggers in ERROR to their schedule (WAITING, or PAUSED when their group is
-        paused, or BLOCKED while their ``disallow_concurrent`` job runs). The number reset."""
 
 
 class SchedulingStore(abc.ABC):
@@ -767,7 +783,7 @@ class SchedulerStore(SchedulingStore, ClusterStore, StoreReader, OpenedStore):
     read side its health check uses."""
 
 
-class ClientStore(JobStore, StoreReader, OpenedStore):
+class ClientStore(JobStore, PauseStore, StoreReader, OpenedStore):
     """What a client holds (:class:`celery_quartz.Quartz`, the CLI, an import): the client's
     role, and the read side it reports from."""
 

@@ -94,6 +94,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "context",
             "cron",
             "definitions",
+            "editing",
             "errors",
             "firing",
             "history",

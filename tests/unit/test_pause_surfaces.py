@@ -194,3 +194,108 @@ def test_the_trigger_page_shows_why_who_and_when(app: Celery, api: TestClient) -
     assert re.search(r'id="pause-record">disk full \(by ops, [^)]+\)', page)
     listing = api.get("/s/pauses/triggers").text
     assert "disk full" in listing
+
+
+# -- editing in place: the CLI, the API and the form -------------------------------------------
+
+
+def _cron_trigger(app: Celery) -> TriggerKey:
+    from celery_quartz.triggers import CronTrigger
+
+    key = TriggerKey("cron", "reports")
+    client = Quartz(app)
+    client.schedule_job(
+        Job(key=JobKey("cron", "reports"), task="tasks.report"),
+        CronTrigger(key=key, expression="0 0 2 * * ?"),
+    )
+    client.store.dispose()
+    return key
+
+
+def test_edit_trigger_on_the_cli_prints_what_changed(app: Celery) -> None:
+    _cron_trigger(app)
+    shown = run(
+        app,
+        "edit",
+        "trigger",
+        "cron",
+        "-g",
+        "reports",
+        "--cron",
+        "0 30 4 * * ?",
+        "--dry-run",
+        "--json",
+    )
+    assert shown.exit_code == 0, shown.output
+    answer = json.loads(shown.output)
+    assert answer["dry_run"] is True
+    assert answer["changed"]["schedule"][1]["expression"] == "0 30 4 * * ?"
+    assert "next_fire_time" in answer["changed"]
+    stored = json.loads(run(app, "triggers", "--json", "--group", "reports").output)["items"]
+    schedules = {t["key"]["name"]: t["schedule"] for t in stored}
+    assert schedules["cron"]["expression"] == "0 0 2 * * ?"
+    done = run(
+        app,
+        "edit",
+        "trigger",
+        "cron",
+        "-g",
+        "reports",
+        "--priority",
+        "8",
+        "--description",
+        "nightly",
+    )
+    assert done.exit_code == 0, done.output
+    assert done.output.splitlines()[0] == "trigger reports.cron: changed 2 detail(s)"
+    assert "  priority: 5 -> 8" in done.output
+
+
+def test_edit_trigger_on_the_cli_refuses_a_bad_value_in_one_line(app: Celery) -> None:
+    _cron_trigger(app)
+    refused = run(app, "edit", "trigger", "cron", "-g", "reports", "--interval", "60")
+    assert refused.exit_code == 1
+    assert refused.output.strip() == (
+        "error: trigger reports.cron: interval applies to a SIMPLE trigger, and this one is CRON"
+    )
+    assert "give at least one detail" in run(app, "edit", "trigger", "cron", "-g", "reports").output
+
+
+def test_the_api_edits_a_trigger_and_names_a_bad_field(api: TestClient) -> None:
+    edited = api.post(f"{API}/triggers/reports/a/edit", json={"interval": 120, "priority": 7})
+    assert edited.status_code == 200, edited.text
+    body = edited.json()
+    assert body["dry_run"] is False
+    assert body["changed"]["priority"] == [5, 7]
+    assert body["trigger"]["schedule"]["repeat_interval_us"] == 120_000_000
+    for bad, field in (
+        ({"priority": "high"}, "priority"),
+        ({"interval": 60, "cron": "0 0 2 * * ?"}, "cron"),
+        ({"misfire_instruction": "NEVER"}, "misfire_instruction"),
+        ({"colour": "red"}, "colour"),
+        ({}, "body"),
+    ):
+        answer = api.post(f"{API}/triggers/reports/a/edit", json=bad)
+        assert answer.status_code == 422, (bad, answer.text)
+        assert answer.json()["error"]["field"] == field, bad
+    assert api.get(f"{API}/triggers/reports/a").json()["priority"] == 7
+
+
+def test_the_trigger_pages_edit_form_changes_the_trigger(app: Celery, api: TestClient) -> None:
+    page = api.get("/s/pauses/triggers/reports/a")
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert csrf is not None and 'id="edit-form"' in page.text
+    posted = api.post(
+        "/s/pauses/triggers/reports/a/edit",
+        data={
+            "csrf_token": csrf.group(1),
+            "back": "/s/pauses/triggers/reports/a",
+            "priority": "3",
+            "description": "",
+        },
+        headers={"Origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    assert posted.status_code == 303, posted.text
+    trigger = api.get(f"{API}/triggers/reports/a").json()
+    assert trigger["priority"] == 3

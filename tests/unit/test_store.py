@@ -21,6 +21,7 @@ from celery_quartz.store import NONE_STATE, FiringState, MemoryStore, TriggerSta
 from celery_quartz.store.abc import (
     ClusterStore,
     JobStore,
+    PauseStore,
     SchedulingStore,
     StoreReader,
     WorkerStore,
@@ -863,7 +864,7 @@ class _Recorder:
 
 
 def test_every_role_operation_of_the_interfaces_is_an_operation_of_the_sql_store() -> None:
-    roles = (JobStore, SchedulingStore, ClusterStore, WorkerStore, StoreReader)
+    roles = (JobStore, PauseStore, SchedulingStore, ClusterStore, WorkerStore, StoreReader)
     declared = set().union(*(role.__abstractmethods__ for role in roles))
     hooked = {name for name, value in vars(SqlStore).items() if isinstance(value, _Operation)}
     assert hooked == declared

@@ -14,7 +14,7 @@ fence) and the services several roles share:
 * ``_definitions`` — storing and removing jobs and triggers, a late trigger's misfire outcome;
 * ``_firings`` — what a firing's end releases, recovery and retry firings;
 * ``_claims`` — a claim's statements, for the scheduling role;
-* ``jobs`` (client), ``scheduling`` (scheduling loop), ``cluster`` (cluster manager),
+* ``jobs`` and ``pauses`` (client), ``scheduling`` (scheduling loop), ``cluster`` (cluster manager),
   ``worker`` (worker hooks), ``reads`` (operators): the roles.
 
 :class:`SqlStore` composes them: every role operation, called between the store's hooks.
@@ -37,6 +37,7 @@ from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
 from celery_quartz.store.abc import (
     ClusterStore,
     JobStore,
+    PauseStore,
     SchedulingStore,
     Store,
     StoreReader,
@@ -51,6 +52,7 @@ from celery_quartz.store.sql._firings import FiringEnds
 from celery_quartz.store.sql._rows import Rows, in_acquisition_order
 from celery_quartz.store.sql.cluster import ClusterSql
 from celery_quartz.store.sql.jobs import JobsSql
+from celery_quartz.store.sql.pauses import PausesSql
 from celery_quartz.store.sql.reads import ReadsSql
 from celery_quartz.store.sql.scheduling import SchedulingSql
 from celery_quartz.store.sql.worker import WorkerSql
@@ -167,6 +169,7 @@ class SqlStore(Store):
         #: What every role object builds on.
         self.context = sql
         self.jobs = JobsSql(sql, rows, definitions)
+        self.pauses = PausesSql(sql, rows, definitions)
         self.scheduling = SchedulingSql(sql, rows, definitions, ends)
         self.cluster = ClusterSql(sql, definitions, ends)
         self.worker = WorkerSql(sql, ends)
@@ -223,18 +226,19 @@ class SqlStore(Store):
     remove_job = _Operation("jobs", JobStore.remove_job)
     update_trigger_details = _Operation("jobs", JobStore.update_trigger_details)
     replace_trigger = _Operation("jobs", JobStore.replace_trigger)
-    pause_trigger = _Operation("jobs", JobStore.pause_trigger)
-    resume_trigger = _Operation("jobs", JobStore.resume_trigger)
-    pause_job = _Operation("jobs", JobStore.pause_job)
-    resume_job = _Operation("jobs", JobStore.resume_job)
-    pause_triggers = _Operation("jobs", JobStore.pause_triggers)
-    resume_triggers = _Operation("jobs", JobStore.resume_triggers)
-    pause_trigger_group = _Operation("jobs", JobStore.pause_trigger_group)
-    resume_trigger_group = _Operation("jobs", JobStore.resume_trigger_group)
-    pause_all = _Operation("jobs", JobStore.pause_all)
-    resume_all = _Operation("jobs", JobStore.resume_all)
-    paused_trigger_groups = _Operation("jobs", JobStore.paused_trigger_groups)
-    paused_group_records = _Operation("jobs", JobStore.paused_group_records)
+    edit_trigger = _Operation("jobs", JobStore.edit_trigger)
+    pause_trigger = _Operation("pauses", PauseStore.pause_trigger)
+    resume_trigger = _Operation("pauses", PauseStore.resume_trigger)
+    pause_job = _Operation("pauses", PauseStore.pause_job)
+    resume_job = _Operation("pauses", PauseStore.resume_job)
+    pause_triggers = _Operation("pauses", PauseStore.pause_triggers)
+    resume_triggers = _Operation("pauses", PauseStore.resume_triggers)
+    pause_trigger_group = _Operation("pauses", PauseStore.pause_trigger_group)
+    resume_trigger_group = _Operation("pauses", PauseStore.resume_trigger_group)
+    pause_all = _Operation("pauses", PauseStore.pause_all)
+    resume_all = _Operation("pauses", PauseStore.resume_all)
+    paused_trigger_groups = _Operation("pauses", PauseStore.paused_trigger_groups)
+    paused_group_records = _Operation("pauses", PauseStore.paused_group_records)
     apply_scheduling_data = _Operation("jobs", JobStore.apply_scheduling_data)
     scheduled_definitions = _Operation("jobs", JobStore.scheduled_definitions)
     reset_trigger_from_error_state = _Operation("jobs", JobStore.reset_trigger_from_error_state)

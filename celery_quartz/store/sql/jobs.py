@@ -7,7 +7,6 @@ import json
 import logging
 from collections.abc import Sequence
 from datetime import datetime
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import (
@@ -18,7 +17,6 @@ from sqlalchemy import (
     insert,
     select,
     text,
-    tuple_,
     update,
 )
 
@@ -33,29 +31,27 @@ from celery_quartz.definitions import (
     needs,
     plan,
 )
+from celery_quartz.editing import TriggerEdit
 from celery_quartz.errors import (
     CalendarInUseError,
+    InvalidTriggerError,
     ObjectAlreadyExistsError,
     TriggerNotFoundError,
 )
 from celery_quartz.job import Job, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.pausing import PauseRecord, PauseRequest
+from celery_quartz.pausing import PauseRequest
 from celery_quartz.store.abc import JobStore
 from celery_quartz.store.records import NONE_STATE
 from celery_quartz.store.schema import (
-    PAUSED_STATES,
     TriggerState,
 )
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._rows import (
-    ALL_GROUPS_PAUSED,
-    PAUSE_COLUMNS,
     Rows,
     initial_state,
     job_from_row,
-    pause_record,
     pin_columns,
     same_job,
     trigger_from_row,
@@ -232,138 +228,36 @@ class JobsSql(JobStore):
                 self.definitions.delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
         return True
 
-    def pause_trigger(self, key: TriggerKey, request: PauseRequest | None = None) -> None:
-        with self.sql.transaction() as conn:
-            self._pause_triggers(conn, self.sql.trigger_key(key), request)
-
-    def resume_trigger(self, key: TriggerKey) -> None:
-        with self.sql.transaction() as conn:
-            self._resume_triggers(conn, self.sql.trigger_key(key))
-
-    def pause_triggers(
-        self, keys: Sequence[TriggerKey], request: PauseRequest | None = None
-    ) -> None:
-        with self.sql.transaction() as conn:
-            for chunk in _chunks(keys):
-                self._pause_triggers(conn, self._trigger_keys(chunk), request)
-
-    def resume_triggers(self, keys: Sequence[TriggerKey]) -> None:
-        with self.sql.transaction() as conn:
-            for chunk in _chunks(keys):
-                self._resume_triggers(conn, self._trigger_keys(chunk))
-
-    def pause_job(self, key: JobKey, request: PauseRequest | None = None) -> None:
-        with self.sql.transaction() as conn:
-            self._pause_triggers(conn, self.sql.triggers_of_job(key), request)
-
-    def resume_job(self, key: JobKey) -> None:
-        with self.sql.transaction() as conn:
-            self._resume_triggers(conn, self.sql.triggers_of_job(key))
-
-    def pause_trigger_group(self, group: str, request: PauseRequest | None = None) -> None:
+    def edit_trigger(self, key: TriggerKey, edit: TriggerEdit, *, dry_run: bool = False) -> Trigger:
         t = self.sql.tables.triggers
         with self.sql.transaction() as conn:
-            self._pause_group(conn, group, request)
-            self._pause_triggers(
-                conn, and_(self.sql.scoped(t), t.c.trigger_group == group), request
+            row = conn.execute(select(t).where(self.sql.trigger_key(key)).with_for_update()).first()
+            if row is None:
+                raise TriggerNotFoundError(f"trigger {key} is not stored")
+            edited = edit.apply(trigger_from_row(row))
+            values = self.rows.trigger_values(edited, row.trigger_state)
+            # What firing wrote stays: the counts, the last fire time, and (unless the schedule
+            # changed) the next one.
+            values.update(
+                prev_fire_time=row.prev_fire_time,
+                times_triggered=row.times_triggered,
+                next_fire_time=row.next_fire_time,
             )
-
-    def resume_trigger_group(self, group: str) -> None:
-        p, t = self.sql.tables.paused_trigger_groups, self.sql.tables.triggers
-        with self.sql.transaction() as conn:
-            conn.execute(delete(p).where(self.sql.scoped(p), p.c.trigger_group == group))
-            self._resume_triggers(conn, and_(self.sql.scoped(t), t.c.trigger_group == group))
-
-    def pause_all(self, request: PauseRequest | None = None) -> None:
-        t = self.sql.tables.triggers
-        with self.sql.transaction() as conn:
-            groups = conn.execute(
-                select(t.c.trigger_group).distinct().where(self.sql.scoped(t))
-            ).scalars()
-            for group in (*groups, ALL_GROUPS_PAUSED):
-                self._pause_group(conn, group, request)
-            self._pause_triggers(conn, self.sql.scoped(t), request)
-
-    def resume_all(self) -> None:
-        p, t = self.sql.tables.paused_trigger_groups, self.sql.tables.triggers
-        with self.sql.transaction() as conn:
-            conn.execute(delete(p).where(self.sql.scoped(p)))
-            self._resume_triggers(conn, self.sql.scoped(t))
-
-    def paused_trigger_groups(self) -> list[str]:
-        with self.sql.transaction() as conn:
-            return sorted(self.rows.paused_groups(conn) - {ALL_GROUPS_PAUSED})
-
-    def paused_group_records(self) -> dict[str, PauseRecord]:
-        with self.sql.transaction() as conn:
-            records = self.rows.paused_group_records(conn)
-        return {
-            "*" if group == ALL_GROUPS_PAUSED else group: record
-            for group, values in sorted(records.items())
-            if (record := pause_record(SimpleNamespace(**values))) is not None
-        }
-
-    def _trigger_keys(self, keys: Sequence[TriggerKey]) -> Any:
-        t = self.sql.tables.triggers
-        return and_(
-            self.sql.scoped(t),
-            tuple_(t.c.trigger_name, t.c.trigger_group).in_([(k.name, k.group) for k in keys]),
-        )
-
-    def _pause_group(self, conn: Connection, group: str, request: PauseRequest | None) -> None:
-        """Record ``group`` as paused (a group paused already takes the new record)."""
-        p = self.sql.tables.paused_trigger_groups
-        clause = and_(self.sql.scoped(p), p.c.trigger_group == group)
-        record = self.rows.pause_values(request)
-        if conn.execute(select(p.c.trigger_group).where(clause)).first() is None:
-            conn.execute(
-                insert(p).values(sched_name=self.sql.scheduler_name, trigger_group=group, **record)
-            )
-        elif request is not None:
-            conn.execute(update(p).where(clause).values(record))
-
-    def _pause_triggers(self, conn: Connection, where: Any, request: PauseRequest | None) -> None:
-        t = self.sql.tables.triggers
-        # An ACQUIRED trigger becomes PAUSED too: the scheduler holding it sees the change when it
-        # fires and drops the firing (the state is no longer ACQUIRED).
-        record = self.rows.pause_values(request)
-        conn.execute(
-            update(t)
-            .where(where, t.c.trigger_state.in_([TriggerState.WAITING, TriggerState.ACQUIRED]))
-            .values(trigger_state=TriggerState.PAUSED, **record)
-        )
-        conn.execute(
-            update(t)
-            .where(where, t.c.trigger_state == TriggerState.BLOCKED)
-            .values(trigger_state=TriggerState.PAUSED_BLOCKED, **record)
-        )
-        if request is not None:
-            # Paused already: the latest pause's record is the one kept.
-            conn.execute(
-                update(t).where(where, t.c.trigger_state.in_(PAUSED_STATES)).values(record)
-            )
-
-    def _resume_triggers(self, conn: Connection, where: Any) -> None:
-        t = self.sql.tables.triggers
-        now = self.sql.now()
-        rows = conn.execute(select(t).where(where, t.c.trigger_state.in_(PAUSED_STATES))).all()
-        cleared = dict.fromkeys(PAUSE_COLUMNS)
-        for row in rows:
-            key = self.sql.trigger_key(TriggerKey(row.trigger_name, row.trigger_group))
-            conn.execute(update(t).where(key).values(cleared))
-            # Quartz applies the misfire instruction on resume when the pause made it late.
-            if (
-                row.next_fire_time is not None
-                and row.next_fire_time < now - self.sql.misfire_threshold_ms
-                and not self.definitions.apply_misfire(conn, row, now, ", paused,")
-            ):
-                continue
-            blocked = row.trigger_state == TriggerState.PAUSED_BLOCKED
-            conn.execute(
-                update(t)
-                .where(key)
-                .values(trigger_state=TriggerState.BLOCKED if blocked else TriggerState.WAITING)
-            )
+            if edit.reschedules:
+                calendar = self.rows.calendar(conn, edited.calendar_name, key)
+                next_fire_time = edited.reschedule_from(self.sql.clock.now(), calendar)
+                if next_fire_time is None:
+                    raise InvalidTriggerError(
+                        f"trigger {key}: based on its edited schedule it will never fire again"
+                    )
+                values["next_fire_time"] = to_millis(next_fire_time)
+                if row.trigger_state == TriggerState.ACQUIRED:
+                    values["trigger_state"] = TriggerState.WAITING
+            else:
+                edited.next_fire_time = trigger_from_row(row).next_fire_time
+            if not dry_run:
+                conn.execute(update(t).where(self.sql.trigger_key(key)).values(values))
+        return edited
 
     def reset_trigger_from_error_state(self, keys: Sequence[TriggerKey]) -> int:
         t, j = self.sql.tables.triggers, self.sql.tables.jobs
@@ -513,11 +407,3 @@ def _read_snapshot(conn: Connection, sql: SqlContext, rows: Rows, wanted: Needs)
         job_groups=wanted.job_groups,
         trigger_groups=wanted.trigger_groups,
     )
-
-
-#: Keys per statement when pausing or resuming a set of triggers.
-_KEYS_PER_STATEMENT = 500
-
-
-def _chunks(keys: Sequence[TriggerKey]) -> list[Sequence[TriggerKey]]:
-    return [keys[i : i + _KEYS_PER_STATEMENT] for i in range(0, len(keys), _KEYS_PER_STATEMENT)]

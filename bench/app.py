@@ -51,6 +51,8 @@ app.conf.update(
 )
 if os.environ.get("BENCH_COMPLETION_DELAY"):
     app.conf.quartz_worker_completion_delay = float(os.environ["BENCH_COMPLETION_DELAY"])
+if os.environ.get("BENCH_HISTORY_RETENTION"):
+    app.conf.quartz_history_retention = float(os.environ["BENCH_HISTORY_RETENTION"])
 
 
 class OnceAt(schedule):  # type: ignore[misc]

@@ -4,6 +4,7 @@
         [--pools threads:8,prefork:2] [--scenarios overhead,e2e,sustained]
         [--e2e-firings 10000] [--rates 50,100,200,300,400] [--warmup 5] [--duration 20]
         [--driver psycopg2|psycopg] [--completion-delays 0.1] [--compare-with DIR]
+        [--history on,off]
 
 **overhead.**
 N due triggers are fired and published once (one scheduler node, as ``bench_throughput.py``
@@ -18,7 +19,10 @@ and records its id in Redis), and after a hooked run no fired row is left.
 (0: every end a statement of its own; otherwise successes recorded in batches), each against the
 same stock runs. ``--compare-with DIR`` adds a hooked worker running the celery-quartz of another
 checkout (``git worktree add DIR <commit>``), at each delay, in the same alternation: a change's
-effect measured against the code before it in one run.
+effect measured against the code before it in one run. ``--history on,off`` runs the hooked
+worker with the run history recorded (the default) and with ``quartz_history_retention = 0``,
+in the same alternation, and adds a table of the history's cost: hooked with history / hooked
+without, per pool and delay (issue 28 asks ≥ 0.95). Each run starts from an empty history.
 
 The rate is measured from the worker's first message taken (the queue shrinks) to the last
 execution recorded, so the worker's start-up is not counted.
@@ -74,6 +78,8 @@ from _harness import (  # type: ignore[import-not-found]
 
 FIRED = "quartz_fired_triggers"
 BACKUP = "bench_fired_backup"
+#: The run history's tables, emptied before each run (each run writes N rows).
+HISTORY = ("quartz_history", "quartz_run_status")
 
 
 def execute(dsn: str, *statements: str) -> None:
@@ -111,6 +117,7 @@ def restore(dsn: str, redis: Any, dump: bytes) -> None:
         dsn,
         f"DELETE FROM {FIRED}",
         f"INSERT INTO {FIRED} SELECT * FROM {BACKUP}",
+        *[f"TRUNCATE {table}" for table in HISTORY],
         f"VACUUM ANALYZE {FIRED}",
     )
 
@@ -131,6 +138,7 @@ def drain(
     timeout: float,
     completion_delay: str = "",
     code: Path = REPO,
+    history: bool = True,
 ) -> dict[str, float]:
     """One worker draining the queue (celery-quartz and bench.app from the checkout ``code``);
     rate and CPU per execution."""
@@ -143,6 +151,7 @@ def drain(
         "BENCH_RECORD_URL": record_url,
         "BENCH_HOOKS": "1" if hooked else "",
         "BENCH_COMPLETION_DELAY": completion_delay,
+        "BENCH_HISTORY_RETENTION": "" if history else "0",
     }
     client = record  # same server, db 1; the queue is db 0
     with tempfile.TemporaryDirectory(prefix="cq-bench-pipeline-") as tmp:
@@ -475,25 +484,33 @@ def overhead(args: argparse.Namespace, pg: Any, rd: Any) -> int:
     # A run is stock (delay None) or hooked with one completion delay, with this checkout's
     # celery-quartz or (--compare-with) another's.
     codes = [REPO] + ([Path(args.compare_with).resolve()] if args.compare_with else [])
+    histories = [h == "on" for h in args.history.split(",")]
     hooked_variants = [
-        (delay, code) for code in codes for delay in args.completion_delays.split(",")
+        (delay, code, history)
+        for code in codes
+        for delay in args.completion_delays.split(",")
+        for history in histories
     ]
-    variants: list[tuple[str | None, Path]] = [(None, REPO), *hooked_variants]
-    results: dict[tuple[str, str | None, Path], list[dict[str, float]]] = {}
+    variants: list[tuple[str | None, Path, bool]] = [(None, REPO, False), *hooked_variants]
+    results: dict[tuple[str, str | None, Path, bool], list[dict[str, float]]] = {}
     for repeat in range(args.repeats):
         for pool, concurrency in pools:
             # Alternate the order, so a drift in the machine's speed spreads evenly.
             order = variants if repeat % 2 == 0 else variants[::-1]
-            for delay, code in order:
+            for delay, code, history in order:
                 hooked = delay is not None
                 restore(dsn, rd.client(0), dump)
                 result = drain(
                     pool=pool, concurrency=concurrency, hooked=hooked, n=n, url=url,
                     dsn=dsn, broker=broker, record=record, record_url=rd.url(1),
                     pg_pid=pg.pid, redis_pid=rd.pid, timeout=args.timeout,
-                    completion_delay=delay or "", code=code,
+                    completion_delay=delay or "", code=code, history=history,
                 )  # fmt: skip
-                kind = f"hooked (completion delay {delay} s{_from(code)})" if hooked else "stock"
+                kind = (
+                    f"hooked (completion delay {delay} s{_from(code)}{_history(history)})"
+                    if hooked
+                    else "stock"
+                )
                 print(
                     f"  {pool} -c {concurrency} {kind}: {result['rate']:.0f} tasks/s, "
                     f"worker {result['worker_us']:.0f} µs, PostgreSQL {result['pg_us']:.0f} "
@@ -506,20 +523,20 @@ def overhead(args: argparse.Namespace, pg: Any, rd: Any) -> int:
                         f"  CHECK FAILED: {result['duplicates']:.0f} ran twice, "
                         f"{result['left']:.0f} fired rows left"
                     )
-                results.setdefault((pool, delay, code), []).append(result)
+                results.setdefault((pool, delay, code, history), []).append(result)
 
     def med(runs: list[dict[str, float]], key: str) -> float:
         return median([r[key] for r in runs])
 
     rows = []
     for pool, concurrency in pools:
-        stock = results[(pool, None, REPO)]
-        for delay, code in hooked_variants:
-            hooked_runs = results[(pool, delay, code)]
+        stock = results[(pool, None, REPO, False)]
+        for delay, code, history in hooked_variants:
+            hooked_runs = results[(pool, delay, code, history)]
             rows.append(
                 (
                     f"{pool} -c {concurrency}",
-                    f"{delay} s{_from(code)}",
+                    f"{delay} s{_from(code)}{_history(history)}",
                     f"{med(stock, 'rate'):.0f}",
                     f"{med(hooked_runs, 'rate'):.0f}",
                     f"{med(hooked_runs, 'rate') / med(stock, 'rate'):.2f}",
@@ -545,7 +562,54 @@ def overhead(args: argparse.Namespace, pg: Any, rd: Any) -> int:
         )
     )
     print(f"medians of {args.repeats} runs each\n", flush=True)
+    if len(histories) == 2:
+        _history_cost(results, pools, args, codes)
     return checks_failed
+
+
+def _history(history: bool) -> str:
+    return ", history on" if history else ", history off"
+
+
+def _history_cost(
+    results: dict[tuple[str, str | None, Path, bool], list[dict[str, float]]],
+    pools: list[tuple[str, int]],
+    args: argparse.Namespace,
+    codes: list[Path],
+) -> None:
+    """The run history's cost: the hooked worker with history over the same without."""
+    rows = []
+    for pool, concurrency in pools:
+        for delay in args.completion_delays.split(","):
+            for code in codes:
+                on = median([r["rate"] for r in results[(pool, delay, code, True)]])
+                off = median([r["rate"] for r in results[(pool, delay, code, False)]])
+                pg_on = median([r["pg_us"] for r in results[(pool, delay, code, True)]])
+                pg_off = median([r["pg_us"] for r in results[(pool, delay, code, False)]])
+                rows.append(
+                    (
+                        f"{pool} -c {concurrency}",
+                        f"{delay} s{_from(code)}",
+                        f"{off:.0f}",
+                        f"{on:.0f}",
+                        f"{on / off:.2f}",
+                        f"{pg_off:.0f} → {pg_on:.0f}",
+                    )
+                )
+    print(
+        table(
+            (
+                "pool",
+                "completion delay",
+                "history off tasks/s",
+                "history on tasks/s",
+                "on / off (goal ≥ 0.95)",
+                "PostgreSQL CPU µs/task",
+            ),
+            rows,
+        )
+    )
+    print(f"medians of {args.repeats} runs each\n", flush=True)
 
 
 def _from(code: Path) -> str:
@@ -778,6 +842,12 @@ def main(argv: list[str] | None = None) -> int:
         "--completion-delays",
         default="0.1",
         help="overhead: the hooked worker's quartz_worker_completion_delay values, comma-separated",
+    )
+    parser.add_argument(
+        "--history",
+        default="on",
+        help="overhead: the hooked worker with the run history recorded (on), without "
+        "(off: quartz_history_retention = 0), or both (on,off: adds the history's cost)",
     )
     parser.add_argument(
         "--compare-with",

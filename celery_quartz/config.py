@@ -9,9 +9,11 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from datetime import timedelta
 from typing import Any
 
 from celery_quartz.errors import ConfigurationError
+from celery_quartz.history import DEFAULT_HISTORY_RETENTION
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
 from celery_quartz.limits import ExecutionLimits
 from celery_quartz.liveness import DEFAULT_CHECKIN_MISFIRE_THRESHOLD
@@ -103,6 +105,10 @@ class Settings:
     #: Seconds between checks that a scheduling file changed (then all are loaded again);
     #: 0: at start only (Quartz's plugin ``scanInterval``).
     scheduling_files_scan_interval: float = 0.0
+    # -- the run history (docs/history.md) ---------------------------------------------------
+    #: Seconds history rows are kept (a ``timedelta`` is accepted too); 0 records nothing: no
+    #: history row and no run status is written.
+    history_retention: float = DEFAULT_HISTORY_RETENTION.total_seconds()
     # -- the dashboard and HTTP API (``celery quartz dashboard``, docs/dashboard.md) ----------
     #: Interface the dashboard listens on.
     dashboard_address: str = "127.0.0.1"
@@ -144,6 +150,15 @@ class Settings:
         default=frozenset(), compare=False, repr=False, metadata={"internal": True}
     )
 
+    def __post_init__(self) -> None:
+        if isinstance(self.history_retention, timedelta):
+            object.__setattr__(self, "history_retention", self.history_retention.total_seconds())
+
+    @property
+    def records_history(self) -> bool:
+        """Whether the run history is recorded (``quartz_history_retention`` above 0)."""
+        return self.history_retention > 0
+
     @classmethod
     def from_app(cls, app: Any) -> Settings:
         conf = app.conf
@@ -184,6 +199,7 @@ class Settings:
             "worker_completion_delay",
             "shutdown_timeout",
             "scheduling_files_scan_interval",
+            "history_retention",
         ):
             positive(name, allow_zero=True)
         # A count of 2.5 would reach SQL LIMIT, and a string such as "false" (say, from an

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from celery_quartz.clock import from_millis
 from celery_quartz.firing import FiringHeader
+from celery_quartz.history import MAX_METRICS_BYTES, MAX_SUMMARY_CHARS
 from celery_quartz.keys import JobKey, TriggerKey
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,6 +53,50 @@ class JobExecutionContext:
     refire_count: int = 0
     #: The Celery worker running it (its node name), when known.
     worker_name: str | None = None
+    #: The summary the task reported with :meth:`report`, kept in its history row (None:
+    #: nothing reported, or dropped for its size).
+    summary: str | None = None
+    #: The metrics the task reported with :meth:`report`, as JSON (None: nothing reported, or
+    #: dropped for its size).
+    metrics: str | None = None
+
+    def report(self, summary: str | None = None, metrics: Mapping[str, Any] | None = None) -> None:
+        """Report what this run did, for its history row: a one-line ``summary`` (at most
+        :data:`~celery_quartz.history.MAX_SUMMARY_CHARS` characters) and ``metrics`` (a JSON
+        object of at most :data:`~celery_quartz.history.MAX_METRICS_BYTES` bytes). Each call
+        replaces what it gives. One over its bound is dropped, with a warning, and the run is
+        recorded without it; metrics that are not a JSON object raise a TypeError."""
+        if summary is not None:
+            if not isinstance(summary, str):
+                raise TypeError(f"report(summary=...) must be a string, got {type(summary)}")
+            if len(summary) > MAX_SUMMARY_CHARS:
+                logger.warning(
+                    "firing %s: the summary reported (%d characters) is over the bound of %d; "
+                    "dropped",
+                    self.fire_instance_id,
+                    len(summary),
+                    MAX_SUMMARY_CHARS,
+                )
+            else:
+                self.summary = summary
+        if metrics is not None:
+            if not isinstance(metrics, Mapping):
+                raise TypeError(f"report(metrics=...) must be a mapping, got {type(metrics)}")
+            try:
+                encoded = json.dumps(dict(metrics), separators=(",", ":"), allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"report(metrics=...) must be JSON: {exc}") from None
+            size = len(encoded.encode())
+            if size > MAX_METRICS_BYTES:
+                logger.warning(
+                    "firing %s: the metrics reported (%d bytes of JSON) are over the bound of "
+                    "%d; dropped",
+                    self.fire_instance_id,
+                    size,
+                    MAX_METRICS_BYTES,
+                )
+            else:
+                self.metrics = encoded
 
     @property
     def merged_job_data(self) -> dict[str, Any]:

@@ -308,7 +308,10 @@ class Lifecycle:
             self.store.recover_leader_move(self.instance_id, fence)
             # Step 2: every misfire, with no limit (the background handler is bounded).
             while True:
-                _, more = self.store.handle_misfires(max_count=self.settings.max_misfires_per_round)
+                _, more = self.store.handle_misfires(
+                    max_count=self.settings.max_misfires_per_round,
+                    instance_name=self.instance_id,
+                )
                 if not more:
                     break
             self.work.adopt_unpublished(self.cluster.take_over_unpublished())

@@ -385,7 +385,11 @@ class SchedulingLoop:
                 )
 
     def _scan_misfires(self, now: datetime) -> None:
-        handled, more = self.store.handle_misfires(max_count=self.settings.max_misfires_per_round)
+        handled, more = self.store.handle_misfires(
+            max_count=self.settings.max_misfires_per_round,
+            instance_name=self.instance_id,
+            router=self.router,
+        )
         self.queue_watch.refresh()
         # A message may be started up to its expiry; the grace lets a worker that took it just
         # in time record the start before the firing counts as missed.

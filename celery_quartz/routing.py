@@ -85,6 +85,15 @@ class Hold:
     pair: tuple[str, str | None] | None = None
     unserved: Unserved | None = None
 
+    def describe(self) -> str:
+        """What holds the trigger back, as its history's reason says."""
+        if self.unserved is not None:
+            return self.unserved.describe()
+        if self.node is not None:
+            return f"pinned worker {self.node} at its concurrency"
+        group = "ungrouped triggers" if self.group is None else f"execution group {self.group!r}"
+        return f"{group} at its execution limit"
+
 
 class Router:
     """The routing configuration of one scheduler: its limits, the default queue, and how a

@@ -9,7 +9,10 @@ veto), and :meth:`~ExecutionInstrumentation.after_end` at the end.
 Per execution, in the worker process:
 
 * ``quartz.job.execution.active`` +1 at the start, -1 at the end;
-* ``quartz.job.execution.duration`` at the end, with ``error.type`` when the task raised;
+* ``quartz.job.execution.duration`` at the end, with ``quartz.job.result`` (``succeeded`` or
+  ``failed``, as the history records it; none when the process was stopped under the task,
+  whose result the worker's main process or the recovery records) and ``error.type`` when the
+  task raised;
   both tagged with the scheduler (name, and the instance that fired) and the job (name, group);
 * a span ``quartz.job.execute`` whose parent is the trace context the message carries (the
   ``quartz.firing.publish`` span beat started), or, when ``opentelemetry-instrumentation-celery``
@@ -33,12 +36,14 @@ from opentelemetry import trace
 from opentelemetry.propagate import extract
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from celery_quartz.history import RunResult
 from celery_quartz.hooks import ExecutionHooks
 from celery_quartz.observability.instruments import (
     ERROR_TYPE,
     FIRE_INSTANCE_ID,
     JOB_GROUP,
     JOB_NAME,
+    RESULT,
     SCHEDULED_FIRE_TIME,
     SCHEDULER_ID,
     SCHEDULER_NAME,
@@ -155,8 +160,14 @@ class ExecutionInstrumentation(ExecutionHooks):
         elif state is not None:
             span.set_attribute("celery.state", state)
         meters = instruments()
+        active = attributes
+        if state is not None:
+            # Only an exception is a failure (Ignore and Reject end as the store records them:
+            # not failed); a retry the policy schedules is known to the store only.
+            result = RunResult.FAILED if failed else RunResult.SUCCEEDED
+            attributes = {**attributes, RESULT: result.value}
         meters.execution_duration.record(elapsed, attributes)
-        meters.execution_active.add(-1, {k: v for k, v in attributes.items() if k != ERROR_TYPE})
+        meters.execution_active.add(-1, {k: v for k, v in active.items() if k != ERROR_TYPE})
         span.end()
         with contextlib.suppress(Exception):  # detached elsewhere: nothing to restore
             context_api.detach(token)

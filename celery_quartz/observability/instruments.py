@@ -30,6 +30,9 @@ TASK_NAME = "quartz.job.task"
 FIRE_INSTANCE_ID = "quartz.fire_instance_id"
 SCHEDULED_FIRE_TIME = "quartz.scheduled_fire_time"
 ERROR_TYPE = "error.type"
+#: The execution's result (:class:`celery_quartz.history.RunResult`'s value), on
+#: ``quartz.job.execution.duration``.
+RESULT = "quartz.job.result"
 
 
 @dataclass(frozen=True)

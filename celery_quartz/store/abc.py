@@ -369,9 +369,13 @@ class SchedulingStore(abc.ABC):
         """Firings fired and not yet finished (of one scheduler instance, or of all)."""
 
     @abc.abstractmethod
-    def handle_misfires(self, *, max_count: int) -> tuple[int, bool]:
+    def handle_misfires(
+        self, *, max_count: int, instance_name: str | None = None, router: Router | None = None
+    ) -> tuple[int, bool]:
         """Apply the misfire instruction of up to ``max_count`` triggers later than the misfire
-        threshold, earliest first. Returns (handled, more remain).
+        threshold, earliest first. Returns (handled, more remain). Each occurrence missed is
+        recorded in the history, decided by ``instance_name``: ``held`` when ``router`` would
+        hold its trigger back now (an execution limit, a pin), otherwise ``misfired``.
 
         Race settled: two schedulers' misfire handlers picking the same trigger; each trigger is
         handled once, and only while it is still WAITING at the fire time that was late.
@@ -608,12 +612,25 @@ class WorkerStore(abc.ABC):
         """End a firing whose pool process stopped while running it on ``worker_name``, as that
         worker's main process reports it, the way ``loss`` says (:class:`ProcessLoss`); what the
         firing held is released at once and ``outcome`` is kept as its trigger's last. Returns
-        ``"recovered"``, ``"interrupted"`` or ``"failed"``; None when the firing is not
-        executing on ``worker_name`` (its start was never recorded there, or it has ended).
+        the result recorded in the history (:class:`~celery_quartz.history.RunResult`'s value):
+        ``"recovered"`` or ``"interrupted"`` (crashed), ``"retried"`` or ``"failed"`` (timed
+        out), ``"cancelled"`` (terminated); None when the firing is not executing on
+        ``worker_name`` (its start was never recorded there, or it has ended).
 
         Race settled: the end against a recovery of the same firing (its worker judged dead
         meanwhile) and against another worker's start of it: the row is removed only while
         EXECUTING on ``worker_name``, so exactly one of them acts.
+        """
+
+    @abc.abstractmethod
+    def cancel_firing(self, fire_instance_id: str, worker_name: str) -> bool:
+        """End a firing whose message ``worker_name`` discarded unstarted because it was
+        revoked: its row removed while it has not started (FIRED or PUBLISHED), what it held
+        released, and its occurrence recorded as cancelled. False when it had started or ended.
+
+        Race settled: the cancel against a start of the same firing (a delivery to a worker
+        that had not yet learnt of the revoke) and against the resolution of its expiry: the
+        row is removed only while not started, by a conditional delete, so exactly one acts.
         """
 
 

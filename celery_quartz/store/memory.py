@@ -23,6 +23,7 @@ class MemoryStore(SqlStore):
         clock: Clock | None = None,
         max_data_bytes: int = DEFAULT_MAX_DATA_BYTES,
         misfire_threshold: float = DEFAULT_MISFIRE_THRESHOLD,
+        record_history: bool = True,
     ) -> None:
         super().__init__(
             scheduler_name=scheduler_name,
@@ -30,5 +31,6 @@ class MemoryStore(SqlStore):
             max_data_bytes=max_data_bytes,
             engine=create_store_engine("sqlite://"),
             misfire_threshold=misfire_threshold,
+            record_history=record_history,
         )
         self.create_tables()

@@ -25,7 +25,7 @@ class ProcessLoss(str, Enum):
     #: Killed at its hard time limit: ``TimeLimitExceeded``. A failed execution, handed to its
     #: trigger's retry policy.
     TIMED_OUT = "timed_out"
-    #: Revoked with ``terminate=True``: closed as interrupted, neither retried nor recovered.
+    #: Revoked with ``terminate=True``: closed as cancelled, neither retried nor recovered.
     TERMINATED = "terminated"
 
 
@@ -99,6 +99,9 @@ class FinishedExecution:
     fire_instance_id: str
     #: When it finished (epoch milliseconds): its trigger's last finish time.
     finished_millis: int
+    #: What the task reported (``current_context().report``), bounded; metrics as JSON.
+    summary: str | None = None
+    metrics: str | None = None
 
 
 @dataclass(frozen=True)

@@ -72,10 +72,18 @@ class FiringOutcome:
     error_message: str | None = None
     #: When it finished (epoch milliseconds); None: when its end is recorded.
     finished_millis: int | None = None
+    #: What the task reported (``current_context().report``): a summary, and metrics as JSON,
+    #: each within its bound (:mod:`celery_quartz.history`).
+    summary: str | None = None
+    metrics: str | None = None
+    #: Ended by a revoke (with ``terminate=True`` while it ran): recorded as cancelled.
+    cancelled: bool = False
 
     @classmethod
-    def of_exception(cls, exc: BaseException) -> FiringOutcome:
-        return cls(True, type(exc).__qualname__, str(exc))
+    def of_exception(
+        cls, exc: BaseException, *, summary: str | None = None, metrics: str | None = None
+    ) -> FiringOutcome:
+        return cls(True, type(exc).__qualname__, str(exc), summary=summary, metrics=metrics)
 
 
 @dataclass(frozen=True)

@@ -111,8 +111,14 @@ class CompletionBatch:
         self._count = 0
         self._thread: threading.Thread | None = None
 
-    def add(self, scheduler_name: str, fire_instance_id: str) -> None:
-        end = FinishedExecution(fire_instance_id, to_millis(self._clock.now()))
+    def add(
+        self,
+        scheduler_name: str,
+        fire_instance_id: str,
+        summary: str | None = None,
+        metrics: str | None = None,
+    ) -> None:
+        end = FinishedExecution(fire_instance_id, to_millis(self._clock.now()), summary, metrics)
         with self._lock:
             self._ends.setdefault(scheduler_name, []).append(end)
             self._count += 1
@@ -166,7 +172,8 @@ class _LostEnd:
     fire_instance_id: str
     worker_name: str
     outcome: FiringOutcome
-    loss: ProcessLoss
+    #: None: revoked before it started (its message discarded), so cancelled.
+    loss: ProcessLoss | None
 
 
 #: How long a stopping worker waits for the lost pool processes' ends still to be written.
@@ -231,12 +238,35 @@ class LostEnds:
         request: Any = None,
         terminated: bool = False,
         signum: Any = None,
+        expired: bool = False,
         **_: Any,
     ) -> None:
-        """Celery's ``task_revoked``: a firing revoked with ``terminate=True`` while it ran."""
-        if terminated and request is not None:
+        """Celery's ``task_revoked`` (always in the worker's main process, where Celery's
+        requests live): a firing revoked with ``terminate=True`` while it ran, or one revoked
+        before it started (its message discarded by this worker; not one whose message
+        expired, which its scheduler resolves)."""
+        if request is None:
+            return
+        if terminated:
             stopped = Terminated(f"revoked with terminate (signal {signum})")
             self._stopped(request.id, stopped, ProcessLoss.TERMINATED)
+        elif not expired:
+            self._discarded(request)
+
+    def _discarded(self, request: Any) -> None:
+        """A firing's message discarded unstarted because it was revoked: cancelled."""
+        header = FiringHeader.of_request(request)
+        if header is None:
+            return
+        self._put(
+            _LostEnd(
+                scheduler_name=header.scheduler_name,
+                fire_instance_id=header.fire_instance_id,
+                worker_name=getattr(request, "hostname", None) or "unknown",
+                outcome=FiringOutcome(),
+                loss=None,
+            )
+        )
 
     def _stopped(self, task_id: str | None, exception: BaseException, loss: ProcessLoss) -> None:
         """End the firing of ``task_id`` as ``loss`` says, if it is one this process received
@@ -251,12 +281,7 @@ class LostEnds:
             return  # not a firing, or it ran in this process, whose task_postrun ends it
         header = FiringHeader.in_headers(request.request_dict)
         assert header is not None  # received as a firing
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="celery-quartz-lost-ends", daemon=True
-            )
-            self._thread.start()
-        self._queue.put(
+        self._put(
             _LostEnd(
                 scheduler_name=header.scheduler_name,
                 fire_instance_id=header.fire_instance_id,
@@ -265,6 +290,14 @@ class LostEnds:
                 loss=loss,
             )
         )
+
+    def _put(self, end: _LostEnd) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name="celery-quartz-lost-ends", daemon=True
+            )
+            self._thread.start()
+        self._queue.put(end)
 
     def record_orphaned_successes(self, worker_name: str) -> int:
         """In the worker's main process, once a pool process has stopped: the successes it held
@@ -338,7 +371,11 @@ class LostEnds:
             # The store opened under the lock as well: a pool process forked meanwhile must not
             # inherit the hooks' lock, or an engine's, held by this thread.
             with STORE_ACCESS:
-                return self._store(end.scheduler_name).end_lost_execution(
+                store = self._store(end.scheduler_name)
+                if end.loss is None:
+                    cancelled = store.cancel_firing(end.fire_instance_id, end.worker_name)
+                    return "cancelled" if cancelled else "not cancelled"
+                return store.end_lost_execution(
                     end.fire_instance_id, end.worker_name, end.outcome, loss=end.loss
                 )
 

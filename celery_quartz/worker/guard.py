@@ -123,13 +123,15 @@ class ExecutionGuard:
             if not failed and job_data is None and running.batchable:
                 batch = self.runtime.batch
                 if batch.delay > 0:
-                    batch.add(context.scheduler_name, fire_id)
+                    batch.add(context.scheduler_name, fire_id, context.summary, context.metrics)
                     return
-            # Kept on the trigger as its last outcome, in the completion's own transaction.
+            # Kept on the trigger as its last outcome, and in the history with what the task
+            # reported, in the completion's own transaction.
+            summary, metrics = context.summary, context.metrics
             outcome = (
-                FiringOutcome.of_exception(retval)
+                FiringOutcome.of_exception(retval, summary=summary, metrics=metrics)
                 if failed and isinstance(retval, BaseException)
-                else FiringOutcome(failed=failed)
+                else FiringOutcome(failed=failed, summary=summary, metrics=metrics)
             )
             persist(
                 lambda: store.complete_execution(

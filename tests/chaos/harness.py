@@ -11,11 +11,15 @@ Checked at the end:
   expired unstarted twice);
 * no fired row left in flight once the schedulers have stopped and the workers drained;
 * the executions of the disallow_concurrent job that ran to their end never overlapped;
+* the run history agrees with the ledger: one ``succeeded`` row per occurrence that ran to its
+  end (unless its execution was interrupted; a recovery firing that ran it again has the row),
+  none for an occurrence no task started, never two for one occurrence;
 * how many recoveries, interruptions, republished and dropped firings happened.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import os
@@ -23,9 +27,11 @@ import random
 import re
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, select
 
@@ -41,6 +47,8 @@ from celery_quartz import (
 )
 from celery_quartz.clock import to_millis
 from celery_quartz.store import SqlStore
+from celery_quartz.store.schema import build_tables
+from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 from tests.integration import ledger_app
 from tests.integration.processes import Processes, wait_for
 from tests.services import PostgresServer, RedisServer
@@ -70,6 +78,13 @@ class ChaosReport:
     left_detail: list[str] = field(default_factory=list)
     #: Occurrences still owed at the end: due, but at or after their trigger's next fire time.
     owed: int = 0
+    #: The run history against the ledger: ``succeeded`` rows per occurrence (more than one is
+    #: a duplicate), for occurrences no task started, and occurrences that ran to their end
+    #: (neither interrupted nor recovered) with no ``succeeded`` row.
+    history_succeeded: int = 0
+    history_duplicates: list[tuple[str, int]] = field(default_factory=list)
+    history_unrun: list[tuple[str, int]] = field(default_factory=list)
+    history_missing: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -79,6 +94,9 @@ class ChaosReport:
             and self.left_in_flight == 0
             and self.overlaps == 0
             and self.executed > 0
+            and not self.history_duplicates
+            and not self.history_unrun
+            and not self.history_missing
         )
 
     def _lost_by_trigger(self) -> str:
@@ -103,10 +121,19 @@ class ChaosReport:
             ("expired messages published again", str(self.republished)),
             ("fired rows left in flight", str(self.left_in_flight)),
             ("overlapping disallow_concurrent runs", str(self.overlaps)),
+            ("history: succeeded rows", str(self.history_succeeded)),
+            ("  occurrences with two or more", _listed(self.history_duplicates)),
+            ("  for an occurrence that did not run", _listed(self.history_unrun)),
+            ("  missing for one that ran to its end", _listed(self.history_missing)),
             ("verdict", "OK" if self.ok else "FAILED"),
         ]
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _listed(occurrences: list[tuple[str, int]]) -> str:
+    shown = ", ".join(f"{name}@{when}" for name, when in occurrences[:5])
+    return f"{len(occurrences)} {shown}".rstrip()
 
 
 def _simple(name: str, start: datetime, every: float) -> SimpleTrigger:
@@ -426,6 +453,14 @@ def _check(
         report.duplicates = len(conn.execute(select(ledger_app.duplicates)).all())
         recovered = conn.execute(select(ledger_app.recoveries)).all()
         report.recoveries = len(recovered)
+        h = build_tables(DEFAULT_TABLE_PREFIX).history
+        succeeded = conn.execute(
+            select(h.c.trigger_name, h.c.scheduled_time).where(
+                h.c.sched_name == "ledger_app",
+                h.c.trigger_group == GROUP,
+                h.c.result == "succeeded",
+            )
+        ).all()
     engine.dispose()
     executed = {(r.trigger_name, r.scheduled_ms) for r in (*started, *recovered)}
     dropped = {
@@ -456,3 +491,24 @@ def _check(
         if r.trigger_name.startswith("exclusive-") and r.ended is not None
     )
     report.overlaps = sum(1 for a, b in itertools.pairwise(runs) if b[0] < a[1])
+    _check_history(report, started, recovered, interrupted, succeeded)
+
+
+def _check_history(
+    report: ChaosReport,
+    started: Sequence[Any],
+    recovered: Sequence[Any],
+    interrupted: set[tuple[str, int]],
+    succeeded: Sequence[Any],
+) -> None:
+    """One ``succeeded`` history row per occurrence that ran, none for one that did not. An
+    occurrence whose execution was interrupted (its worker or pool process killed) has none
+    unless a recovery firing ran it again, which then has the one."""
+    rows = collections.Counter((r.trigger_name, r.scheduled_time) for r in succeeded)
+    report.history_succeeded = sum(rows.values())
+    report.history_duplicates = sorted(k for k, n in rows.items() if n > 1)
+    ran = {(r.trigger_name, r.scheduled_ms) for r in (*started, *recovered)}
+    report.history_unrun = sorted(set(rows) - ran)
+    ended = {(r.trigger_name, r.scheduled_ms) for r in started if r.ended is not None}
+    again = {(r.trigger_name, r.scheduled_ms) for r in recovered}
+    report.history_missing = sorted(ended - interrupted - again - set(rows))

@@ -28,6 +28,8 @@ def test_two_minutes_of_kills_and_restarts_lose_nothing_and_start_nothing_twice(
     assert report.overlaps == 0
     assert report.executed > 500
     assert len(report.kills) >= 15
+    assert report.history_duplicates == report.history_unrun == report.history_missing == []
+    assert report.history_succeeded > 0
     assert report.ok
 
 

@@ -57,7 +57,9 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 import celery_quartz
 from celery_quartz.errors import RefireJob
+from celery_quartz.store.schema import build_tables
 from celery_quartz.store.sql import SqlStore
+from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 from tests.stores import store_at
 
 metadata = MetaData()
@@ -258,6 +260,39 @@ def row_count(url: str, table: Table) -> int:
         engine.dispose()
 
 
+def history_rows(url: str, **where: Any) -> list[Any]:
+    """The run history of this app's store (scheduler name ``ledger_app``) at ``url``, oldest
+    first, the columns given as keyword arguments equal to their values."""
+    h = build_tables(DEFAULT_TABLE_PREFIX).history
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return list(
+                conn.execute(
+                    select(h)
+                    .where(h.c.sched_name == "ledger_app", *[h.c[k] == v for k, v in where.items()])
+                    .order_by(h.c.event_time, h.c.history_id)
+                ).all()
+            )
+    finally:
+        engine.dispose()
+
+
+def run_status(url: str, kind: str, name: str) -> Any:
+    """The run status of the job or trigger ``name`` (``kind`` ``job`` or ``trigger``)."""
+    rs = build_tables(DEFAULT_TABLE_PREFIX).run_status
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(
+                select(rs).where(
+                    rs.c.sched_name == "ledger_app", rs.c.kind == kind, rs.c.key_name == name
+                )
+            ).one_or_none()
+    finally:
+        engine.dispose()
+
+
 def prepared_store(url: str) -> SqlStore:
     """The store this app's processes use (scheduler name ``ledger_app``), its schema upgraded,
     with the ledger's tables created in the same database."""
@@ -429,6 +464,17 @@ def count() -> None:
 @app.task(name="ledger.noop")
 def noop() -> None:
     """A task that records nothing (for beat_schedule import tests)."""
+
+
+@app.task(name="ledger.report")
+def report(rows: int = 0, sleep: float = 0.0) -> None:
+    """Report a summary and metrics for the run's history row (``current_context().report``),
+    after ``sleep`` seconds."""
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "ledger.report runs only as a celery-quartz firing"
+    if sleep:
+        time.sleep(sleep)
+    ctx.report(summary=f"{rows} rows", metrics={"rows": rows})
 
 
 if not os.environ.get("CQ_NO_HOOKS"):

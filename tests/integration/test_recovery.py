@@ -151,6 +151,18 @@ def test_a_killed_workers_recoverable_job_runs_again_marked_recovering_and_a_pla
     assert "closed as interrupted" in beat_log and "plain" in beat_log
     assert re.search(r"recovery firing \S+ scheduled", beat_log)
     assert len(_rows(pg_url, ledger_app.ledger)) == 2  # the plain job did not run again
+    # The history: the killed executions (recorded by the scheduler that recovered them), and
+    # the recovery firing's run under the original trigger.
+    history = ledger_app.history_rows(pg_url)
+    assert sorted((r.trigger_name, r.result, r.recovering) for r in history) == [
+        ("plain", "interrupted", False),
+        ("recoverable", "recovered", False),
+        ("recoverable", "succeeded", True),
+    ]
+    assert {r.worker_name.split("@")[0] for r in history if not r.recovering} == {"worker1"}
+    assert ledger_app.run_status(pg_url, "job", "plain").consecutive_failures == 1
+    recoverable = ledger_app.run_status(pg_url, "trigger", "recoverable")
+    assert (recoverable.runs, recoverable.last_result) == (2, "succeeded")
     store.dispose()
 
 
@@ -221,6 +233,16 @@ def test_a_message_no_worker_consumes_ends_as_a_misfire_with_no_fired_row_left(
         r"skipper \(scheduled \S+\) dropped: misfire: no worker started it .* skips", log
     )
     assert store.count_rows()["fired_triggers"] == 0
+    # Each expiry is in the history, decided by the scheduler.
+    expired = ledger_app.history_rows(pg_url, result="expired")
+    reasons = [r.reason for r in expired]
+    assert sorted((r.trigger_name, "dropped" in r.reason) for r in expired) == [
+        ("fire-now", False),
+        ("fire-now", True),
+        ("skipper", True),
+    ], reasons
+    assert all(r.instance_name and r.fire_instance_id for r in expired)
+    assert ledger_app.run_status(pg_url, "job", "skipper") is None  # not a run
     # The one-shot is done; the skipper waits for its next (and last) occurrence.
     assert quartz.get_trigger(TriggerKey("fire-now", "recovery")) is None
     assert quartz.get_trigger_state(TriggerKey("skipper", "recovery")) == "WAITING"

@@ -125,6 +125,25 @@ def test_a_failing_job_is_retried_at_the_policys_instants_until_it_succeeds_or_r
         assert trigger is not None and trigger.next_fire_time == start + timedelta(hours=1)
         assert trigger.times_triggered == 1
     assert _retry_triggers(store) == []
+    # The history, each attempt under the original trigger; the status counts the occurrence's
+    # last failure once (a retried attempt is not a failure).
+    history = ledger_app.history_rows(pg_url, trigger_group="retries")
+    assert [(r.retry_attempt, r.result) for r in history if r.trigger_name == "always"] == [
+        (0, "retried"),
+        (1, "retried"),
+        (2, "retried"),
+        (3, "failed"),
+    ]
+    assert [(r.retry_attempt, r.result) for r in history if r.trigger_name == "twice"] == [
+        (0, "retried"),
+        (1, "retried"),
+        (2, "succeeded"),
+    ]
+    assert {r.error_type for r in history if r.result != "succeeded"} == {"RuntimeError"}
+    always = ledger_app.run_status(pg_url, "trigger", "always")
+    assert (always.runs, always.failures, always.consecutive_failures) == (4, 1, 1)
+    twice = ledger_app.run_status(pg_url, "trigger", "twice")
+    assert (twice.runs, twice.failures, twice.last_result) == (3, 0, "succeeded")
     store.dispose()
 
 

@@ -308,6 +308,8 @@ def test_a_firing_killed_at_its_hard_time_limit_is_ended_by_the_workers_main_pro
         "TimeLimitExceeded",
     )
     assert store.get_trigger_state(TriggerKey("slow")) == "WAITING"
+    [row] = ledger_app.history_rows(pg_url)
+    assert (row.result, row.error_type) == ("failed", "TimeLimitExceeded")
     store.dispose()
 
 
@@ -336,6 +338,12 @@ def test_a_pool_process_killed_mid_firing_gets_its_recovery_firing_on_a_live_wor
     assert view is not None and view.last_outcome is not None
     assert view.last_outcome.error_type == "WorkerLostError"
     assert _ledger_counts(pg_url) == (1, 0)
+    [row] = ledger_app.history_rows(pg_url)  # the recovery firing was killed with its worker
+    assert (row.result, row.error_type, row.trigger_name) == (
+        "recovered",
+        "WorkerLostError",
+        "long",
+    )
     store.dispose()
 
 
@@ -347,12 +355,12 @@ def _recoveries(url: str) -> int:
     return int(count)
 
 
-def test_a_firing_revoked_with_terminate_is_closed_as_interrupted(
+def test_a_firing_revoked_with_terminate_is_closed_as_cancelled(
     tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:
     """``revoke(terminate=True)`` stops the pool process's task with SIGTERM: not a success,
     and not a failure to retry or a crash to recover; the worker's main process closes the
-    firing as interrupted, whatever the job's retry policy and ``requests_recovery`` say."""
+    firing as cancelled, whatever the job's retry policy and ``requests_recovery`` say."""
     store = ledger_app.prepared_store(pg_url)
     _schedule_hourly(
         store,
@@ -376,6 +384,40 @@ def test_a_firing_revoked_with_terminate_is_closed_as_interrupted(
     assert view is not None and view.last_outcome is not None
     assert (view.last_outcome.succeeded, view.last_outcome.error_type) == (False, "Terminated")
     assert [t.key for t in store.get_triggers_of_job(JobKey("long"))] == [TriggerKey("long")]
+    [row] = ledger_app.history_rows(pg_url)
+    assert (row.result, row.error_type, row.fire_instance_id) == (
+        "cancelled",
+        "Terminated",
+        fire_id,
+    )
+    store.dispose()
+
+
+def test_a_firing_revoked_before_it_started_is_discarded_and_recorded_as_cancelled(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """A revoke reaching the worker before the message does: Celery discards the message, and
+    the worker's main process ends the firing, unstarted, as cancelled (rather than leaving it
+    to expire and be published again under a task id the revoke does not name)."""
+    store = ledger_app.prepared_store(pg_url)
+    _schedule_hourly(store, "revoked", options={"queue": "later"})
+    with processes(tmp_path, ledger_app.environment(pg_url, redis_url)) as procs:
+        procs.worker("worker1", concurrency=1, queues="celery")
+        control = Celery("ledger_app", broker=redis_url, set_as_current=False)
+        try:
+            wait_for(lambda: bool(control.control.ping(timeout=1)), 30, message="the worker")
+            _fire_by_hand(store, redis_url, 1)
+            [fire_id] = store.firing_states()
+            control.control.revoke(fire_id)
+            control.control.add_consumer("later", reply=True)
+        finally:
+            control.close()
+        wait_for(lambda: not store.firing_states(), timeout=20, message="the firing cancelled")
+        procs.assert_running("worker1")
+    assert _ledger_counts(pg_url) == (0, 0)
+    [row] = ledger_app.history_rows(pg_url)
+    assert (row.result, row.fire_instance_id, row.started_time) == ("cancelled", fire_id, None)
+    assert row.worker_name is None and row.instance_name == "by-hand"
     store.dispose()
 
 

@@ -370,6 +370,7 @@ def test_an_execution_is_timed_counted_and_traced_under_the_published_span(
     _deliver(app, firing, {"traceparent": parent})
     [duration] = points("quartz.job.execution.duration", quartz__scheduler__id=instance)
     assert duration.count == 1 and "error.type" not in duration.attributes
+    assert duration.attributes["quartz.job.result"] == "succeeded"
     assert (duration.attributes["quartz.job.group"], duration.attributes["quartz.job.name"]) == (
         "DEFAULT",
         "report",
@@ -393,6 +394,7 @@ def test_a_failed_execution_is_tagged_with_its_error_type_and_records_the_except
     _deliver(app, firing)
     [duration] = points("quartz.job.execution.duration", quartz__scheduler__id=instance)
     assert duration.attributes["error.type"] == "RuntimeError"
+    assert duration.attributes["quartz.job.result"] == "failed"
     [span] = [
         s
         for s in spans("quartz.job.execute")

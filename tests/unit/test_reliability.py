@@ -230,7 +230,8 @@ def test_a_firing_killed_at_its_hard_time_limit_fails_and_gets_its_retry(
     fire_id = executing(store, "t1")
     clock.set(at(2))
     assert (
-        store.end_lost_execution(fire_id, WORKER, TIMED_OUT, loss=ProcessLoss.TIMED_OUT) == "failed"
+        store.end_lost_execution(fire_id, WORKER, TIMED_OUT, loss=ProcessLoss.TIMED_OUT)
+        == "retried"
     )
     assert store.firing_states() == {}
     retries = [t for t in store.get_triggers_of_job(JobKey("job")) if t.key.group != "DEFAULT"]
@@ -240,7 +241,7 @@ def test_a_firing_killed_at_its_hard_time_limit_fails_and_gets_its_retry(
     assert view.last_outcome.error_type == "TimeLimitExceeded"
 
 
-def test_a_terminated_firing_is_closed_as_interrupted_neither_retried_nor_recovered(
+def test_a_terminated_firing_is_closed_as_cancelled_neither_retried_nor_recovered(
     store: MemoryStore,
 ) -> None:
     trigger = repeating("t1", at(0), 3600)
@@ -249,7 +250,7 @@ def test_a_terminated_firing_is_closed_as_interrupted_neither_retried_nor_recove
     fire_id = executing(store, "t1")
     terminated = FiringOutcome(True, "Terminated", "15")
     ended = store.end_lost_execution(fire_id, WORKER, terminated, loss=ProcessLoss.TERMINATED)
-    assert ended == "interrupted"
+    assert ended == "cancelled"
     assert store.firing_states() == {}
     assert [t.key for t in store.get_triggers_of_job(JobKey("job"))] == [TriggerKey("t1")]
 
@@ -259,7 +260,7 @@ def test_a_terminated_firing_is_closed_as_interrupted_neither_retried_nor_recove
     [
         (ProcessLoss.TIMED_OUT, "failed"),
         (ProcessLoss.CRASHED, "interrupted"),
-        (ProcessLoss.TERMINATED, "interrupted"),
+        (ProcessLoss.TERMINATED, "cancelled"),
     ],
 )
 def test_a_lost_process_releases_its_disallow_concurrent_job_at_once(

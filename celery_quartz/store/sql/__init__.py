@@ -126,6 +126,7 @@ class SqlStore(Store):
         idle_transaction_timeout: float | None = None,
         misfire_threshold: float = DEFAULT_MISFIRE_THRESHOLD,
         checkin_misfire_threshold: float = DEFAULT_CHECKIN_MISFIRE_THRESHOLD,
+        record_history: bool = True,
     ) -> None:
         """Open the store of ``scheduler_name`` on ``url`` (or on an existing ``engine``).
 
@@ -141,7 +142,8 @@ class SqlStore(Store):
         default, 5, unless given): a process whose threads use the store at once (a threads-pool
         worker) keeps one each rather than opening and closing the rest every time.
         ``idle_transaction_timeout`` (seconds, PostgreSQL) ends a session left idle inside a
-        transaction that long (:func:`~celery_quartz.store.engine.create_store_engine`)."""
+        transaction that long (:func:`~celery_quartz.store.engine.create_store_engine`).
+        ``record_history`` off writes no run history (``quartz_history_retention = 0``)."""
         if engine is None:
             if url is None:
                 raise ConfigurationError(
@@ -162,6 +164,7 @@ class SqlStore(Store):
             misfire_threshold=misfire_threshold,
             checkin_misfire_threshold=checkin_misfire_threshold,
             pre_ping=pre_ping,
+            record_history=record_history,
         )
         rows = Rows(sql)
         definitions = Definitions(sql, rows)
@@ -276,6 +279,7 @@ class SqlStore(Store):
     complete_executions = _Operation("worker", WorkerStore.complete_executions)
     executing_task_ids = _Operation("worker", WorkerStore.executing_task_ids)
     end_lost_execution = _Operation("worker", WorkerStore.end_lost_execution)
+    cancel_firing = _Operation("worker", WorkerStore.cancel_firing)
 
     # -- StoreReader --------------------------------------------------------------------------
     list_jobs = _Operation("reader", StoreReader.list_jobs)

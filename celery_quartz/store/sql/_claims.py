@@ -135,7 +135,7 @@ class Claims:
         admission = None
         if router.limits.bounded:
             self.sql.lock(conn, "EXECUTION_LIMITS")
-            admission = self._admission(conn, router, now)
+            admission = self.admission(conn, router, now)
         held = HeldBack(unserved=claim.unserved)
         for _ in range(self._MAX_ADMISSION_ROUNDS):
             selection = self._claim_statement
@@ -158,7 +158,7 @@ class Claims:
             rows = in_acquisition_order(tuple_rows(conn.execute(selection, params)))
             # Unbounded limits count nothing: only a pin needs the workers and what they run.
             if admission is None and any(r.preferred_node is not None for r in rows):
-                admission = self._admission(conn, router, now)
+                admission = self.admission(conn, router, now)
             decide = (
                 (lambda group, _node: router.route(group)) if admission is None else admission.admit
             )
@@ -175,7 +175,7 @@ class Claims:
                 return batch
         return []
 
-    def _admission(self, conn: Connection, router: Router, now: int) -> Admission:
+    def admission(self, conn: Connection, router: Router, now: int) -> Admission:
         """What admission counts against, read in the claiming transaction: the live workers
         and the firings in flight, by execution group and by queue."""
         f = self.sql.tables.fired_triggers

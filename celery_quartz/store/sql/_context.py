@@ -48,6 +48,7 @@ class SqlContext:
         misfire_threshold: float,
         checkin_misfire_threshold: float,
         pre_ping: bool,
+        record_history: bool = True,
     ) -> None:
         """The arguments are :class:`~celery_quartz.store.sql.SqlStore`'s, the engine opened."""
         size = getattr(engine.pool, "size", None)  # a QueuePool's; SQLite's pools keep none
@@ -67,6 +68,10 @@ class SqlContext:
         #: A non-clustered leader's fencing epoch: every fenced write checks it
         #: (:meth:`check_fence`).
         self.fence: Fence | None = None
+        #: Whether the run history is written (``quartz_history_retention`` above 0): every
+        #: end of a firing and every non-run decision records a history row, and the runs
+        #: their run status (:mod:`celery_quartz.store.sql._history_rows`).
+        self.record_history = record_history
         # Trigger kinds register themselves on import.
         import celery_quartz.triggers  # noqa: F401
 

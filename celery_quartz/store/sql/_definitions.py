@@ -24,11 +24,13 @@ from celery_quartz.errors import (
     JobNotFoundError,
     ObjectAlreadyExistsError,
 )
+from celery_quartz.history import RunResult
 from celery_quartz.job import Job, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.pausing import PauseRequest
 from celery_quartz.store.schema import PAUSED_STATES, TriggerState
 from celery_quartz.store.sql._context import SqlContext
+from celery_quartz.store.sql._history_rows import HistoryRows
 from celery_quartz.store.sql._rows import (
     ALL_GROUPS_PAUSED,
     PAUSE_COLUMNS,
@@ -49,6 +51,8 @@ class Definitions:
     def __init__(self, sql: SqlContext, rows: Rows) -> None:
         self.sql = sql
         self.rows = rows
+        #: The run history's rows: a misfire is recorded where it is decided.
+        self.history = HistoryRows(sql)
 
     def delete_job(self, conn: Connection, key: JobKey) -> bool:
         t, j = self.sql.tables.triggers, self.sql.tables.jobs
@@ -194,34 +198,66 @@ class Definitions:
             conn.execute(delete(j).where(self.sql.job_key(key), j.c.is_durable.is_(False)))
 
     def apply_misfire(
-        self, conn: Connection, row: Row[Any], now: int, why: str, *conditions: Any
+        self,
+        conn: Connection,
+        row: Row[Any],
+        now: int,
+        why: str,
+        *conditions: Any,
+        decided_by: str | None = None,
+        held_by: str | None = None,
     ) -> bool:
         """Apply a late trigger's misfire instruction (one decision, logged): write its new fire
         times, or finish it when it will not fire again (:meth:`finish_trigger`). ``conditions``
         guard the update (the trigger is still as it was read). True when the trigger fires
-        again."""
+        again.
+
+        The occurrence missed is recorded in the history: ``misfired``, or ``held`` when
+        ``held_by`` says what held it back (an execution group at its limit,
+        ``disallow_concurrent``), with the instruction applied and the deciding instance
+        ``decided_by``."""
         t = self.sql.tables.triggers
         trigger = trigger_from_row(row)
         trigger.update_after_misfire(
             from_millis(now), self.rows.calendar(conn, trigger.calendar_name, trigger.key)
         )
+        applied = True
         if trigger.next_fire_time is None:
             if self.finish_trigger(conn, trigger.key, *conditions):
                 outcome = "will not fire again; removed"
             else:
                 outcome = "will not fire again; kept COMPLETE until its firings in flight end"
         else:
-            conn.execute(
-                update(t)
-                .where(self.sql.trigger_key(trigger.key), *conditions)
-                .values(
-                    next_fire_time=to_millis(trigger.next_fire_time),
-                    times_triggered=trigger.times_triggered,
-                    misfire_orig_fire_time=row.next_fire_time,
-                    **self._rescheduled_definition(trigger),
-                )
+            applied = bool(
+                conn.execute(
+                    update(t)
+                    .where(self.sql.trigger_key(trigger.key), *conditions)
+                    .values(
+                        next_fire_time=to_millis(trigger.next_fire_time),
+                        times_triggered=trigger.times_triggered,
+                        misfire_orig_fire_time=row.next_fire_time,
+                        **self._rescheduled_definition(trigger),
+                    )
+                ).rowcount
             )
             outcome = f"next fire time {trigger.next_fire_time.isoformat()}"
+        if applied:
+            late = f"{(now - row.next_fire_time) / 1000:.1f}s late"
+            instruction = trigger.misfire_instruction
+            member = next((m for m in trigger.misfire_instructions if m == instruction), None)
+            named = getattr(member, "name", str(instruction))
+            applied_text = f"misfire instruction {named}: {outcome}"
+            self.history.record_not_run(
+                conn,
+                RunResult.MISFIRED if held_by is None else RunResult.HELD,
+                f"{late}{why.rstrip(',')}; {applied_text}"
+                if held_by is None
+                else f"held back by {held_by} ({late}); {applied_text}",
+                trigger_key=trigger.key,
+                job_key=trigger.job_key,
+                scheduled_millis=row.next_fire_time,
+                instance_name=decided_by,
+            )
         logger.info(
             "misfire: trigger %s%s was %.1fs late (instruction %s); %s",
             trigger.key,

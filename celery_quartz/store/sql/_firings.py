@@ -23,6 +23,7 @@ from sqlalchemy import (
 
 from celery_quartz.clock import from_millis
 from celery_quartz.firing import Firing
+from celery_quartz.history import RunResult
 from celery_quartz.keys import RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy, decide_retry
 from celery_quartz.store.schema import (
@@ -31,6 +32,7 @@ from celery_quartz.store.schema import (
 )
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
+from celery_quartz.store.sql._history_rows import HistoryRows
 from celery_quartz.store.sql._rows import (
     Rows,
     datetime_or_none,
@@ -64,6 +66,8 @@ class FiringEnds:
         self.sql = sql
         self.rows = rows
         self.definitions = definitions
+        #: The run history's rows, written by every end (shared with the misfire handler).
+        self.history: HistoryRows = definitions.history
 
     def release(
         self,
@@ -139,11 +143,42 @@ class FiringEnds:
         self, conn: Connection, row: Row[Any], now: int, outcome: FiringOutcome | None = None
     ) -> bool:
         """An execution whose process died, its row removed: a recovery firing when its job
-        requests recovery (True), otherwise closed as interrupted (False); then what it held is
-        released, keeping ``outcome`` as its trigger's last when given."""
+        requests recovery (True, recorded as ``recovered``), otherwise closed as interrupted
+        (False, ``interrupted``); then what it held is released, keeping ``outcome`` as its
+        trigger's last when given."""
+        occurrence = self.history.occurrence(conn, row)
         recovered = bool(row.requests_recovery) and self._schedule_recovery_firing(conn, row, now)
+        result = RunResult.RECOVERED if recovered else RunResult.INTERRUPTED
+        self.history.record_run(conn, row, occurrence, result, outcome, now)
         self.release_after_firing(conn, row, outcome)
         return recovered
+
+    def end_execution(
+        self,
+        conn: Connection,
+        row: Row[Any],
+        outcome: FiringOutcome | None,
+        *,
+        failed: bool = False,
+        cancelled: bool = False,
+    ) -> RunResult:
+        """An execution that ended on its worker, its row removed: a failure handed to the
+        retry policy (``retried`` when a retry is scheduled, otherwise ``failed``), a cancel,
+        or a success; recorded in the history, then what it held released, keeping
+        ``outcome`` as its trigger's last when given. The result recorded."""
+        occurrence = self.history.occurrence(conn, row)
+        if cancelled:
+            result = RunResult.CANCELLED
+        elif failed:
+            # Before the release: a finished one-shot trigger is removed there, and the retry
+            # reads its policy and data (and keeps a non-durable job alive).
+            retried = self.schedule_retry_firing(conn, row, self.sql.now())
+            result = RunResult.RETRIED if retried else RunResult.FAILED
+        else:
+            result = RunResult.SUCCEEDED
+        self.history.record_run(conn, row, occurrence, result, outcome)
+        self.release_after_firing(conn, row, outcome)
+        return result
 
     def release_after_firing(
         self, conn: Connection, row: Row[Any], outcome: FiringOutcome | None = None
@@ -154,7 +189,7 @@ class FiringEnds:
         either way)."""
         t = self.sql.tables.triggers
         if row.is_nonconcurrent and row.job_name is not None:
-            self._unblock_triggers(conn, JobKey(row.job_name, row.job_group))
+            self._unblock_triggers(conn, JobKey(row.job_name, row.job_group), row.worker_name)
         trigger_key = TriggerKey(row.trigger_name, row.trigger_group)
         if outcome is None:
             read: Any = select(t.c.trigger_state).where(self.sql.trigger_key(trigger_key))
@@ -178,9 +213,11 @@ class FiringEnds:
         if state == TriggerState.COMPLETE:
             self.definitions.finish_trigger(conn, trigger_key)
 
-    def _unblock_triggers(self, conn: Connection, job: JobKey) -> None:
+    def _unblock_triggers(self, conn: Connection, job: JobKey, decided_by: str | None) -> None:
         """A disallow_concurrent job's firing ended: its other triggers may fire again. One made
-        late by the block gets its misfire instruction on the spot (Quartz 4.x)."""
+        late by the block gets its misfire instruction on the spot (Quartz 4.x), its occurrence
+        recorded as ``held`` (by ``disallow_concurrent``), decided by ``decided_by`` (the node
+        whose end released it)."""
         t = self.sql.tables.triggers
         of_job = self.sql.triggers_of_job(job)
         now = self.sql.now()
@@ -193,7 +230,14 @@ class FiringEnds:
             )
         ).all()
         for row in late:
-            self.definitions.apply_misfire(conn, row, now, ", blocked by its job's running firing,")
+            self.definitions.apply_misfire(
+                conn,
+                row,
+                now,
+                ", blocked by its job's running firing,",
+                decided_by=decided_by,
+                held_by=f"disallow_concurrent: a firing of job {job} was running",
+            )
         conn.execute(
             update(t)
             .where(of_job, t.c.trigger_state == TriggerState.BLOCKED)
@@ -237,34 +281,7 @@ class FiringEnds:
             if r.task_name is None:
                 self.drop_firing(conn, r, "its job no longer exists")
                 continue
-            firings.append(
-                Firing(
-                    fire_instance_id=r.fire_instance_id,
-                    scheduler_name=self.sql.scheduler_name,
-                    task=r.task_name,
-                    args=json.loads(r.args),
-                    kwargs=json.loads(r.kwargs),
-                    options=json.loads(r.options),
-                    job_key=JobKey(r.job_name, r.job_group),
-                    trigger_key=TriggerKey(r.trigger_name, r.trigger_group),
-                    scheduled_millis=(
-                        r.origin_sched_time if r.origin_sched_time is not None else r.sched_time
-                    ),
-                    fired_millis=r.fired_time,
-                    fired_by=instance_name,
-                    job_data=json.loads(r.job_data),
-                    trigger_data=json.loads(r.trigger_data or "{}"),
-                    expires_millis=r.expires_time,
-                    expired_count=r.expired_count,
-                    recovering=r.recovering,
-                    retry_attempt=r.retry_attempt,
-                    refire_count=r.refire_count,
-                    origin_trigger_key=origin_key(r),
-                    persist_job_data=r.is_update_data,
-                    queue=r.queue,
-                    node=routed_node(r),
-                )
-            )
+            firings.append(_firing(r, self.sql.scheduler_name, instance_name))
         return firings
 
     def _schedule_recovery_firing(self, conn: Connection, row: Row[Any], now: int) -> bool:
@@ -288,9 +305,10 @@ class FiringEnds:
         )
         return True
 
-    def schedule_retry_firing(self, conn: Connection, row: Row[Any], now: int) -> None:
+    def schedule_retry_firing(self, conn: Connection, row: Row[Any], now: int) -> bool:
         """Apply the retry policy to the failed firing ``row``: a one-shot trigger that runs the
-        same occurrence again after the policy's delay, or nothing (one decision, logged).
+        same occurrence again after the policy's delay, or nothing (one decision, logged). True
+        when a retry is scheduled.
 
         The policy and the rules are the original trigger's: no retry at, or within a second of,
         its next occurrence (the occurrence wins), nor after its end. An original that has gone
@@ -299,13 +317,13 @@ class FiringEnds:
         """
         source, origin = self._firing_source(conn, row)
         if source is None:
-            return  # the trigger was removed while its firing ran: nothing to retry for
+            return False  # the trigger was removed while its firing ran: nothing to retry for
         original = source
         if (origin.name, origin.group) != (source.trigger_name, source.trigger_group):
             original = self.rows.trigger_row(conn, TriggerKey(origin.name, origin.group)) or source
         policy = RetryPolicy.parse(original.retry_policy)
         if not policy:
-            return
+            return False
         attempt = row.retry_attempt + 1
         occurrence = (
             f"occurrence {origin.group}.{origin.name} "
@@ -326,7 +344,7 @@ class FiringEnds:
                 row.retry_attempt,
                 "y" if row.retry_attempt == 1 else "ies",
             )
-            return
+            return False
         if not decision.granted:
             logger.info(
                 "retry: %s failed; retry %d at %s dropped: %s",
@@ -335,7 +353,7 @@ class FiringEnds:
                 from_millis(decision.at_millis).isoformat(),
                 decision.dropped_because,
             )
-            return
+            return False
         key = TriggerKey(f"retry_{row.fire_instance_id}", RETRYING_JOBS_GROUP)
         if self._store_one_shot_firing(
             conn,
@@ -356,6 +374,8 @@ class FiringEnds:
                 from_millis(decision.at_millis).isoformat(),
                 key,
             )
+            return True
+        return False
 
     def _firing_source(self, conn: Connection, row: Row[Any]) -> tuple[Row[Any] | None, _Origin]:
         """The trigger row of the fired ``row`` (None if removed), and the occurrence the firing
@@ -433,3 +453,31 @@ class FiringEnds:
             )
         )
         return True
+
+
+def _firing(r: Any, scheduler_name: str, instance_name: str) -> Firing:
+    """The firing to publish of a fired row read with its job and trigger."""
+    return Firing(
+        fire_instance_id=r.fire_instance_id,
+        scheduler_name=scheduler_name,
+        task=r.task_name,
+        args=json.loads(r.args),
+        kwargs=json.loads(r.kwargs),
+        options=json.loads(r.options),
+        job_key=JobKey(r.job_name, r.job_group),
+        trigger_key=TriggerKey(r.trigger_name, r.trigger_group),
+        scheduled_millis=(r.origin_sched_time if r.origin_sched_time is not None else r.sched_time),
+        fired_millis=r.fired_time,
+        fired_by=instance_name,
+        job_data=json.loads(r.job_data),
+        trigger_data=json.loads(r.trigger_data or "{}"),
+        expires_millis=r.expires_time,
+        expired_count=r.expired_count,
+        recovering=r.recovering,
+        retry_attempt=r.retry_attempt,
+        refire_count=r.refire_count,
+        origin_trigger_key=origin_key(r),
+        persist_job_data=r.is_update_data,
+        queue=r.queue,
+        node=routed_node(r),
+    )

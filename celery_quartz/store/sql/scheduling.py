@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import and_, delete, func, select, tuple_, update
 
@@ -13,7 +14,7 @@ from celery_quartz.clock import to_millis
 from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.keys import TriggerKey
 from celery_quartz.misfire import expired_firing_outcome
-from celery_quartz.routing import Router
+from celery_quartz.routing import Hold, Router
 from celery_quartz.store.abc import SchedulingStore
 from celery_quartz.store.records import Claim
 from celery_quartz.store.schema import ERROR_TEXT, FiringState, TriggerState
@@ -21,6 +22,7 @@ from celery_quartz.store.sql._claims import Claims, after_firing
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._firings import FiringEnds
+from celery_quartz.store.sql._history_rows import HistoryRows
 from celery_quartz.store.sql._rows import Rows, routed_node, trigger_from_row
 from celery_quartz.triggers.base import MisfireInstruction
 
@@ -260,7 +262,9 @@ class SchedulingSql(SchedulingStore):
         with self.sql.transaction() as conn:
             return int(conn.execute(q).scalar_one())
 
-    def handle_misfires(self, *, max_count: int) -> tuple[int, bool]:
+    def handle_misfires(
+        self, *, max_count: int, instance_name: str | None = None, router: Router | None = None
+    ) -> tuple[int, bool]:
         """The late rows are locked, skipping those another handler holds; each update is
         conditional on the trigger still being WAITING at the fire time that was late."""
         t = self.sql.tables.triggers
@@ -281,6 +285,7 @@ class SchedulingSql(SchedulingStore):
                 .with_for_update(skip_locked=True)
             ).all()
             more = len(rows) > max_count
+            hold = _late_trigger_holds(self.claims, self.ends.history, conn, router, now, rows)
             for row in rows[:max_count]:
                 self.definitions.apply_misfire(
                     conn,
@@ -289,6 +294,8 @@ class SchedulingSql(SchedulingStore):
                     "",
                     t.c.trigger_state == TriggerState.WAITING,
                     t.c.next_fire_time == row.next_fire_time,
+                    decided_by=instance_name,
+                    held_by=hold(row),
                 )
         return min(len(rows), max_count), more
 
@@ -353,10 +360,14 @@ class SchedulingSql(SchedulingStore):
                     )
                     republish.append(row.fire_instance_id)
                     why[row.fire_instance_id] = (late_by, outcome.why)
-                else:
-                    self.ends.drop_firing(
-                        conn, row, f"misfire: {outcome.why} ({late_by:.1f}s late)"
+                    why_again = (
+                        f"not started by any worker ({late_by:.1f}s late); published again: "
+                        f"{outcome.why}"
                     )
+                    self.ends.history.record_expired(conn, row, why_again, instance_name)
+                else:
+                    why_drop = f"misfire: {outcome.why} ({late_by:.1f}s late)"
+                    _drop_expired(self.ends, conn, row, why_drop, instance_name)
             firings = (
                 self.ends.firings_to_publish(
                     conn, f.c.fire_instance_id.in_(republish), instance_name
@@ -373,7 +384,7 @@ class SchedulingSql(SchedulingStore):
                         kept.append(firing)
                     else:
                         row = by_id[firing.fire_instance_id]
-                        self.ends.drop_firing(conn, row, f"misfire: {reason}")
+                        _drop_expired(self.ends, conn, row, f"misfire: {reason}", instance_name)
                 firings = kept
         for firing in firings:
             late_by, because = why.get(firing.fire_instance_id, (0.0, ""))
@@ -421,3 +432,40 @@ class SchedulingSql(SchedulingStore):
                 .values(trigger_state=TriggerState.ERROR, error_reason=reason[:ERROR_TEXT])
             )
         logger.error("trigger %s put in ERROR: %s", acquired.trigger.key, reason)
+
+
+def _late_trigger_holds(
+    claims: Claims,
+    history: HistoryRows,
+    conn: Any,
+    router: Router | None,
+    now: int,
+    rows: Sequence[Any],
+) -> Callable[[Any], str | None]:
+    """What would hold each late trigger of ``rows`` back now (None: nothing; it is late for
+    another reason, such as every scheduler down): the admission of a claim, read only when the
+    history is recorded and a trigger has a group or a pin to be held by."""
+    if (
+        router is None
+        or not history.enabled
+        or not any(r.execution_group is not None or r.preferred_node for r in rows)
+    ):
+        return lambda _row: None
+    admission = claims.admission(conn, router, now)
+
+    def hold(row: Any) -> str | None:
+        # A fresh copy each: admitting one late trigger must not count it against the next.
+        decision = router.admission(
+            admission.workers, admission.in_flight_by_group, admission.in_flight_by_queue
+        ).admit(row.execution_group, row.preferred_node)
+        return decision.describe() if isinstance(decision, Hold) else None
+
+    return hold
+
+
+def _drop_expired(ends: FiringEnds, conn: Any, row: Any, why: str, instance_name: str) -> None:
+    """Drop the expired firing ``row``, its occurrence recorded as expired and dropped."""
+    occurrence = ends.history.occurrence(conn, row)
+    if ends.drop_firing(conn, row, why):
+        reason = f"not started by any worker; dropped ({why})"
+        ends.history.record_expired(conn, row, reason, instance_name, occurrence)

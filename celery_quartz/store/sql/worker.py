@@ -35,6 +35,7 @@ from celery_quartz.store.records import FinishedExecution, ProcessLoss, StartedE
 from celery_quartz.store.schema import FiringState, TriggerState
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._firings import FiringEnds
+from celery_quartz.store.sql._history_rows import HistoryRows
 from celery_quartz.store.sql._prepared import CompiledStatement
 from celery_quartz.store.sql._rows import outcome_columns
 from celery_quartz.store.views import FiringOutcome
@@ -249,7 +250,14 @@ class WorkerSql(WorkerStore):
 
     def complete_executions(self, finished: Sequence[FinishedExecution]) -> int:
         ends = [
-            _End(item.fire_instance_id, outcome=FiringOutcome(finished_millis=item.finished_millis))
+            _End(
+                item.fire_instance_id,
+                outcome=FiringOutcome(
+                    finished_millis=item.finished_millis,
+                    summary=item.summary,
+                    metrics=item.metrics,
+                ),
+            )
             for item in finished
         ]
         return self._complete(ends, True)
@@ -272,13 +280,43 @@ class WorkerSql(WorkerStore):
                 self._complete_statement,
                 ids=[end.fire_instance_id for end in alone],
                 finished=[_finished_millis(end, now) for end in alone],
+                summaries=[None if end.outcome is None else end.outcome.summary for end in alone],
+                metrics=[None if end.outcome is None else end.outcome.metrics for end in alone],
                 latest_wins=latest_wins,
+                **({"now": now} if self.sql.record_history else {}),
             )
             assert row is not None  # an aggregate: one row, whatever it removed
             done = set(row.done or ())
         rest = [end for end in ends if end.fire_instance_id not in done]
         rest.sort(key=lambda end: _finished_millis(end, 0) or 0)
         return len(done) + sum(self._complete_in_transaction(end) for end in rest)
+
+    def cancel_firing(self, fire_instance_id: str, worker_name: str) -> bool:
+        f = self.sql.tables.fired_triggers
+        with self.sql.transaction() as conn:
+            row = conn.execute(
+                delete(f)
+                .where(
+                    self.sql.scoped(f),
+                    f.c.fire_instance_id == fire_instance_id,
+                    or_(f.c.state == FiringState.FIRED, f.c.state == FiringState.PUBLISHED),
+                )
+                .returning(f)
+            ).first()
+            if row is None:
+                return False
+            # Its trigger keeps its last outcome: this firing never ran.
+            self.ends.end_execution(conn, row, None, cancelled=True)
+        logger.info(
+            "firing %s of trigger %s.%s (scheduled %s) revoked before it started: discarded by "
+            "worker %s, recorded as cancelled",
+            fire_instance_id,
+            row.trigger_group,
+            row.trigger_name,
+            from_millis(row.sched_time).isoformat(),
+            worker_name,
+        )
+        return True
 
     def _complete_in_transaction(self, end: _End) -> bool:
         """The completion as one transaction: the conditional delete, the job data written
@@ -298,87 +336,12 @@ class WorkerSql(WorkerStore):
                     .where(self.sql.job_key(job_key), j.c.is_update_data.is_(True))
                     .values(job_data=encoded)
                 )
-            if end.failed:
-                # Before the release: a finished one-shot trigger is removed there, and the retry
-                # reads its policy and data (and keeps a non-durable job alive).
-                self.ends.schedule_retry_firing(conn, row, self.sql.now())
-            self.ends.release_after_firing(conn, row, end.outcome)
+            self.ends.end_execution(conn, row, end.outcome, failed=end.failed)
         return True
 
     @functools.cached_property
     def _complete_statement(self) -> CompiledStatement:
-        """``WITH gone AS (DELETE fired USING unnest(ids, finished) … RETURNING …), latest AS
-        (them ranked by finish per trigger), recorded AS (UPDATE triggers … last outcome,
-        unless ``latest_wins`` and a later finish is already kept) SELECT array_agg(gone's
-        ids), count(recorded)`` (parameters ``ids`` and ``finished``, arrays of the same length,
-        a NULL finish keeping no outcome; and ``latest_wins``)."""
-        f, t = self.sql.tables.fired_triggers, self.sql.tables.triggers
-        ended = (
-            func.unnest(
-                bindparam("ids", type_=ARRAY(String)),
-                bindparam("finished", type_=ARRAY(BigInteger)),
-            )
-            .table_valued("fire_instance_id", "finished_time")
-            .render_derived(name="ended")
-        )
-        gone = (
-            delete(f)
-            .where(
-                self.sql.scoped(f),
-                f.c.fire_instance_id == ended.c.fire_instance_id,
-                *self._ends_alone(f),
-            )
-            .returning(
-                f.c.fire_instance_id,
-                f.c.sched_name,
-                f.c.trigger_name,
-                f.c.trigger_group,
-                f.c.started_time,
-                ended.c.finished_time,
-            )
-            .cte("gone")
-        )
-        key = (gone.c.sched_name, gone.c.trigger_name, gone.c.trigger_group)
-        latest = (
-            select(
-                *key,
-                gone.c.started_time,
-                gone.c.finished_time,
-                func.row_number()
-                .over(partition_by=key, order_by=gone.c.finished_time.desc())
-                .label("rank"),
-            )
-            .where(gone.c.finished_time.is_not(None))
-            .cte("latest")
-        )
-        recorded = (
-            update(t)
-            .where(
-                t.c.sched_name == latest.c.sched_name,
-                t.c.trigger_name == latest.c.trigger_name,
-                t.c.trigger_group == latest.c.trigger_group,
-                latest.c.rank == 1,
-                or_(
-                    ~bindparam("latest_wins", type_=Boolean),
-                    func.coalesce(t.c.last_finished_time, 0) <= latest.c.finished_time,
-                ),
-            )
-            .values(
-                {
-                    **outcome_columns(t, FiringOutcome(), None, 0),
-                    "last_started_time": latest.c.started_time,
-                    "last_finished_time": latest.c.finished_time,
-                }
-            )
-            .returning(t.c.trigger_name)
-            .cte("recorded")
-        )
-        return self.sql.compiled(
-            select(
-                select(func.array_agg(gone.c.fire_instance_id)).scalar_subquery().label("done"),
-                select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
-            )
-        )
+        return _complete_statement(self.sql, self.ends.history)
 
     def executing_task_ids(self, worker_name: str) -> dict[str, str]:
         f = self.sql.tables.fired_triggers
@@ -408,14 +371,15 @@ class WorkerSql(WorkerStore):
             if loss is ProcessLoss.CRASHED:
                 recovered = self.ends.resolve_dead_execution(conn, row, now, outcome)
                 ended = "recovered" if recovered else "interrupted"
-            elif loss is ProcessLoss.TIMED_OUT:
-                # Before the release, as for any failure (see complete_execution).
-                self.ends.schedule_retry_firing(conn, row, now)
-                self.ends.release_after_firing(conn, row, outcome)
-                ended = "failed"
             else:
-                self.ends.release_after_firing(conn, row, outcome)
-                ended = "interrupted"
+                # Timed out: a failure, handed to the retry policy. Terminated: cancelled.
+                ended = self.ends.end_execution(
+                    conn,
+                    row,
+                    outcome,
+                    failed=loss is ProcessLoss.TIMED_OUT,
+                    cancelled=loss is ProcessLoss.TERMINATED,
+                ).value
         logger.info(
             "worker %s: its pool process stopped (%s: %s) running firing %s of trigger %s.%s "
             "(scheduled %s); %s",
@@ -428,31 +392,13 @@ class WorkerSql(WorkerStore):
             from_millis(row.sched_time).isoformat(),
             {
                 "failed": "recorded as failed",
+                "retried": "recorded as failed; a retry is scheduled",
                 "recovered": "recovery firing scheduled",
                 "interrupted": "closed as interrupted",
+                "cancelled": "recorded as cancelled",
             }[ended],
         )
         return ended
-
-    def _ends_alone(self, f: Any) -> list[ColumnElement[bool]]:
-        """The fired rows whose end releases nothing: executing, of a job that allows
-        concurrent executions, and of a trigger that is not COMPLETE."""
-        t = self.sql.tables.triggers
-        trigger_complete = (
-            select(t.c.trigger_name)
-            .where(
-                t.c.sched_name == f.c.sched_name,
-                t.c.trigger_name == f.c.trigger_name,
-                t.c.trigger_group == f.c.trigger_group,
-                t.c.trigger_state == TriggerState.COMPLETE,
-            )
-            .exists()
-        )
-        return [
-            f.c.state == FiringState.EXECUTING,
-            f.c.is_nonconcurrent.is_(False),
-            ~trigger_complete,
-        ]
 
 
 def _finished_millis(end: _End, now: int) -> int | None:
@@ -460,3 +406,126 @@ def _finished_millis(end: _End, now: int) -> int | None:
     if end.outcome is None:
         return None
     return now if end.outcome.finished_millis is None else end.outcome.finished_millis
+
+
+def _complete_statement(sql: SqlContext, history: HistoryRows) -> CompiledStatement:
+    """``WITH gone AS (DELETE fired USING unnest(ids, finished) … RETURNING …), latest AS
+    (them ranked by finish per trigger), recorded AS (UPDATE triggers … last outcome,
+    unless ``latest_wins`` and a later finish is already kept) SELECT array_agg(gone's
+    ids), count(recorded)`` (parameters ``ids`` and ``finished``, arrays of the same length,
+    a NULL finish keeping no outcome; and ``latest_wins``)."""
+    f, t = sql.tables.fired_triggers, sql.tables.triggers
+    ended = (
+        func.unnest(
+            bindparam("ids", type_=ARRAY(String)),
+            bindparam("finished", type_=ARRAY(BigInteger)),
+            bindparam("summaries", type_=ARRAY(String)),
+            bindparam("metrics", type_=ARRAY(String)),
+        )
+        .table_valued("fire_instance_id", "finished_time", "summary", "metrics")
+        .render_derived(name="ended")
+    )
+    gone = (
+        delete(f)
+        .where(
+            sql.scoped(f),
+            f.c.fire_instance_id == ended.c.fire_instance_id,
+            *_ends_alone(sql, f),
+        )
+        .returning(
+            f.c.fire_instance_id,
+            f.c.sched_name,
+            f.c.trigger_name,
+            f.c.trigger_group,
+            f.c.started_time,
+            ended.c.finished_time,
+            *_history_columns(sql, f, ended),
+        )
+        .cte("gone")
+    )
+    key = (gone.c.sched_name, gone.c.trigger_name, gone.c.trigger_group)
+    latest = (
+        select(
+            *key,
+            gone.c.started_time,
+            gone.c.finished_time,
+            func.row_number()
+            .over(partition_by=key, order_by=gone.c.finished_time.desc())
+            .label("rank"),
+        )
+        .where(gone.c.finished_time.is_not(None))
+        .cte("latest")
+    )
+    recorded = (
+        update(t)
+        .where(
+            t.c.sched_name == latest.c.sched_name,
+            t.c.trigger_name == latest.c.trigger_name,
+            t.c.trigger_group == latest.c.trigger_group,
+            latest.c.rank == 1,
+            or_(
+                ~bindparam("latest_wins", type_=Boolean),
+                func.coalesce(t.c.last_finished_time, 0) <= latest.c.finished_time,
+            ),
+        )
+        .values(
+            {
+                **outcome_columns(t, FiringOutcome(), None, 0),
+                "last_started_time": latest.c.started_time,
+                "last_finished_time": latest.c.finished_time,
+            }
+        )
+        .returning(t.c.trigger_name)
+        .cte("recorded")
+    )
+    counts = [
+        select(func.array_agg(gone.c.fire_instance_id)).scalar_subquery().label("done"),
+        select(func.count()).select_from(recorded).scalar_subquery().label("recorded"),
+    ]
+    if sql.record_history:
+        # The history rows and the run statuses, in the same statement.
+        rows, status = history.batch_ctes(gone, bindparam("now", type_=BigInteger))
+        counts.append(select(func.count()).select_from(rows).scalar_subquery().label("history"))
+        counts.append(select(func.count()).select_from(status).scalar_subquery().label("status"))
+    return sql.compiled(select(*counts))
+
+
+def _history_columns(sql: SqlContext, f: Any, ended: Any) -> tuple[Any, ...]:
+    """What the history rows of a batch need of the removed fired rows (nothing when the
+    history is off)."""
+    if not sql.record_history:
+        return ()
+    return (
+        f.c.job_name,
+        f.c.job_group,
+        f.c.sched_time,
+        f.c.published_time,
+        f.c.worker_name,
+        f.c.instance_name,
+        f.c.retry_attempt,
+        f.c.recovering,
+        f.c.expired_count,
+        ended.c.summary,
+        ended.c.metrics,
+    )
+
+
+def _ends_alone(sql: SqlContext, f: Any) -> list[ColumnElement[bool]]:
+    """The fired rows whose end releases nothing: executing, of a job that allows
+    concurrent executions, and of a trigger that is not COMPLETE."""
+    t = sql.tables.triggers
+    trigger_complete = (
+        select(t.c.trigger_name)
+        .where(
+            t.c.sched_name == f.c.sched_name,
+            t.c.trigger_name == f.c.trigger_name,
+            t.c.trigger_group == f.c.trigger_group,
+            t.c.trigger_state == TriggerState.COMPLETE,
+        )
+        .exists()
+    )
+    return [
+        f.c.state == FiringState.EXECUTING,
+        f.c.is_nonconcurrent.is_(False),
+        ~trigger_complete,
+    ]

@@ -29,6 +29,7 @@ from celery_quartz.store.views import (
     MAX_PAGE,
     FiringFilter,
     JobFilter,
+    Progress,
     TriggerFilter,
     TriggerView,
 )
@@ -167,6 +168,14 @@ _limit_option = click.option(
     help="Rows per page.",
 )
 _after_option = click.option("--after", help="The cursor a previous page printed (next page).")
+
+
+def _progress_text(progress: Progress | None) -> str:
+    """A running firing's last progress report: ``42% copying rows``."""
+    if progress is None:
+        return ""
+    text = f"{progress.percent:.0f}%"
+    return f"{text} {progress.message}" if progress.message else text
 
 
 def _state_text(view: TriggerView) -> str:
@@ -339,7 +348,16 @@ def firings(
         click.echo(json.dumps({"items": items, "next_after": page.next_after}, indent=2))
         return
     _table(
-        ["fire instance", "trigger", "state", "scheduled", "scheduler", "worker", "queue"],
+        [
+            "fire instance",
+            "trigger",
+            "state",
+            "scheduled",
+            "scheduler",
+            "worker",
+            "queue",
+            "progress",
+        ],
         [
             (
                 f.fire_instance_id,
@@ -349,6 +367,7 @@ def firings(
                 f.instance_name,
                 f.worker_name,
                 f.queue,
+                _progress_text(f.progress),
             )
             for f in views
         ],

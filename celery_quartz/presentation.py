@@ -164,6 +164,13 @@ def firing(f: FiringView) -> dict[str, Any]:
         "recovering": f.recovering,
         "retry_attempt": f.retry_attempt,
         "refire_count": f.refire_count,
+        "progress": None
+        if f.progress is None
+        else {
+            "percent": f.progress.percent,
+            "message": f.progress.message,
+            "updated_at": iso(f.progress.updated_at),
+        },
     }
 
 

@@ -151,6 +151,18 @@ SCHEMAS: dict[str, Any] = {
             "recovering": _BOOLEAN,
             "retry_attempt": _INTEGER,
             "refire_count": _INTEGER,
+            "progress": {
+                "oneOf": [
+                    _object(
+                        {
+                            "percent": {"type": "number"},
+                            "message": _nullable("string"),
+                            "updated_at": _TIME,
+                        }
+                    ),
+                    {"type": "null"},
+                ]
+            },
         }
     ),
     "FiringPage": _object({"items": _list("Firing"), "next_after": _nullable("string")}),

@@ -61,6 +61,7 @@ from celery_quartz.store.records import (
     FiringOwners,
     LeaderMoveRecovery,
     ProcessLoss,
+    ProgressReport,
     StartedExecution,
     WorkerRecovery,
 )
@@ -621,6 +622,11 @@ class WorkerStore(abc.ABC):
         meanwhile) and against another worker's start of it: the row is removed only while
         EXECUTING on ``worker_name``, so exactly one of them acts.
         """
+
+    @abc.abstractmethod
+    def record_progress(self, reports: Sequence[ProgressReport]) -> int:
+        """Keep each report on its firing's row while the firing is EXECUTING (a report that
+        comes after the end changes nothing); how many rows took one. One statement."""
 
     @abc.abstractmethod
     def cancel_firing(self, fire_instance_id: str, worker_name: str) -> bool:

@@ -28,6 +28,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     ColumnElement,
+    Float,
     ForeignKeyConstraint,
     Index,
     Integer,
@@ -309,6 +310,10 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("preferred_node", String(NODE_NAME)),
         Column("preferred_node_auto", Boolean, nullable=False, server_default=false()),
         Column("queue", String(KEY_PART)),
+        # What the running task last reported (current_context().report_progress), schema 0007.
+        Column("progress", Float),
+        Column("progress_message", String(PAUSE_REASON)),
+        Column("progress_time", BigInteger),
     )
     Index(f"ix_{p}fired_instance", fired.c.sched_name, fired.c.instance_name, fired.c.state)
     Index(f"ix_{p}fired_trigger", fired.c.sched_name, fired.c.trigger_name, fired.c.trigger_group)

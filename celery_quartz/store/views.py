@@ -145,6 +145,17 @@ class FiringView:
     recovering: bool
     retry_attempt: int
     refire_count: int
+    #: What the running task last reported of its progress (None: nothing reported).
+    progress: Progress | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A running firing's last progress report: a percentage, a message, when it was written."""
+
+    percent: float
+    message: str | None
+    updated_at: datetime
 
 
 @dataclass(frozen=True)

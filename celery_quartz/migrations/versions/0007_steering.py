@@ -1,6 +1,8 @@
 """Steering a running schedule: why a trigger or a trigger group is paused, by whom and since
 when (``pause_reason``, ``paused_by``, ``paused_time`` on triggers and on paused trigger groups),
-and a job's retry policy, inherited by its triggers that have none (``jobs.retry_policy``).
+a job's retry policy, inherited by its triggers that have none (``jobs.retry_policy``), and what a
+running firing last reported of its progress (``progress``, ``progress_message``,
+``progress_time`` on fired triggers).
 
 Additive: nullable columns with no default (adding them rewrites no row).
 
@@ -36,10 +38,17 @@ def upgrade() -> None:
                 batch.add_column(column)
     with op.batch_alter_table(f"{p}jobs") as batch:
         batch.add_column(sa.Column("retry_policy", sa.String(200), nullable=True))
+    with op.batch_alter_table(f"{p}fired_triggers") as batch:
+        batch.add_column(sa.Column("progress", sa.Float(), nullable=True))
+        batch.add_column(sa.Column("progress_message", sa.String(250), nullable=True))
+        batch.add_column(sa.Column("progress_time", sa.BigInteger(), nullable=True))
 
 
 def downgrade() -> None:
     p = table_prefix()
+    with op.batch_alter_table(f"{p}fired_triggers") as batch:
+        for name in ("progress_time", "progress_message", "progress"):
+            batch.drop_column(name)
     with op.batch_alter_table(f"{p}jobs") as batch:
         batch.drop_column("retry_policy")
     for table in (f"{p}paused_trigger_grps", f"{p}triggers"):

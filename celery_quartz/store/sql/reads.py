@@ -53,6 +53,7 @@ from celery_quartz.store.views import (
     NodeView,
     OwedTriggers,
     Page,
+    Progress,
     StateSummary,
     TriggerFilter,
     TriggerView,
@@ -458,4 +459,7 @@ def _firing_view(r: Any) -> FiringView:
         recovering=r.recovering,
         retry_attempt=r.retry_attempt,
         refire_count=r.refire_count,
+        progress=None
+        if r.progress_time is None
+        else Progress(r.progress, r.progress_message, from_millis(r.progress_time)),
     )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from celery_quartz.affinity import PreferredNode
+    from celery_quartz.audit import Actor, acting_as, current_actor
     from celery_quartz.beat import Scheduler
     from celery_quartz.calendars import (
         AnnualCalendar,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REPEAT_INDEFINITELY",
+    "Actor",
     "AnnualCalendar",
     "Calendar",
     "CalendarIntervalTrigger",
@@ -82,6 +84,8 @@ __all__ = [
     "TriggerDetailsUpdate",
     "TriggerKey",
     "WeeklyCalendar",
+    "acting_as",
+    "current_actor",
     "current_context",
     "install",
 ]
@@ -93,6 +97,7 @@ __version__ = "0.1.0"
 #: Celery's worker, and ``celery.beat`` is imported only by processes that run a scheduler.
 _EXPORTS = {
     "PreferredNode": "affinity",
+    **dict.fromkeys(("Actor", "acting_as", "current_actor"), "audit"),
     **dict.fromkeys(
         (
             "AnnualCalendar",

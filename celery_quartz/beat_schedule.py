@@ -19,6 +19,7 @@ from celery.beat import ScheduleEntry
 from celery.schedules import maybe_schedule
 
 from celery_quartz.affinity import PreferredNode
+from celery_quartz.audit import acting_as
 from celery_quartz.celery_schedules import trigger_from_celery_schedule
 from celery_quartz.client import check_task_registered
 from celery_quartz.clock import Clock
@@ -56,7 +57,8 @@ def import_beat_schedule(
         for name, raw in entries.items()
     }
     data = owned_group("beat_schedule", BEAT_SCHEDULE_GROUP, defined)
-    result = store.apply_scheduling_data([data], now).by_job()
+    with acting_as("beat_schedule", "beat_schedule"):
+        result = store.apply_scheduling_data([data], now).by_job()
     logger.info(
         "beat_schedule: %d added, %d updated, %d removed, %d unchanged",
         len(result.added),

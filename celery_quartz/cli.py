@@ -100,8 +100,13 @@ def _shown_url(ctx: click.Context | None) -> str:
 
 
 @click.group(name="quartz", cls=_QuartzGroup)
-def quartz() -> None:
+@click.pass_context
+def quartz(ctx: click.Context) -> None:
     """celery-quartz: the clustered scheduler's store and state."""
+    from celery_quartz.audit import acting_as, os_user
+
+    # Every verb's writes are audited as the OS user, through the CLI.
+    ctx.with_resource(acting_as(os_user(), "cli"))
 
 
 @quartz.group()

@@ -6,12 +6,14 @@ stores. Every call is one transaction: it happens whole, or raises and leaves th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from celery import Celery
 
+from celery_quartz.audit import acting_as, current_actor
 from celery_quartz.calendars import Calendar
 from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.config import Settings
@@ -25,10 +27,29 @@ from celery_quartz.errors import (
 )
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.pausing import PauseRecord, PauseRequest, caller_principal
+from celery_quartz.pausing import PauseRecord, PauseRequest
 from celery_quartz.routing import Unserved
 from celery_quartz.store import ClientStore, open_store
 from celery_quartz.triggers.base import Trigger, TriggerDetailsUpdate
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _audited(
+    method: Callable[Concatenate[Quartz, P], R],
+) -> Callable[Concatenate[Quartz, P], R]:
+    """A write of the client: recorded in the audit as the client's ``principal`` when it has
+    one (else as :func:`celery_quartz.audit.current_actor`)."""
+
+    @functools.wraps(method)
+    def write(self: Quartz, *args: P.args, **kwargs: P.kwargs) -> R:
+        if self.principal is None:
+            return method(self, *args, **kwargs)
+        with acting_as(self.principal, "client"):
+            return method(self, *args, **kwargs)
+
+    return write
 
 
 class Quartz:
@@ -41,9 +62,17 @@ class Quartz:
         clock: Clock | None = None,
         store: ClientStore | None = None,
         settings: Settings | None = None,
+        principal: str | None = None,
     ) -> None:
         #: The Celery app whose registered tasks jobs may name.
         self.app = app
+        #: Who the audit records this client's writes as (through ``client``); None: the actor
+        #: of the moment (:func:`celery_quartz.audit.acting_as`), by default the OS user.
+        self.principal = principal
+        if principal is not None:
+            from celery_quartz.audit import Actor
+
+            Actor(principal, "client")  # a bad principal is refused here, not at a write
         #: The ``quartz_*`` settings (``settings``, or read from the app's configuration).
         self.settings = settings or Settings.from_app(app)
         #: Where "now" comes from (``trigger_job``'s start time); the system clock by default.
@@ -76,6 +105,7 @@ class Quartz:
             requested_by=requested_by,
         )
 
+    @_audited
     def schedule_jobs(
         self,
         items: Iterable[tuple[Job, Sequence[Trigger]]],
@@ -97,6 +127,7 @@ class Quartz:
                 self._attach(trigger, job.key)
         self.store.store_jobs_and_triggers(items, replace=replace, paused=request)
 
+    @_audited
     def add_job(self, job: Job, *, replace: bool = False) -> None:
         """Store a job with no trigger; it must be ``durable`` (Quartz refuses otherwise)."""
         self._check_job(job)
@@ -104,20 +135,24 @@ class Quartz:
             raise ValidationError(f"job {job.key}: a job stored without a trigger must be durable")
         self.store.store_jobs_and_triggers([(job, [])], replace=replace)
 
+    @_audited
     def schedule_trigger(self, trigger: Trigger) -> None:
         """Store a trigger for a job already stored (its ``job_key``)."""
         if trigger.job_key is None:
             raise InvalidTriggerError(f"trigger {trigger.key} names no job (job_key)")
         self.store.store_jobs_and_triggers([(None, [trigger])])
 
+    @_audited
     def unschedule_job(self, key: TriggerKey) -> bool:
         """Remove a trigger (and its job, if not durable and now without triggers)."""
         return self.store.remove_trigger(key)
 
+    @_audited
     def reschedule_job(self, key: TriggerKey, new_trigger: Trigger) -> bool:
         """Replace the trigger ``key`` by ``new_trigger`` for the same job; False if not stored."""
         return self.store.replace_trigger(key, new_trigger)
 
+    @_audited
     def update_trigger(self, key: TriggerKey, *, dry_run: bool = False, **changes: Any) -> Trigger:
         """Edit the stored trigger ``key`` in place and return it as stored (``dry_run``: as it
         would be; nothing is written). The editable details are the schedule (``cron`` and
@@ -131,6 +166,7 @@ class Quartz:
         edit = TriggerEdit.of(**changes)
         return self.store.edit_trigger(key, edit, dry_run=dry_run)
 
+    @_audited
     def update_trigger_details(self, key: TriggerKey, update: TriggerDetailsUpdate) -> None:
         """Change details of the stored trigger ``key`` in place, without rescheduling it: its
         fire times, state and counts stay as they are. Re-pins a trigger with
@@ -142,10 +178,12 @@ class Quartz:
             )
         self.store.update_trigger_details(key, update)
 
+    @_audited
     def delete_job(self, key: JobKey) -> bool:
         """Remove a job and all its triggers; False if it was not stored."""
         return self.store.remove_job(key)
 
+    @_audited
     def trigger_job(self, key: JobKey, data: dict | None = None) -> Trigger:
         """Fire a stored job now, once, through the cluster (a one-shot trigger)."""
         from celery_quartz.triggers import SimpleTrigger
@@ -165,6 +203,7 @@ class Quartz:
 
     # -- pausing ---------------------------------------------------------------------------------
 
+    @_audited
     def pause_trigger(
         self, key: TriggerKey, *, reason: str | None = None, requested_by: str | None = None
     ) -> None:
@@ -178,6 +217,7 @@ class Quartz:
         self._require_trigger(key)
         self.store.pause_trigger(key, request)
 
+    @_audited
     def pause_triggers(
         self,
         keys: Iterable[TriggerKey],
@@ -193,6 +233,7 @@ class Quartz:
             self._require_trigger(key)
         self.store.pause_triggers(keys, request)
 
+    @_audited
     def resume_triggers(self, keys: Iterable[TriggerKey]) -> None:
         """Resume each of the paused triggers ``keys``, in one transaction (as
         :meth:`resume_trigger`). Raises :class:`TriggerNotFoundError` naming the first that is
@@ -202,6 +243,7 @@ class Quartz:
             self._require_trigger(key)
         self.store.resume_triggers(keys)
 
+    @_audited
     def resume_trigger(self, key: TriggerKey) -> None:
         """Resume the paused trigger ``key``; one the pause made late by more than the misfire
         threshold follows its misfire instruction. A trigger that is not paused stays as it is
@@ -210,6 +252,7 @@ class Quartz:
         self._require_trigger(key)
         self.store.resume_trigger(key)
 
+    @_audited
     def pause_job(
         self, key: JobKey, *, reason: str | None = None, requested_by: str | None = None
     ) -> None:
@@ -219,12 +262,14 @@ class Quartz:
         self._require_job(key)
         self.store.pause_job(key, request)
 
+    @_audited
     def resume_job(self, key: JobKey) -> None:
         """Resume every paused trigger of the job ``key`` (as :meth:`resume_trigger` resumes
         one). Raises :class:`JobNotFoundError` naming ``key`` when it is not stored."""
         self._require_job(key)
         self.store.resume_job(key)
 
+    @_audited
     def pause_trigger_group(
         self, group: str, *, reason: str | None = None, requested_by: str | None = None
     ) -> None:
@@ -232,15 +277,18 @@ class Quartz:
         shows the group's reason)."""
         self.store.pause_trigger_group(group, self._pause_request(reason, requested_by))
 
+    @_audited
     def resume_trigger_group(self, group: str) -> None:
         """Resume every paused trigger of ``group``, and stop pausing the triggers stored in it
         later; a trigger the pause made late follows its misfire instruction."""
         self.store.resume_trigger_group(group)
 
+    @_audited
     def pause_all(self, *, reason: str | None = None, requested_by: str | None = None) -> None:
         """Pause every trigger group, and every trigger stored later (Quartz's PauseAll)."""
         self.store.pause_all(self._pause_request(reason, requested_by))
 
+    @_audited
     def resume_all(self) -> None:
         """Resume every paused trigger, and stop pausing triggers stored later (ResumeAll);
         a trigger the pause made late follows its misfire instruction."""
@@ -256,8 +304,9 @@ class Quartz:
         return self.store.paused_group_records()
 
     def _pause_request(self, reason: str | None, requested_by: str | None) -> PauseRequest:
-        return PauseRequest.checked(reason, requested_by or caller_principal())
+        return PauseRequest.checked(reason, requested_by or current_actor().principal)
 
+    @_audited
     def reset_trigger_from_error_state(self, *keys: TriggerKey) -> int:
         """Return triggers in ERROR (their job's task was missing when they came due) to their
         schedule; the number reset."""
@@ -265,6 +314,7 @@ class Quartz:
 
     # -- calendars -------------------------------------------------------------------------------
 
+    @_audited
     def add_calendar(self, name: str, calendar: Calendar, *, replace: bool = False) -> None:
         """Store ``calendar`` under ``name`` for triggers to name in ``calendar_name`` (Quartz's
         ``AddCalendar``). Raises :class:`~celery_quartz.errors.ObjectAlreadyExistsError` when one
@@ -288,6 +338,7 @@ class Quartz:
         """The names of the stored calendars, sorted."""
         return sorted(self.store.calendars())
 
+    @_audited
     def delete_calendar(self, name: str) -> bool:
         """Remove the calendar ``name``; False when none is stored. Raises
         :class:`~celery_quartz.errors.CalendarInUseError` naming a trigger that still uses it."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
+from celery_quartz.audit import DEFAULT_REDACT_KEYS
 from celery_quartz.errors import ConfigurationError
 from celery_quartz.history import DEFAULT_HISTORY_RETENTION
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
@@ -130,8 +131,8 @@ class Settings:
     #: registered task.
     dashboard_allowed_tasks: Any = field(default=None, compare=False)
     #: Job and trigger data under keys matching this regular expression (case-insensitive)
-    #: are shown redacted.
-    dashboard_redact_keys: str = "password|passwd|secret|token|key|credential|auth"
+    #: are shown redacted, and recorded redacted in the audit.
+    dashboard_redact_keys: str = DEFAULT_REDACT_KEYS
     #: A BLOCKED trigger this many seconds past its fire time is listed as owed.
     dashboard_blocked_threshold: float = 300.0
     #: Seconds between the pages' live refreshes; 0 turns them off.

@@ -6,7 +6,6 @@ and who asked (``requested_by``); the store adds when (``paused_at``). Resuming 
 
 from __future__ import annotations
 
-import getpass
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -57,11 +56,3 @@ class PauseRecord:
     reason: str | None
     requested_by: str | None
     paused_at: datetime
-
-
-def caller_principal() -> str:
-    """Who a pause is requested by when the caller does not say: this process's OS user."""
-    try:
-        return getpass.getuser()
-    except Exception:  # no user name in this environment (a container without /etc/passwd)
-        return "unknown"

@@ -10,11 +10,11 @@ the dashboard's framework nor the CLI's is imported here.
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from celery_quartz.audit import Redaction
 from celery_quartz.clock import to_millis
 from celery_quartz.firing import Firing
 from celery_quartz.job import Job
@@ -27,24 +27,12 @@ from celery_quartz.triggers.base import Trigger
 REDACTED = "***"
 
 
-class Redactor:
+class Redactor(Redaction):
     """Replaces the values under keys matching ``pattern`` (at any depth, in any case) by
-    ``***``; an empty pattern replaces none."""
+    ``***``; an empty pattern replaces none (the audit's redaction, shown the dashboard's way)."""
 
     def __init__(self, pattern: str) -> None:
-        self.pattern = re.compile(pattern, re.IGNORECASE) if pattern else None
-
-    def __call__(self, value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {
-                k: REDACTED
-                if self.pattern is not None and isinstance(k, str) and self.pattern.search(k)
-                else self(v)
-                for k, v in value.items()
-            }
-        if isinstance(value, (list, tuple)):
-            return [self(v) for v in value]
-        return value
+        super().__init__(pattern, marker=REDACTED)
 
 
 #: Shows every value (the CLI's).

@@ -19,3 +19,23 @@ def store_at(
     return open_store(
         Settings(store_url=url, scheduler_name=scheduler_name), clock=clock, **options
     )
+
+
+def audit_rows(store: SqlStore, **where: Any) -> list[dict[str, Any]]:
+    """The audit rows of ``store``'s scheduler name, oldest first, by a plain SELECT (the
+    columns as stored; ``changes`` decoded): every row, or those whose columns equal
+    ``where``'s values (``action="pause_trigger"``)."""
+    import json
+
+    from sqlalchemy import select
+
+    a = store.tables.audit
+    query = select(a).where(
+        a.c.sched_name == store.scheduler_name, *(a.c[k] == v for k, v in where.items())
+    )
+    with store.transaction() as conn:
+        rows = conn.execute(query.order_by(a.c.audit_id)).all()
+    return [
+        {**row._asdict(), "changes": None if row.changes is None else json.loads(row.changes)}
+        for row in rows
+    ]

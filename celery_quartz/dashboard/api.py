@@ -258,7 +258,9 @@ def _writer(d: Dashboard, action: str, work: Callable[..., Any], *path: str) -> 
         body = await json_object(request)
         args = [request.path_params[p] for p in path]
         try:
-            result = await run_in_threadpool(work, target.client, *args, body)
+            result = await run_in_threadpool(
+                d.acting(request, "api", work, cookie=False), target.client, *args, body
+            )
         except QuartzError as error:
             raise from_quartz_error(error) from None
         return JSONResponse(result)

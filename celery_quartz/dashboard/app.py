@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from celery import Celery
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from celery_quartz.audit import acting_as
 from celery_quartz.clock import Clock
 from celery_quartz.config import Settings
 from celery_quartz.dashboard.actions import HttpError
@@ -26,6 +27,8 @@ logger = logging.getLogger(__name__)
 
 SESSION_COOKIE = "cq_session"
 TOKEN_COOKIE = "cq_token"
+#: The audit's principal of a write no token names (a policy that lets anyone write).
+ANONYMOUS = "anonymous"
 
 
 class Dashboard:
@@ -77,6 +80,20 @@ class Dashboard:
         if target is None:
             raise HttpError(404, "not_found", f"no scheduler named {scheduler!r} in the store")
         return target
+
+    def acting(
+        self, request: Request, via: str, work: Callable[..., Any], *, cookie: bool
+    ) -> Callable[..., Any]:
+        """``work``, its writes audited as the request's principal through ``via`` (``api``,
+        ``dashboard``), in whichever thread it runs."""
+
+        def run(*args: Any) -> Any:
+            principal, _ = self.principal(request, cookie=cookie)
+            name = principal.name if principal is not None else ""
+            with acting_as(name if name.strip() else ANONYMOUS, via):
+                return work(*args)
+
+        return run
 
     def readable(self, request: Request, *, cookie: bool) -> list[str]:
         """The scheduler names the request may read."""

@@ -357,11 +357,12 @@ def routes(d: Dashboard) -> list[BaseRoute]:
             body = {"reason": form.get("reason")}
         elif verb == "edit":
             body = _edit_form(form)
+        audited = d.acting(request, "dashboard", work, cookie=True)
         try:
             if kind == "groups":
-                await run_in_threadpool(work, target.client, p["group"], body)
+                await run_in_threadpool(audited, target.client, p["group"], body)
             else:
-                await run_in_threadpool(work, target.client, p["group"], p["name"], body)
+                await run_in_threadpool(audited, target.client, p["group"], p["name"], body)
         except QuartzError as error:
             raise from_quartz_error(error) from None
         back = form.get("back", "")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from celery_quartz.audit import acting_as
 from celery_quartz.celery_schedules import trigger_from_celery_schedule
 from celery_quartz.definitions import owned_group
 from celery_quartz.errors import QuartzError, ValidationError
@@ -243,12 +244,17 @@ def run_import(
             report.skipped[entry.name] = _reason(entry.name, exc)
             continue
         any_disabled = any_disabled or not entry.enabled
-    if not dry_run and any_disabled and disabled_group(group) not in store.paused_trigger_groups():
-        # Paused before the import's transaction, so its disabled triggers are stored PAUSED
-        # in it; pausing a group is idempotent and a group with no trigger changes nothing.
-        store.pause_trigger_group(disabled_group(group))
     data = owned_group(f"import:{source}", group, defined)
-    changes = store.apply_scheduling_data([data], now, dry_run=dry_run).by_job()
+    with acting_as(f"import:{source}", "import"):
+        if (
+            not dry_run
+            and any_disabled
+            and disabled_group(group) not in store.paused_trigger_groups()
+        ):
+            # Paused before the import's transaction, so its disabled triggers are stored PAUSED
+            # in it; pausing a group is idempotent and a group with no trigger changes nothing.
+            store.pause_trigger_group(disabled_group(group))
+        changes = store.apply_scheduling_data([data], now, dry_run=dry_run).by_job()
     report.added = [k.name for k in changes.added]
     report.updated = [k.name for k in changes.updated]
     report.removed = [k.name for k in changes.removed]

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from celery_quartz.audit import acting_as
 from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.definitions import Plan, Problems, SchedulingData, Where
 from celery_quartz.errors import QuartzError, SchedulingFileError, UnknownTaskError
@@ -159,7 +160,8 @@ def load_scheduling_files(
     files = [data for data in read if data is not None]
     check_tasks(app, files)
     now = (clock or store.clock or SystemClock()).now()
-    result = store.apply_scheduling_data(files, now, dry_run=dry_run)
+    with acting_as(file_principal(paths), "file"):
+        result = store.apply_scheduling_data(files, now, dry_run=dry_run)
     logger.info(
         "scheduling files %s%s: %s",
         ", ".join(os.fspath(p) for p in paths),
@@ -167,6 +169,12 @@ def load_scheduling_files(
         result.summary(),
     )
     return result
+
+
+def file_principal(paths: Sequence[str | os.PathLike[str]]) -> str:
+    """Who the audit records a load of ``paths`` as: ``file:<file name>`` (the names, comma
+    separated, when several files load together)."""
+    return "file:" + ",".join(os.path.basename(os.fspath(p)) for p in paths)
 
 
 def export_scheduling_data(store: JobStore, format: str) -> str:

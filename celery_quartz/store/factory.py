@@ -53,6 +53,7 @@ def open_store(
         misfire_threshold=settings.misfire_threshold,
         checkin_misfire_threshold=settings.checkin_misfire_threshold,
         record_history=settings.records_history,
+        redact_keys=settings.dashboard_redact_keys,
         # A leader frozen inside a transaction (a paused VM) would hold its row locks, and its
         # successor's epoch and recovery pass with them, until it resumed: the database ends
         # that transaction within the lock timeout, the bound on a failover.

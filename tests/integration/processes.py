@@ -83,6 +83,17 @@ class Processes:
             argv += ["-Q", queues]
         return self._start(name, argv + (extra or []), app)
 
+    def command(self, name: str, *argv: str, timeout: float = 60) -> tuple[int, str]:
+        """Run a Celery command of the app (``quartz pause trigger …``) to its end: its exit
+        code and its output."""
+        proc = self._start(name, list(argv))
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(name)
+            raise
+        return code, self.log(name)
+
     def flower(self, name: str, port: int) -> subprocess.Popen[bytes]:
         """Flower's web server on 127.0.0.1:``port``, watching the app's broker."""
         return self._start(name, ["flower", f"--port={port}", "--address=127.0.0.1"])

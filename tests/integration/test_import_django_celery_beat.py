@@ -27,6 +27,7 @@ from celery_quartz.keys import TriggerKey
 from celery_quartz.store import open_store
 from celery_quartz.triggers.base import Trigger
 from tests.services import PostgresServer
+from tests.stores import audit_rows
 
 UTC = timezone.utc
 HOUR = timedelta(hours=1)
@@ -296,6 +297,42 @@ def test_tasks_import_with_django_celery_beat_fire_times(
     assert changed["removed"] == ["quarter hour"]
     triggers = json.loads(run(app, "triggers", "--group", "django_celery_beat", "--json").output)
     assert "paused report" in [t["key"]["name"] for t in triggers["items"]]
+
+
+def test_an_import_is_audited_as_import_django_celery_beat_with_what_changed(
+    app: Celery, django_databases: dict[str, str]
+) -> None:
+    from django_celery_beat.models import PeriodicTask
+
+    _create_tasks("pg", datetime.now(UTC).replace(microsecond=0))
+    url = django_databases["pg"]
+    assert run(app, "import", "django-celery-beat", "--url", url).exit_code == 0
+    store = open_store(Settings.from_app(app))
+    try:
+        added = audit_rows(store)
+        assert {(r["principal"], r["via"]) for r in added} == {
+            ("import:django-celery-beat", "import")
+        }
+        assert len([r for r in added if r["action"] == "schedule_job"]) == 6
+        assert run(app, "import", "django-celery-beat", "--url", url).exit_code == 0
+        assert audit_rows(store) == added  # unchanged: nothing recorded
+        PeriodicTask.objects.using("pg").filter(name="weekday report").update(
+            kwargs='{"kind": "weekly"}'
+        )
+        PeriodicTask.objects.using("pg").filter(name="quarter hour").delete()
+        assert run(app, "import", "django-celery-beat", "--url", url).exit_code == 0
+        changed = audit_rows(store)[len(added) :]
+    finally:
+        store.dispose()
+    assert {(r["principal"], r["via"]) for r in changed} == {
+        ("import:django-celery-beat", "import")
+    }
+    by_action = {(r["action"], r["target"]): r["changes"] for r in changed}
+    assert by_action[("replace_job", "django_celery_beat.weekday report")] == {
+        "kwargs.kind": ["daily", "weekly"]
+    }
+    assert ("remove_job", "django_celery_beat.quarter hour") in by_action
+    assert ("remove_trigger", "django_celery_beat.quarter hour") in by_action
 
 
 def test_a_database_without_django_celery_beat_says_so(app: Celery, tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from celery_quartz.cli import quartz
 from celery_quartz.config import Settings
 from celery_quartz.keys import TriggerKey
 from celery_quartz.store import open_store
+from tests.stores import audit_rows
 
 UTC = timezone.utc
 PREFIX = "legacy:"
@@ -136,6 +137,31 @@ def test_entries_import_with_redbeat_fire_times(app: Celery, redis_url: str) -> 
     again = json.loads(run(app, *args, "--json").output)
     assert again["added"] == again["updated"] == again["removed"] == []
     assert len(again["unchanged"]) == 3
+
+
+def test_an_import_is_audited_as_import_redbeat_and_an_unchanged_one_not(
+    app: Celery, redis_url: str
+) -> None:
+    _save_entries(app, datetime.now(UTC).replace(microsecond=0))
+    args = ["import", "redbeat", "--redis-url", redis_url, "--key-prefix", PREFIX]
+    assert run(app, *args).exit_code == 0
+    store = open_store(Settings.from_app(app))
+    try:
+        rows = audit_rows(store)
+        assert {(r["principal"], r["via"]) for r in rows} == {("import:redbeat", "import")}
+        assert sorted((r["action"], r["target"]) for r in rows) == [
+            ("pause_group", "redbeat.disabled"),
+            ("schedule_job", "redbeat.every 45 minutes"),
+            ("schedule_job", "redbeat.switched off"),
+            ("schedule_job", "redbeat.three-hourly"),
+            ("schedule_trigger", "redbeat.disabled.switched off"),
+            ("schedule_trigger", "redbeat.every 45 minutes"),
+            ("schedule_trigger", "redbeat.three-hourly"),
+        ]
+        assert run(app, *args).exit_code == 0
+        assert audit_rows(store) == rows
+    finally:
+        store.dispose()
 
 
 def _last_run_off_the_hour(now: datetime) -> datetime:

@@ -87,6 +87,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "domain",
         (
             "affinity",
+            "audit",
             "calendars",
             "celery_schedules",
             "clock",

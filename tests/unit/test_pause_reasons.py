@@ -10,9 +10,10 @@ import pytest
 from celery import Celery
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
+from celery_quartz.audit import current_actor
 from celery_quartz.clock import FakeClock
 from celery_quartz.errors import TriggerNotFoundError, ValidationError
-from celery_quartz.pausing import PauseRecord, caller_principal
+from celery_quartz.pausing import PauseRecord
 from celery_quartz.store import SqlStore, TriggerState
 from tests.unit.conftest import T0, at
 
@@ -59,7 +60,7 @@ def test_a_paused_trigger_keeps_its_reason_who_and_when_and_the_resume_clears_th
 def test_requested_by_defaults_to_the_callers_principal(quartz: Quartz) -> None:
     key = _schedule(quartz, "nightly")
     quartz.pause_trigger(key)
-    assert _pause(quartz, key) == PauseRecord(None, caller_principal(), T0)
+    assert _pause(quartz, key) == PauseRecord(None, current_actor().principal, T0)
 
 
 def test_pausing_again_keeps_the_latest_record(quartz: Quartz, clock: FakeClock) -> None:
@@ -115,7 +116,7 @@ def test_pause_all_pauses_every_trigger_and_those_stored_later(quartz: Quartz) -
 def test_schedule_job_paused_stores_the_trigger_paused_with_its_reason(quartz: Quartz) -> None:
     key = _schedule(quartz, "held", paused=True, pause_reason="waiting for sign-off")
     assert quartz.get_trigger_state(key) == TriggerState.PAUSED
-    assert _pause(quartz, key) == PauseRecord("waiting for sign-off", caller_principal(), T0)
+    assert _pause(quartz, key) == PauseRecord("waiting for sign-off", current_actor().principal, T0)
     quartz.resume_trigger(key)
     assert quartz.get_trigger_state(key) == TriggerState.WAITING
 

@@ -17,9 +17,9 @@ from celery import Celery
 from click.testing import CliRunner, Result
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
+from celery_quartz.audit import current_actor
 from celery_quartz.cli import quartz
 from celery_quartz.dashboard import create_app
-from celery_quartz.pausing import caller_principal
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -78,11 +78,11 @@ def test_each_pause_verb_takes_a_reason_shown_by_triggers_json(app: Celery) -> N
     assert pauses["reports.b"] is None
     a, c = pauses["reports.a"], pauses["other.c"]
     assert a is not None and c is not None
-    assert (a["reason"], a["requested_by"]) == ("disk full", caller_principal())
-    assert (c["reason"], c["requested_by"]) == ("quarter close", caller_principal())
+    assert (a["reason"], a["requested_by"]) == ("disk full", current_actor().principal)
+    assert (c["reason"], c["requested_by"]) == ("quarter close", current_actor().principal)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT.*", str(a["paused_at"]))
     table = run(app, "triggers").output
-    assert f"PAUSED (disk full, by {caller_principal()})" in table
+    assert f"PAUSED (disk full, by {current_actor().principal})" in table
     assert run(app, "resume", "trigger", "a", "-g", "reports").exit_code == 0
     assert _pauses(app)["reports.a"] is None
 

@@ -28,6 +28,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
 
+from celery_quartz.audit import DEFAULT_REDACT_KEYS
 from celery_quartz.clock import Clock
 from celery_quartz.errors import ConfigurationError
 from celery_quartz.hooks import StoreHooks, StoreOperation, call_safely
@@ -46,6 +47,7 @@ from celery_quartz.store.abc import (
 from celery_quartz.store.engine import create_store_engine
 from celery_quartz.store.records import NONE_STATE, Fence
 from celery_quartz.store.schema import Tables
+from celery_quartz.store.sql._audit import AuditTrail
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._firings import FiringEnds
@@ -127,6 +129,7 @@ class SqlStore(Store):
         misfire_threshold: float = DEFAULT_MISFIRE_THRESHOLD,
         checkin_misfire_threshold: float = DEFAULT_CHECKIN_MISFIRE_THRESHOLD,
         record_history: bool = True,
+        redact_keys: str = DEFAULT_REDACT_KEYS,
     ) -> None:
         """Open the store of ``scheduler_name`` on ``url`` (or on an existing ``engine``).
 
@@ -143,7 +146,9 @@ class SqlStore(Store):
         worker) keeps one each rather than opening and closing the rest every time.
         ``idle_transaction_timeout`` (seconds, PostgreSQL) ends a session left idle inside a
         transaction that long (:func:`~celery_quartz.store.engine.create_store_engine`).
-        ``record_history`` off writes no run history (``quartz_history_retention = 0``)."""
+        ``record_history`` off writes no run history (``quartz_history_retention = 0``).
+        ``redact_keys`` is the regular expression of the keys whose values the audit records
+        as ``[redacted]`` (``quartz_dashboard_redact_keys``)."""
         if engine is None:
             if url is None:
                 raise ConfigurationError(
@@ -171,8 +176,9 @@ class SqlStore(Store):
         ends = FiringEnds(sql, rows, definitions)
         #: What every role object builds on.
         self.context = sql
-        self.jobs = JobsSql(sql, rows, definitions)
-        self.pauses = PausesSql(sql, rows, definitions)
+        audit = AuditTrail(sql, redact_keys)
+        self.jobs = JobsSql(sql, rows, definitions, audit)
+        self.pauses = PausesSql(sql, rows, definitions, audit)
         self.scheduling = SchedulingSql(sql, rows, definitions, ends)
         self.cluster = ClusterSql(sql, definitions, ends)
         self.worker = WorkerSql(sql, ends)

@@ -18,6 +18,7 @@ from sqlalchemy import (
     update,
 )
 
+from celery_quartz.audit import Changes
 from celery_quartz.clock import from_millis, to_millis
 from celery_quartz.errors import (
     InvalidTriggerError,
@@ -36,6 +37,7 @@ from celery_quartz.store.sql._rows import (
     PAUSE_COLUMNS,
     Rows,
     initial_state,
+    job_from_row,
     trigger_from_row,
 )
 from celery_quartz.triggers.base import (
@@ -54,10 +56,18 @@ class Definitions:
         #: The run history's rows: a misfire is recorded where it is decided.
         self.history = HistoryRows(sql)
 
-    def delete_job(self, conn: Connection, key: JobKey) -> bool:
+    def delete_job(self, conn: Connection, key: JobKey, changes: Changes | None = None) -> bool:
+        """Delete a job and its triggers; each recorded in ``changes`` when given (the audit)."""
         t, j = self.sql.tables.triggers, self.sql.tables.jobs
-        conn.execute(delete(t).where(self.sql.triggers_of_job(key)))
-        return conn.execute(delete(j).where(self.sql.job_key(key))).rowcount > 0
+        if changes is None:
+            conn.execute(delete(t).where(self.sql.triggers_of_job(key)))
+            return conn.execute(delete(j).where(self.sql.job_key(key))).rowcount > 0
+        for row in conn.execute(delete(t).where(self.sql.triggers_of_job(key)).returning(t)):
+            changes.trigger("remove_trigger", trigger_from_row(row), None)
+        job = conn.execute(delete(j).where(self.sql.job_key(key)).returning(j)).first()
+        if job is not None:
+            changes.job("remove_job", job_from_row(job), None)
+        return job is not None
 
     def store_trigger(
         self, conn: Connection, trigger: Trigger, replace: bool, now: datetime
@@ -173,17 +183,24 @@ class Definitions:
         if new:
             conn.execute(insert(table), new)
 
-    def remove_trigger(self, conn: Connection, key: TriggerKey) -> bool:
+    def remove_trigger(
+        self, conn: Connection, key: TriggerKey, changes: Changes | None = None
+    ) -> bool:
+        """Remove a trigger, and its job when that is not durable and now has no trigger; each
+        recorded in ``changes`` when given (the audit)."""
         t = self.sql.tables.triggers
-        row = conn.execute(
-            delete(t).where(self.sql.trigger_key(key)).returning(t.c.job_name, t.c.job_group)
-        ).first()
+        returned = (t.c.job_name, t.c.job_group) if changes is None else (t,)
+        row = conn.execute(delete(t).where(self.sql.trigger_key(key)).returning(*returned)).first()
         if row is None:
             return False
-        self.delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
+        if changes is not None:
+            changes.trigger("remove_trigger", trigger_from_row(row), None)
+        self.delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group), changes)
         return True
 
-    def delete_job_if_orphaned(self, conn: Connection, key: JobKey) -> None:
+    def delete_job_if_orphaned(
+        self, conn: Connection, key: JobKey, changes: Changes | None = None
+    ) -> None:
         t, j = self.sql.tables.triggers, self.sql.tables.jobs
         remaining = conn.execute(
             select(func.count())
@@ -195,7 +212,13 @@ class Definitions:
             )
         ).scalar_one()
         if remaining == 0:
-            conn.execute(delete(j).where(self.sql.job_key(key), j.c.is_durable.is_(False)))
+            orphan = delete(j).where(self.sql.job_key(key), j.c.is_durable.is_(False))
+            if changes is None:
+                conn.execute(orphan)
+                return
+            row = conn.execute(orphan.returning(j)).first()
+            if row is not None:
+                changes.job("remove_job", job_from_row(row), None)
 
     def apply_misfire(
         self,

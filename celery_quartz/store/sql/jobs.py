@@ -13,13 +13,13 @@ from sqlalchemy import (
     Connection,
     and_,
     delete,
-    func,
     insert,
     select,
     text,
     update,
 )
 
+from celery_quartz.audit import Changes
 from celery_quartz.clock import to_millis
 from celery_quartz.definitions import (
     ALL_GROUPS,
@@ -46,6 +46,7 @@ from celery_quartz.store.records import NONE_STATE
 from celery_quartz.store.schema import (
     TriggerState,
 )
+from celery_quartz.store.sql._audit import AuditTrail
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._rows import (
@@ -64,17 +65,25 @@ from celery_quartz.triggers.base import (
 
 logger = logging.getLogger(__name__)
 
+#: Each trigger whose state a pause or a resume moved: (state before, state after).
+#: The columns :meth:`JobsSql.update_trigger_details` may change.
+_DETAILS = ("description", "preferred_node", "preferred_node_auto")
+
 #: A load that adds at least this many jobs refreshes PostgreSQL's planner statistics.
 _ANALYZE_AFTER_ROWS = 1000
 
 
 class JobsSql(JobStore):
-    """The client's role on the SQL tables."""
+    """The client's role on the SQL tables. Every write records its changes in the audit
+    (:class:`~celery_quartz.store.sql._audit.AuditTrail`) before it commits."""
 
-    def __init__(self, sql: SqlContext, rows: Rows, definitions: Definitions) -> None:
+    def __init__(
+        self, sql: SqlContext, rows: Rows, definitions: Definitions, audit: AuditTrail
+    ) -> None:
         self.sql = sql
         self.rows = rows
         self.definitions = definitions
+        self.audit = audit
         self.clock = sql.clock
         self.max_data_bytes = sql.max_data_bytes
 
@@ -88,9 +97,22 @@ class JobsSql(JobStore):
         jobs = [job for job, _ in items if job is not None]
         triggers = [trigger for _, item_triggers in items for trigger in item_triggers]
         with self.sql.transaction() as conn:
+            stored_jobs, stored_triggers = (
+                _stored(conn, self.sql, self.rows, jobs, triggers) if replace else ({}, {})
+            )
             self.definitions.store_many(
                 conn, jobs, triggers, replace, self.sql.clock.now(), paused=paused
             )
+            changes = self.audit.changes()
+            for job in jobs:
+                before = stored_jobs.get(job.key)
+                changes.job("schedule_job" if before is None else "replace_job", before, job)
+            for trigger in triggers:
+                old = stored_triggers.get(trigger.key)
+                changes.trigger(
+                    "schedule_trigger" if old is None else "replace_trigger", old, trigger
+                )
+            self.audit.write(conn, changes)
 
     def store_calendar(self, name: str, calendar: Any, *, replace: bool = False) -> None:
         c = self.sql.tables.calendars
@@ -99,16 +121,22 @@ class JobsSql(JobStore):
         )
         clause = and_(self.sql.scoped(c), c.c.calendar_name == name)
         with self.sql.transaction() as conn:
-            if conn.execute(select(c.c.calendar_name).where(clause)).first() is not None:
+            changes = self.audit.changes()
+            stored = conn.execute(select(c.c.calendar).where(clause)).first()
+            if stored is not None:
                 if not replace:
                     raise ObjectAlreadyExistsError(f"calendar {name!r} already exists")
                 conn.execute(update(c).where(clause).values(calendar=encoded))
+                before = json.loads(stored.calendar)
+                changes.add("replace_calendar", "calendar", name, before, json.loads(encoded))
             else:
                 conn.execute(
                     insert(c).values(
                         sched_name=self.sql.scheduler_name, calendar_name=name, calendar=encoded
                     )
                 )
+                changes.add("store_calendar", "calendar", name, None, json.loads(encoded))
+            self.audit.write(conn, changes)
 
     def retrieve_calendar(self, name: str) -> Any | None:
         from celery_quartz.calendars import calendar_from_dict
@@ -132,11 +160,17 @@ class JobsSql(JobStore):
                 raise CalendarInUseError(
                     f"calendar {name!r} is used by trigger {user.trigger_group}.{user.trigger_name}"
                 )
-            return bool(
-                conn.execute(
-                    delete(c).where(self.sql.scoped(c), c.c.calendar_name == name)
-                ).rowcount
-            )
+            removed = conn.execute(
+                delete(c)
+                .where(self.sql.scoped(c), c.c.calendar_name == name)
+                .returning(c.c.calendar)
+            ).first()
+            if removed is None:
+                return False
+            changes = self.audit.changes()
+            changes.add("remove_calendar", "calendar", name, json.loads(removed.calendar), None)
+            self.audit.write(conn, changes)
+            return True
 
     def retrieve_job(self, key: JobKey) -> Job | None:
         j = self.sql.tables.jobs
@@ -184,11 +218,17 @@ class JobsSql(JobStore):
 
     def remove_trigger(self, key: TriggerKey) -> bool:
         with self.sql.transaction() as conn:
-            return self.definitions.remove_trigger(conn, key)
+            changes = self.audit.changes()
+            removed = self.definitions.remove_trigger(conn, key, changes)
+            self.audit.write(conn, changes)
+            return removed
 
     def remove_job(self, key: JobKey) -> bool:
         with self.sql.transaction() as conn:
-            return self.definitions.delete_job(conn, key)
+            changes = self.audit.changes()
+            removed = self.definitions.delete_job(conn, key, changes)
+            self.audit.write(conn, changes)
+            return removed
 
     def update_trigger_details(self, key: TriggerKey, details: TriggerDetailsUpdate) -> None:
         """A firing already acquired keeps the pin it recorded; when the pin changed, that
@@ -200,32 +240,39 @@ class JobsSql(JobStore):
         if details.preferred_node is not UNCHANGED:
             values.update(pin_columns(details.preferred_node))
         with self.sql.transaction() as conn:
-            if values:
-                found = conn.execute(
+            before = conn.execute(
+                select(*(t.c[name] for name in _DETAILS)).where(self.sql.trigger_key(key))
+            ).first()
+            if before is None or (
+                values
+                and not conn.execute(
                     update(t).where(self.sql.trigger_key(key)).values(values)
                 ).rowcount
-            else:
-                found = conn.execute(
-                    select(func.count()).select_from(t).where(self.sql.trigger_key(key))
-                ).scalar_one()
-            if not found:
+            ):
                 raise TriggerNotFoundError(f"trigger {key} is not stored")
+            changes = self.audit.changes()
+            old = dict(before._mapping)
+            changes.add("update_trigger", "trigger", key, old, {**old, **values})
+            self.audit.write(conn, changes)
 
     def replace_trigger(self, key: TriggerKey, new_trigger: Trigger) -> bool:
         t = self.sql.tables.triggers
         now = self.sql.clock.now()
         with self.sql.transaction() as conn:
-            row = conn.execute(
-                select(t.c.job_name, t.c.job_group).where(self.sql.trigger_key(key))
-            ).first()
+            row = conn.execute(select(t).where(self.sql.trigger_key(key))).first()
             if row is None:
                 return False
             if new_trigger.job_key is None:
                 new_trigger.job_key = JobKey(row.job_name, row.job_group)
             conn.execute(delete(t).where(self.sql.trigger_key(key)))
             self.definitions.store_trigger(conn, new_trigger, replace=False, now=now)
+            changes = self.audit.changes()
+            changes.trigger("replace_trigger", trigger_from_row(row), new_trigger)
             if new_trigger.job_key != JobKey(row.job_name, row.job_group):
-                self.definitions.delete_job_if_orphaned(conn, JobKey(row.job_name, row.job_group))
+                self.definitions.delete_job_if_orphaned(
+                    conn, JobKey(row.job_name, row.job_group), changes
+                )
+            self.audit.write(conn, changes)
         return True
 
     def edit_trigger(self, key: TriggerKey, edit: TriggerEdit, *, dry_run: bool = False) -> Trigger:
@@ -257,12 +304,16 @@ class JobsSql(JobStore):
                 edited.next_fire_time = trigger_from_row(row).next_fire_time
             if not dry_run:
                 conn.execute(update(t).where(self.sql.trigger_key(key)).values(values))
+                changes = self.audit.changes()
+                changes.trigger("update_trigger", trigger_from_row(row), edited)
+                self.audit.write(conn, changes)
         return edited
 
     def reset_trigger_from_error_state(self, keys: Sequence[TriggerKey]) -> int:
         t, j = self.sql.tables.triggers, self.sql.tables.jobs
         reset = 0
         with self.sql.transaction() as conn:
+            changes = self.audit.changes()
             for key in keys:
                 row = conn.execute(
                     select(t.c.trigger_state, j.c.is_nonconcurrent, t.c.job_name, t.c.job_group)
@@ -279,11 +330,17 @@ class JobsSql(JobStore):
                         row.is_nonconcurrent and self.rows.jobs_in_flight(conn, [job_key])
                     ),
                 )
-                reset += conn.execute(
+                done = conn.execute(
                     update(t)
                     .where(self.sql.trigger_key(key), t.c.trigger_state == TriggerState.ERROR)
                     .values(trigger_state=state, error_reason=None)
                 ).rowcount
+                if done:
+                    changes.add(
+                        "reset_trigger", "trigger", key, {"state": "ERROR"}, {"state": state}
+                    )
+                reset += done
+            self.audit.write(conn, changes)
         return reset
 
     # -- scheduling files -----------------------------------------------------------------------
@@ -303,13 +360,17 @@ class JobsSql(JobStore):
             if dry_run or not result.changed:
                 return result
             t = self.sql.tables.triggers
+            changes = self.audit.changes()
             for tkey in result.triggers_deleted:
-                conn.execute(delete(t).where(self.sql.trigger_key(tkey)))
+                for row in conn.execute(delete(t).where(self.sql.trigger_key(tkey)).returning(t)):
+                    changes.trigger("remove_trigger", trigger_from_row(row), None)
             for key in result.jobs_deleted:
-                self.definitions.delete_job(conn, key)
+                self.definitions.delete_job(conn, key, changes)
             self.definitions.store_many(
                 conn, result.jobs_to_write, result.triggers_to_write, True, now
             )
+            _record_plan(changes, snapshot, result)
+            self.audit.write(conn, changes)
             # A trigger scheduled relative to the one it replaced keeps the next fire time the
             # plan gave it (the store computed one from its start).
             for tkey, when in result.next_fire_times.items():
@@ -344,6 +405,46 @@ class JobsSql(JobStore):
             [job_from_row(row) for row in job_rows],
             [trigger_from_row(row) for row in trigger_rows],
         )
+
+
+def _record_plan(changes: Changes, snapshot: Snapshot, result: Plan) -> None:
+    """The audit of a load's jobs and triggers written, each against the one stored before (the
+    snapshot's); one whose definition the audit sees unchanged records nothing."""
+    for job in result.jobs_to_write:
+        before = snapshot.jobs.get(job.key)
+        changes.job("schedule_job" if before is None else "replace_job", before, job)
+    for trigger in result.triggers_to_write:
+        old = snapshot.triggers.get(trigger.key)
+        changes.trigger("schedule_trigger" if old is None else "replace_trigger", old, trigger)
+
+
+def _stored(
+    conn: Connection,
+    sql: SqlContext,
+    rows: Rows,
+    jobs: Sequence[Job],
+    triggers: Sequence[Trigger],
+) -> tuple[dict[JobKey, Job], dict[TriggerKey, Trigger]]:
+    """The stored jobs and triggers of the keys of ``jobs`` and ``triggers`` (what a replace
+    replaces, for the audit)."""
+    j, t = sql.tables.jobs, sql.tables.triggers
+    stored_jobs = {
+        job.key: job
+        for job in map(
+            job_from_row,
+            rows.by_key(conn, select(j), j.c.job_name, j.c.job_group, [x.key for x in jobs]),
+        )
+    }
+    stored_triggers = {
+        trigger.key: trigger
+        for trigger in map(
+            trigger_from_row,
+            rows.by_key(
+                conn, select(t), t.c.trigger_name, t.c.trigger_group, [x.key for x in triggers]
+            ),
+        )
+    }
+    return stored_jobs, stored_triggers
 
 
 def _read_snapshot(conn: Connection, sql: SqlContext, rows: Rows, wanted: Needs) -> Snapshot:

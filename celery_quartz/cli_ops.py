@@ -29,7 +29,9 @@ from celery_quartz.store.views import (
     MAX_PAGE,
     FiringFilter,
     JobFilter,
+    Progress,
     TriggerFilter,
+    TriggerView,
 )
 from celery_quartz.triggers.base import Trigger
 
@@ -168,6 +170,23 @@ _limit_option = click.option(
 _after_option = click.option("--after", help="The cursor a previous page printed (next page).")
 
 
+def _progress_text(progress: Progress | None) -> str:
+    """A running firing's last progress report: ``42% copying rows``."""
+    if progress is None:
+        return ""
+    text = f"{progress.percent:.0f}%"
+    return f"{text} {progress.message}" if progress.message else text
+
+
+def _state_text(view: TriggerView) -> str:
+    """A trigger's state, with its pause's reason and who paused it when it has them."""
+    pause = view.pause
+    if pause is None:
+        return view.state
+    why = f"{pause.reason}, " if pause.reason else ""
+    return f"{view.state} ({why}by {pause.requested_by})"
+
+
 def _group_option(help_text: str = "The key's group.") -> Callable[[Any], Any]:
     return click.option("-g", "--group", default=DEFAULT_GROUP, show_default=True, help=help_text)
 
@@ -271,7 +290,7 @@ def triggers(
             (
                 v.key.group,
                 v.key.name,
-                v.state,
+                _state_text(v),
                 presentation.iso(v.trigger.next_fire_time),
                 _schedule_text(v.trigger),
                 v.trigger.job_key,
@@ -329,7 +348,16 @@ def firings(
         click.echo(json.dumps({"items": items, "next_after": page.next_after}, indent=2))
         return
     _table(
-        ["fire instance", "trigger", "state", "scheduled", "scheduler", "worker", "queue"],
+        [
+            "fire instance",
+            "trigger",
+            "state",
+            "scheduled",
+            "scheduler",
+            "worker",
+            "queue",
+            "progress",
+        ],
         [
             (
                 f.fire_instance_id,
@@ -339,6 +367,7 @@ def firings(
                 f.instance_name,
                 f.worker_name,
                 f.queue,
+                _progress_text(f.progress),
             )
             for f in views
         ],
@@ -418,42 +447,65 @@ def _done(as_json: bool, verb: str, what: str, **extra: Any) -> None:
 
 def _kind_command(verb: str, description: str) -> click.Command:
     @click.command(name=verb, help=description)
-    @click.argument("kind", type=click.Choice(["trigger", "job", "group"]))
-    @click.argument("name")
-    @_group_option("The trigger's or job's group (not used for KIND group).")
+    @click.argument("kind", type=click.Choice(["trigger", "job", "group", "all"]))
+    @click.argument("name", required=False)
+    @_group_option("The trigger's or job's group (not used for KIND group or all).")
     @json_option
     @click.pass_context
-    def command(ctx: click.Context, kind: str, name: str, group: str, as_json: bool) -> None:
+    def command(
+        ctx: click.Context,
+        kind: str,
+        name: str | None,
+        group: str,
+        as_json: bool,
+        reason: str | None = None,
+    ) -> None:
+        if (name is None) != (kind == "all"):
+            raise click.UsageError(
+                f"{verb} all takes no NAME" if kind == "all" else f"{verb} {kind} needs a NAME"
+            )
+        pause = {"reason": reason} if verb == "pause" else {}
         with _store(ctx) as store:
             client = _client(ctx, store)
             extra: dict[str, Any] = {}
             if kind == "trigger":
-                key: Any = _trigger_key(name, group)
-                getattr(client, f"{verb}_trigger")(key)
+                key: Any = _trigger_key(str(name), group)
+                getattr(client, f"{verb}_trigger")(key, **pause)
                 extra["state"] = store.get_trigger_state(key)
                 _check_outcome(verb, key, extra["state"])
             elif kind == "job":
-                key = _job_key(name, group)
-                getattr(client, f"{verb}_job")(key)
-            else:
+                key = _job_key(str(name), group)
+                getattr(client, f"{verb}_job")(key, **pause)
+            elif kind == "group":
                 key = name
-                getattr(client, f"{verb}_trigger_group")(name)
-        _done(as_json, f"{verb}d", f"{kind} {key}", **extra)
+                getattr(client, f"{verb}_trigger_group")(name, **pause)
+            else:
+                key = "everything"
+                getattr(client, f"{verb}_all")(**pause)
+        if reason is not None:
+            extra["reason"] = reason
+        _done(as_json, f"{verb}d", kind if kind == "all" else f"{kind} {key}", **extra)
 
+    if verb == "pause":
+        command = click.option(
+            "--reason", help="Why (up to 250 characters): shown with the paused triggers."
+        )(command)
     return command
 
 
 pause = _command(
     _kind_command(
         "pause",
-        "Pause a trigger, every trigger of a job, or a trigger group (and triggers stored in "
-        "it later). KIND is trigger, job or group; NAME is its name (a group: its name).",
+        "Pause a trigger, every trigger of a job, a trigger group (and triggers stored in it "
+        "later), or everything. KIND is trigger, job, group or all; NAME is its name (none for "
+        "all). The pause keeps --reason, your user name and the time; resume clears them.",
     )
 )
 resume = _command(
     _kind_command(
         "resume",
-        "Resume a trigger, a job's triggers or a trigger group; KIND is trigger, job or group.",
+        "Resume a trigger, a job's triggers, a trigger group or everything; KIND is trigger, "
+        "job, group or all.",
     )
 )
 
@@ -546,6 +598,64 @@ def pin(ctx: click.Context, name: str, node: str, group: str, as_json: bool) -> 
             key, TriggerDetailsUpdate(preferred_node=preferred)
         )
     _done(as_json, "pinned", f"trigger {key}", preferred_node=node or None)
+
+
+@click.group()
+def edit() -> None:
+    """Edit a stored trigger's details in place (docs/steering.md#editing-in-place)."""
+
+
+OPERATOR_COMMANDS.append(edit)
+
+
+@edit.command(name="trigger")
+@click.argument("name")
+@_group_option("The trigger's group.")
+@click.option("--cron", help="A new Quartz cron expression (a cron trigger).")
+@click.option("--tz", "time_zone", help="A new IANA zone of the cron expression or RRULE.")
+@click.option("--interval", type=float, help="A new repeat interval in seconds (a simple trigger).")
+@click.option("--rrule", help="A new RFC 5545 rule (a recurrence trigger).")
+@click.option("--priority", type=int, help="A new priority.")
+@click.option("--misfire-instruction", help="A misfire instruction of the trigger's kind, by name.")
+@click.option("--pin", "preferred_node", help="A worker's node name, `*` (automatic) or '' (none).")
+@click.option("--execution-group", help="A new execution group ('' for none).")
+@click.option("--calendar", help="A stored calendar's name ('' for none).")
+@click.option("--description", help="A new description ('' for none).")
+@click.option("--dry-run", is_flag=True, help="Show the edited trigger; write nothing.")
+@json_option
+@click.pass_context
+def edit_trigger(
+    ctx: click.Context, name: str, group: str, dry_run: bool, as_json: bool, **options: Any
+) -> None:
+    """Change a trigger's schedule, priority, misfire instruction, pin, execution group,
+    calendar or description; a new schedule or calendar recomputes its next fire time."""
+    clearable = {"execution_group", "calendar", "description"}
+    changes = {
+        option: (None if value == "" and option in clearable else value)
+        for option, value in options.items()
+        if value is not None
+    }
+    if not changes:
+        raise click.UsageError("give at least one detail to change (see --help)")
+    key = _trigger_key(name, group)
+    with _store(ctx) as store:
+        before = store.trigger_view(key)
+        if before is None:
+            raise _Failed(f"trigger {key} is not stored")
+        edited = _client(ctx, store).update_trigger(key, dry_run=dry_run, **changes)
+    answer = presentation.trigger_edit(before, edited, dry_run=dry_run)
+    changed = answer["changed"]
+    if as_json:
+        click.echo(json.dumps(answer, indent=2))
+        return
+    verb = "would change" if dry_run else "changed"
+    click.echo(f"trigger {key}: {verb} {len(changed)} detail(s)")
+    for field_name, (was, now) in changed.items():
+        click.echo(f"  {field_name}: {json.dumps(was)} -> {json.dumps(now)}")
+
+
+# A subcommand of a group made here is not added through the quartz group: --store by hand.
+add_store_option(edit_trigger)
 
 
 class _Failed(click.ClickException):

@@ -13,10 +13,11 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from celery import Celery
 
-from celery_quartz.audit import acting_as
+from celery_quartz.audit import acting_as, current_actor
 from celery_quartz.calendars import Calendar
 from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.config import Settings
+from celery_quartz.editing import TriggerEdit
 from celery_quartz.errors import (
     InvalidTriggerError,
     JobNotFoundError,
@@ -28,6 +29,7 @@ from celery_quartz.firing import RUN_ARGUMENTS
 from celery_quartz.history import RunResult
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.pausing import PauseRecord, PauseRequest
 from celery_quartz.routing import Unserved
 from celery_quartz.store import ClientStore, open_store
 from celery_quartz.store.views import (
@@ -94,21 +96,48 @@ class Quartz:
 
     # -- scheduling ------------------------------------------------------------------------------
 
-    def schedule_job(self, job: Job, trigger: Trigger, *, replace: bool = False) -> None:
-        """Store ``job`` and ``trigger`` together; the trigger's job key is set to the job's."""
-        self.schedule_jobs([(job, [trigger])], replace=replace)
+    def schedule_job(
+        self,
+        job: Job,
+        trigger: Trigger,
+        *,
+        replace: bool = False,
+        paused: bool = False,
+        pause_reason: str | None = None,
+        requested_by: str | None = None,
+    ) -> None:
+        """Store ``job`` and ``trigger`` together; the trigger's job key is set to the job's.
+        With ``paused``, the trigger is stored paused (with ``pause_reason``) in the same
+        transaction, so nothing fires in between."""
+        self.schedule_jobs(
+            [(job, [trigger])],
+            replace=replace,
+            paused=paused,
+            pause_reason=pause_reason,
+            requested_by=requested_by,
+        )
 
     @_audited
     def schedule_jobs(
-        self, items: Iterable[tuple[Job, Sequence[Trigger]]], *, replace: bool = False
+        self,
+        items: Iterable[tuple[Job, Sequence[Trigger]]],
+        *,
+        replace: bool = False,
+        paused: bool = False,
+        pause_reason: str | None = None,
+        requested_by: str | None = None,
     ) -> None:
-        """Store many jobs, each with its triggers, in one transaction: all of them or none."""
+        """Store many jobs, each with its triggers, in one transaction: all of them or none;
+        every trigger paused with ``paused`` (as :meth:`schedule_job`)."""
         items = list(items)
+        if not paused and pause_reason is not None:
+            raise ValidationError("pause_reason is given, but paused is not set")
+        request = self._pause_request(pause_reason, requested_by) if paused else None
         for job, triggers in items:
             self._check_job(job)
             for trigger in triggers:
                 self._attach(trigger, job.key)
-        self.store.store_jobs_and_triggers(items, replace=replace)
+        self.store.store_jobs_and_triggers(items, replace=replace, paused=request)
 
     @_audited
     def add_job(self, job: Job, *, replace: bool = False) -> None:
@@ -134,6 +163,20 @@ class Quartz:
     def reschedule_job(self, key: TriggerKey, new_trigger: Trigger) -> bool:
         """Replace the trigger ``key`` by ``new_trigger`` for the same job; False if not stored."""
         return self.store.replace_trigger(key, new_trigger)
+
+    @_audited
+    def update_trigger(self, key: TriggerKey, *, dry_run: bool = False, **changes: Any) -> Trigger:
+        """Edit the stored trigger ``key`` in place and return it as stored (``dry_run``: as it
+        would be; nothing is written). The editable details are the schedule (``cron`` and
+        ``time_zone``, ``interval``, ``rrule``), ``priority``, ``misfire_instruction`` (a name or
+        a number), ``preferred_node`` (a worker, ``"*"`` or None), ``execution_group``,
+        ``calendar`` and ``description``. A change of schedule or calendar recomputes the next
+        fire time as a reschedule does; the trigger keeps its state, counts and pause, and a
+        firing in flight is not touched (:mod:`celery_quartz.editing`). Raises
+        :class:`TriggerNotFoundError`, or :class:`InvalidTriggerError` /
+        :class:`ValidationError` naming the detail at fault (nothing is written then)."""
+        edit = TriggerEdit.of(**changes)
+        return self.store.edit_trigger(key, edit, dry_run=dry_run)
 
     @_audited
     def update_trigger_details(self, key: TriggerKey, update: TriggerDetailsUpdate) -> None:
@@ -196,13 +239,44 @@ class Quartz:
     # -- pausing ---------------------------------------------------------------------------------
 
     @_audited
-    def pause_trigger(self, key: TriggerKey) -> None:
+    def pause_trigger(
+        self, key: TriggerKey, *, reason: str | None = None, requested_by: str | None = None
+    ) -> None:
         """Pause the trigger ``key``: a WAITING or ACQUIRED trigger becomes PAUSED, a BLOCKED one
         PAUSED_BLOCKED; one in ERROR or COMPLETE stays as it is, as Quartz's job store leaves it
-        (read :meth:`get_trigger_state`). Raises :class:`TriggerNotFoundError` naming ``key``
+        (read :meth:`get_trigger_state`). The trigger keeps ``reason`` (up to 250 characters),
+        ``requested_by`` (default: the caller's principal) and when; every pause below does the
+        same, and the resume clears it. Raises :class:`TriggerNotFoundError` naming ``key``
         when it is not stored."""
+        request = self._pause_request(reason, requested_by)
         self._require_trigger(key)
-        self.store.pause_trigger(key)
+        self.store.pause_trigger(key, request)
+
+    @_audited
+    def pause_triggers(
+        self,
+        keys: Iterable[TriggerKey],
+        *,
+        reason: str | None = None,
+        requested_by: str | None = None,
+    ) -> None:
+        """Pause each of the triggers ``keys``, in one transaction. Raises
+        :class:`TriggerNotFoundError` naming the first that is not stored (pausing none)."""
+        request = self._pause_request(reason, requested_by)
+        keys = list(keys)
+        for key in keys:
+            self._require_trigger(key)
+        self.store.pause_triggers(keys, request)
+
+    @_audited
+    def resume_triggers(self, keys: Iterable[TriggerKey]) -> None:
+        """Resume each of the paused triggers ``keys``, in one transaction (as
+        :meth:`resume_trigger`). Raises :class:`TriggerNotFoundError` naming the first that is
+        not stored (resuming none)."""
+        keys = list(keys)
+        for key in keys:
+            self._require_trigger(key)
+        self.store.resume_triggers(keys)
 
     @_audited
     def resume_trigger(self, key: TriggerKey) -> None:
@@ -214,11 +288,14 @@ class Quartz:
         self.store.resume_trigger(key)
 
     @_audited
-    def pause_job(self, key: JobKey) -> None:
+    def pause_job(
+        self, key: JobKey, *, reason: str | None = None, requested_by: str | None = None
+    ) -> None:
         """Pause every trigger of the job ``key`` (as :meth:`pause_trigger` pauses one). Raises
         :class:`JobNotFoundError` naming ``key`` when it is not stored."""
+        request = self._pause_request(reason, requested_by)
         self._require_job(key)
-        self.store.pause_job(key)
+        self.store.pause_job(key, request)
 
     @_audited
     def resume_job(self, key: JobKey) -> None:
@@ -228,9 +305,12 @@ class Quartz:
         self.store.resume_job(key)
 
     @_audited
-    def pause_trigger_group(self, group: str) -> None:
-        """Pause every trigger of ``group`` now and every trigger stored in it later."""
-        self.store.pause_trigger_group(group)
+    def pause_trigger_group(
+        self, group: str, *, reason: str | None = None, requested_by: str | None = None
+    ) -> None:
+        """Pause every trigger of ``group`` now and every trigger stored in it later (which
+        shows the group's reason)."""
+        self.store.pause_trigger_group(group, self._pause_request(reason, requested_by))
 
     @_audited
     def resume_trigger_group(self, group: str) -> None:
@@ -238,9 +318,28 @@ class Quartz:
         later; a trigger the pause made late follows its misfire instruction."""
         self.store.resume_trigger_group(group)
 
+    @_audited
+    def pause_all(self, *, reason: str | None = None, requested_by: str | None = None) -> None:
+        """Pause every trigger group, and every trigger stored later (Quartz's PauseAll)."""
+        self.store.pause_all(self._pause_request(reason, requested_by))
+
+    @_audited
+    def resume_all(self) -> None:
+        """Resume every paused trigger, and stop pausing triggers stored later (ResumeAll);
+        a trigger the pause made late follows its misfire instruction."""
+        self.store.resume_all()
+
     def get_paused_trigger_groups(self) -> list[str]:
         """The trigger groups paused with :meth:`pause_trigger_group`, sorted."""
         return self.store.paused_trigger_groups()
+
+    def paused_group_records(self) -> dict[str, PauseRecord]:
+        """Each paused trigger group's reason, who paused it and when (``"*"``: everything,
+        paused by :meth:`pause_all`)."""
+        return self.store.paused_group_records()
+
+    def _pause_request(self, reason: str | None, requested_by: str | None) -> PauseRequest:
+        return PauseRequest.checked(reason, requested_by or current_actor().principal)
 
     @_audited
     def reset_trigger_from_error_state(self, *keys: TriggerKey) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,6 +15,10 @@ from celery_quartz.history import MAX_METRICS_BYTES, MAX_SUMMARY_CHARS
 from celery_quartz.keys import JobKey, TriggerKey
 
 logger = logging.getLogger(__name__)
+
+
+#: Longest progress message kept (a longer one is cut).
+MAX_PROGRESS_MESSAGE = 250
 
 
 @dataclass
@@ -59,6 +63,28 @@ class JobExecutionContext:
     #: The metrics the task reported with :meth:`report`, as JSON (None: nothing reported, or
     #: dropped for its size).
     metrics: str | None = None
+    #: Where :meth:`report_progress` hands a report: the worker's progress writer (None outside
+    #: a worker running the hooks: the report goes nowhere).
+    progress_sink: Callable[[JobExecutionContext, float, str | None], None] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def report_progress(self, percent: float, message: str | None = None) -> None:
+        """Report how far this run is (``percent``, 0 to 100) and, optionally, what it is doing
+        (``message``, cut to :data:`MAX_PROGRESS_MESSAGE` characters). Never blocks: the
+        worker writes the latest report of each firing at most once a second, and only when it
+        changed; the CLI, the API and the dashboard show it while the firing runs. A percent
+        that is not a number from 0 to 100 raises a ValueError."""
+        if isinstance(percent, bool) or not isinstance(percent, (int, float)):
+            raise ValueError(f"report_progress: percent must be a number, got {percent!r}")
+        if not 0 <= percent <= 100:  # NaN fails this too
+            raise ValueError(f"report_progress: percent must be from 0 to 100, got {percent!r}")
+        if message is not None:
+            if not isinstance(message, str):
+                raise ValueError(f"report_progress: message must be text, got {message!r}")
+            message = message.replace("\x00", "")[:MAX_PROGRESS_MESSAGE]
+        if self.progress_sink is not None:
+            self.progress_sink(self, float(percent), message)
 
     def report(self, summary: str | None = None, metrics: Mapping[str, Any] | None = None) -> None:
         """Report what this run did, for its history row: a one-line ``summary`` (at most

@@ -19,6 +19,7 @@ from celery_quartz.clock import to_millis
 from celery_quartz.firing import Firing
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.pausing import PauseRecord
 from celery_quartz.store.abc import ClientStore
 from celery_quartz.store.views import (
     AuditEntry,
@@ -32,6 +33,7 @@ from celery_quartz.store.views import (
     StatisticsBucket,
     TriggerView,
 )
+from celery_quartz.triggers.base import Trigger
 
 REDACTED = "***"
 
@@ -99,6 +101,29 @@ def trigger(view: TriggerView, redact: Redactor = NO_REDACTION) -> dict[str, Any
         "data": redact(t.data),
         "last_outcome": outcome(view.last_outcome),
         "error_reason": view.error_reason,
+        "pause": pause(view.pause),
+    }
+
+
+def trigger_edit(
+    before: TriggerView, edited: Trigger, *, dry_run: bool, redact: Redactor = NO_REDACTION
+) -> dict[str, Any]:
+    """An edit's answer: the trigger as edited, what changed (``{field: [before, after]}``)
+    and whether it was only a dry run."""
+    old = trigger(before, redact)
+    new = trigger(dataclasses.replace(before, trigger=edited), redact)
+    changed = {name: [old[name], new[name]] for name in new if new[name] != old[name]}
+    return {"trigger": new, "changed": changed, "dry_run": dry_run}
+
+
+def pause(record: PauseRecord | None) -> dict[str, Any] | None:
+    """A pause record: ``{"reason", "requested_by", "paused_at"}``, or None."""
+    if record is None:
+        return None
+    return {
+        "reason": record.reason,
+        "requested_by": record.requested_by,
+        "paused_at": iso(record.paused_at),
     }
 
 
@@ -141,6 +166,13 @@ def firing(f: FiringView) -> dict[str, Any]:
         "recovering": f.recovering,
         "retry_attempt": f.retry_attempt,
         "refire_count": f.refire_count,
+        "progress": None
+        if f.progress is None
+        else {
+            "percent": f.progress.percent,
+            "message": f.progress.message,
+            "updated_at": iso(f.progress.updated_at),
+        },
     }
 
 

@@ -32,6 +32,8 @@ from celery_quartz.keys import (
     JobKey,
     TriggerKey,
 )
+from celery_quartz.pausing import MAX_PAUSE_REASON
+from celery_quartz.presentation import Redactor, trigger_edit
 from celery_quartz.store.views import HistoryFilter
 from celery_quartz.triggers import REPEAT_INDEFINITELY, CronTrigger, SimpleTrigger, Trigger
 from celery_quartz.triggers.base import MAX_PRIORITY, MIN_PRIORITY, TriggerDetailsUpdate
@@ -149,19 +151,100 @@ def _delete_job(client: Quartz, key: JobKey, body: Body) -> dict[str, Any]:
 
 def _done(client_call: Callable[[Quartz, Any], None]) -> Callable[[Quartz, Any, Body], Any]:
     def run(client: Quartz, key: Any, body: Body) -> dict[str, Any]:
+        _only(body, set(), "")
         client_call(client, key)
         return {"ok": True}
 
     return run
 
 
+def _paused(client_call: Callable[..., None]) -> Callable[[Quartz, Any, Body], Any]:
+    """A pause: the body's optional ``reason`` is kept with the paused triggers; the pause is
+    requested by the request's principal."""
+
+    def run(client: Quartz, key: Any, body: Body) -> dict[str, Any]:
+        _only(body, {"reason"}, "")
+        reason = body.get("reason")
+        if reason is not None:
+            if not isinstance(reason, str):
+                raise invalid("reason", f"text, up to {MAX_PAUSE_REASON} characters")
+            if len(reason) > MAX_PAUSE_REASON:
+                raise invalid("reason", f"{len(reason)} characters; at most {MAX_PAUSE_REASON}")
+            check_text({"reason": reason})
+        if key is None:
+            client_call(client, reason=reason)
+        else:
+            client_call(client, key, reason=reason)
+        return {"ok": True}
+
+    return run
+
+
+#: The body of an edit: each editable detail and the JSON types it takes.
+_EDIT_FIELDS: dict[str, tuple[type, ...]] = {
+    "cron": (str,),
+    "time_zone": (str,),
+    "interval": (int, float),
+    "rrule": (str,),
+    "priority": (int,),
+    "misfire_instruction": (str, int),
+    "preferred_node": (str, type(None)),
+    "execution_group": (str, type(None)),
+    "calendar": (str, type(None)),
+    "description": (str, type(None)),
+}
+
+
+def _edit(client: Quartz, key: TriggerKey, body: Body) -> dict[str, Any]:
+    """Edit a trigger in place: the body's details (``dry_run``: show, write nothing). A bad
+    value is a 422 naming its field."""
+    _only(body, {*_EDIT_FIELDS, "dry_run"}, "")
+    dry_run = body.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise invalid("dry_run", "true or false")
+    changes = {name: value for name, value in body.items() if name != "dry_run"}
+    if not changes:
+        raise invalid("body", f"give at least one of {', '.join(_EDIT_FIELDS)}")
+    for name, value in changes.items():
+        kinds = _EDIT_FIELDS[name]
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            names = " or ".join("null" if k is type(None) else k.__name__ for k in kinds)
+            raise invalid(name, f"must be {names}")
+        if isinstance(value, str):
+            check_text({name: value})
+        if isinstance(value, float) and not math.isfinite(value):
+            raise invalid(name, "must be a finite number")
+    before = client.store.trigger_view(key)
+    if before is None:
+        raise HttpError(404, "not_found", f"trigger {key} is not stored")
+    try:
+        edited = client.update_trigger(key, dry_run=dry_run, **changes)
+    except (InvalidTriggerError, ValidationError) as error:
+        raise invalid(_field_at_fault(client, key, changes), str(error)) from None
+    # The answer shows the trigger's data as the API's reads do: secrets redacted.
+    redact = Redactor(client.settings.dashboard_redact_keys)
+    return trigger_edit(before, edited, dry_run=dry_run, redact=redact)
+
+
+def _field_at_fault(client: Quartz, key: TriggerKey, changes: Body) -> str:
+    """The first detail of ``changes`` that is refused on its own (a dry run of each)."""
+    if len(changes) > 1:
+        for name, value in changes.items():
+            try:
+                client.update_trigger(key, dry_run=True, **{name: value})
+            except (InvalidTriggerError, ValidationError):
+                return name
+    return next(iter(changes))
+
+
 #: Actions on one trigger: the path's last part → (the policy's action name, what it does).
 TRIGGER_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] = {
-    "pause": ("pause_trigger", _trigger_action(_done(Quartz.pause_trigger))),
+    "pause": ("pause_trigger", _trigger_action(_paused(Quartz.pause_trigger))),
     "resume": ("resume_trigger", _trigger_action(_done(Quartz.resume_trigger))),
     "reset": ("reset_trigger", _trigger_action(_reset)),
     "unschedule": ("unschedule", _trigger_action(_unschedule)),
     "preferred-node": ("repin_trigger", _trigger_action(_repin)),
+    "edit": ("edit_trigger", _trigger_action(_edit)),
 }
 
 
@@ -221,7 +304,7 @@ def _whole(value: Any, field: str) -> int:
 
 #: Actions on one job.
 JOB_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] = {
-    "pause": ("pause_job", _job_action(_done(Quartz.pause_job))),
+    "pause": ("pause_job", _job_action(_paused(Quartz.pause_job))),
     "resume": ("resume_job", _job_action(_done(Quartz.resume_job))),
     "trigger": ("trigger_job", _job_action(_trigger_now)),
     # Fires the job, as "trigger" does: the same permission.
@@ -230,9 +313,14 @@ JOB_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] = {
 }
 #: Actions on a trigger group (which need not hold a trigger yet: a paused group pauses the
 #: triggers stored in it later).
-GROUP_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str], None]]] = {
-    "pause": ("pause_group", Quartz.pause_trigger_group),
-    "resume": ("resume_group", Quartz.resume_trigger_group),
+GROUP_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, Body], Any]]] = {
+    "pause": ("pause_group", _paused(Quartz.pause_trigger_group)),
+    "resume": ("resume_group", _done(Quartz.resume_trigger_group)),
+}
+#: Actions on every trigger of the scheduler: the path's last part → (action, what it does).
+ALL_ACTIONS: dict[str, tuple[str, Callable[[Quartz, Any, Body], Any]]] = {
+    "pause-all": ("pause_all", _paused(Quartz.pause_all)),
+    "resume-all": ("resume_all", _done(lambda client, _: client.resume_all())),
 }
 
 

@@ -19,6 +19,7 @@ from starlette.routing import BaseRoute, Route
 from celery_quartz import presentation
 from celery_quartz.dashboard import history_api, present
 from celery_quartz.dashboard.actions import (
+    ALL_ACTIONS,
     GROUP_ACTIONS,
     JOB_ACTIONS,
     TRIGGER_ACTIONS,
@@ -267,6 +268,15 @@ def _writer(d: Dashboard, action: str, work: Callable[..., Any], *path: str) -> 
     return endpoint
 
 
+def _on_everything(work: Callable[..., Any]) -> Callable[..., Any]:
+    """An action on every trigger of the scheduler: no key in its path."""
+
+    def run(client: Any, body: dict[str, Any]) -> Any:
+        return work(client, None, body)
+
+    return run
+
+
 def request_text(request: Request) -> dict[str, str]:
     """The request's query parameters, once neither they nor its path parts hold a NUL."""
     check_text(request.path_params)
@@ -350,13 +360,6 @@ def routes(d: Dashboard) -> list[BaseRoute]:
     def schedule(client: Any, body: dict[str, Any]) -> dict[str, Any]:
         return schedule_job(client, d.app, d.settings.dashboard_allowed_tasks, body)
 
-    def group_action(do: Callable[[Any, str], None]) -> Callable[..., Any]:
-        def run(client: Any, group: str, body: dict[str, Any]) -> dict[str, Any]:
-            do(client, group)
-            return {"ok": True}
-
-        return run
-
     table: list[BaseRoute] = [
         Route(f"{API}/openapi.json", openapi),
         Route(f"{API}/schedulers", schedulers),
@@ -383,7 +386,10 @@ def routes(d: Dashboard) -> list[BaseRoute]:
     for verb, (action, work) in JOB_ACTIONS.items():
         path = f"{s}/jobs/{{group}}/{{name}}/{verb}"
         table.append(Route(path, _writer(d, action, work, "group", "name"), methods=["POST"]))
-    for verb, (action, do) in GROUP_ACTIONS.items():
+    for verb, (action, on_group) in GROUP_ACTIONS.items():
         path = f"{s}/trigger-groups/{{group}}/{verb}"
-        table.append(Route(path, _writer(d, action, group_action(do), "group"), methods=["POST"]))
+        table.append(Route(path, _writer(d, action, on_group, "group"), methods=["POST"]))
+    for verb, (action, on_all) in ALL_ACTIONS.items():
+        writer = _writer(d, action, _on_everything(on_all))
+        table.append(Route(f"{s}/{verb}", writer, methods=["POST"]))
     return table

@@ -39,6 +39,9 @@ WRITE_ACTIONS = frozenset(
         "delete_job",
         "repin_trigger",
         "schedule_job",
+        "edit_trigger",
+        "pause_all",
+        "resume_all",
     }
 )
 

@@ -10,6 +10,7 @@ from typing import Any
 from celery_quartz.dashboard.actions import MAX_DESCRIPTION_LENGTH, MAX_REPEAT_COUNT
 from celery_quartz.dashboard.auth import WRITE_ACTIONS
 from celery_quartz.keys import MAX_KEY_LENGTH
+from celery_quartz.pausing import MAX_PAUSE_REASON
 from celery_quartz.store.views import MAX_PAGE
 from celery_quartz.triggers.base import MAX_PRIORITY, MIN_PRIORITY
 
@@ -84,6 +85,17 @@ SCHEMAS: dict[str, Any] = {
             "data": _JSON_OBJECT,
             "last_outcome": {"oneOf": [_ref("Outcome"), {"type": "null"}]},
             "error_reason": _nullable("string"),
+            "pause": {"oneOf": [_ref("Pause"), {"type": "null"}]},
+        }
+    ),
+    "Pause": _object(
+        {"reason": _nullable("string"), "requested_by": _nullable("string"), "paused_at": _TIME}
+    ),
+    "TriggerEdit": _object(
+        {
+            "trigger": _ref("Trigger"),
+            "changed": {"type": "object", "additionalProperties": {"type": "array"}},
+            "dry_run": _BOOLEAN,
         }
     ),
     "TriggerPage": _object(
@@ -141,6 +153,18 @@ SCHEMAS: dict[str, Any] = {
             "recovering": _BOOLEAN,
             "retry_attempt": _INTEGER,
             "refire_count": _INTEGER,
+            "progress": {
+                "oneOf": [
+                    _object(
+                        {
+                            "percent": {"type": "number"},
+                            "message": _nullable("string"),
+                            "updated_at": _TIME,
+                        }
+                    ),
+                    {"type": "null"},
+                ]
+            },
         }
     ),
     "FiringPage": _object({"items": _list("Firing"), "next_after": _nullable("string")}),
@@ -650,8 +674,30 @@ def openapi_document(prefix: str) -> dict[str, Any]:
     }
     paths.update(history_paths(s))
     repin = _object({"preferred_node": _nullable("string")}, additionalProperties=False)
+    reason = {
+        "type": "object",
+        "properties": {"reason": {"type": "string", "maxLength": MAX_PAUSE_REASON}},
+        "additionalProperties": False,
+    }
+    edit = {
+        "type": "object",
+        "properties": {
+            "cron": _STRING,
+            "time_zone": _STRING,
+            "interval": {"type": "number", "exclusiveMinimum": 0},
+            "rrule": _STRING,
+            "priority": _INTEGER,
+            "misfire_instruction": {"type": ["string", "integer"]},
+            "preferred_node": _nullable("string"),
+            "execution_group": _nullable("string"),
+            "calendar": _nullable("string"),
+            "description": _nullable("string"),
+            "dry_run": _BOOLEAN,
+        },
+        "additionalProperties": False,
+    }
     for verb, action, summary, answer, body in (
-        ("pause", "pause_trigger", "Pause a trigger", "Ok", None),
+        ("pause", "pause_trigger", "Pause a trigger, keeping the reason given", "Ok", reason),
         ("resume", "resume_trigger", "Resume a trigger", "Ok", None),
         ("reset", "reset_trigger", "Return a trigger in ERROR to its schedule", "Reset", None),
         ("unschedule", "unschedule", "Remove a trigger", "Removed", None),
@@ -662,12 +708,19 @@ def openapi_document(prefix: str) -> dict[str, Any]:
             "Pin",
             repin,
         ),
+        (
+            "edit",
+            "edit_trigger",
+            "Edit a trigger's details in place (dry_run: show, write nothing)",
+            "TriggerEdit",
+            edit,
+        ),
     ):
         paths[f"{s}/triggers/{{group}}/{{name}}/{verb}"] = _post(
             summary, action, answer, _SCHEDULER + _KEY, body
         )
     for verb, action, summary, answer, body in (
-        ("pause", "pause_job", "Pause every trigger of a job", "Ok", None),
+        ("pause", "pause_job", "Pause every trigger of a job", "Ok", reason),
         ("resume", "resume_job", "Resume every trigger of a job", "Ok", None),
         (
             "trigger",
@@ -699,8 +752,16 @@ def openapi_document(prefix: str) -> dict[str, Any]:
         )
     for verb, action in (("pause", "pause_group"), ("resume", "resume_group")):
         paths[f"{s}/trigger-groups/{{group}}/{verb}"] = _post(
-            f"{verb.capitalize()} a trigger group", action, "Ok", _SCHEDULER + _GROUP
+            f"{verb.capitalize()} a trigger group",
+            action,
+            "Ok",
+            _SCHEDULER + _GROUP,
+            reason if verb == "pause" else None,
         )
+    paths[f"{s}/pause-all"] = _post(
+        "Pause every trigger, and those stored later", "pause_all", "Ok", _SCHEDULER, reason
+    )
+    paths[f"{s}/resume-all"] = _post("Resume every trigger", "resume_all", "Ok", _SCHEDULER)
     paths["/api/v1/openapi.json"] = {
         "get": {
             "summary": "This document (served without a token)",

@@ -145,6 +145,37 @@ def render(
     return response
 
 
+#: The edit form's fields that are numbers, and how each is read.
+_EDIT_NUMBERS: dict[str, Any] = {"priority": int, "interval": float}
+_EDIT_TEXTS = (
+    "cron",
+    "time_zone",
+    "rrule",
+    "misfire_instruction",
+    "preferred_node",
+    "execution_group",
+    "calendar",
+    "description",
+)
+
+
+def _edit_form(form: Any) -> dict[str, Any]:
+    """The edit form's filled fields as an edit's body (an empty field is left as it is)."""
+    body: dict[str, Any] = {}
+    for name in (*_EDIT_TEXTS, *_EDIT_NUMBERS):
+        value = str(form.get(name) or "").strip()
+        if not value:
+            continue
+        if name in _EDIT_NUMBERS:
+            try:
+                body[name] = _EDIT_NUMBERS[name](value)
+            except ValueError:
+                raise HttpError(422, "invalid", f"{name}: not a number: {value!r}", name) from None
+        else:
+            body[name] = value
+    return body
+
+
 def _quote(text: str) -> str:
     from urllib.parse import quote
 
@@ -339,10 +370,14 @@ def routes(d: Dashboard) -> list[BaseRoute]:
             body = {"preferred_node": form.get("preferred_node") or None}
         elif verb == "run-again":
             body = {k: form.get(k, "") for k in ("history_id", "event_time")}
+        elif verb == "pause" and form.get("reason"):
+            body = {"reason": form.get("reason")}
+        elif verb == "edit":
+            body = _edit_form(form)
         audited = d.acting(request, "dashboard", work, cookie=True)
         try:
             if kind == "groups":
-                result = await run_in_threadpool(audited, target.client, p["group"])
+                result = await run_in_threadpool(audited, target.client, p["group"], body)
             else:
                 result = await run_in_threadpool(
                     audited, target.client, p["group"], p["name"], body

@@ -9,8 +9,8 @@ calls it and writes the outcome.
 Roles, and who holds each:
 
 * :class:`JobStore` — the client (:class:`celery_quartz.Quartz`), and the loads of definitions (the
-  scheduling files, the ``beat_schedule`` import, the importers): jobs, triggers, calendars, pause
-  and resume.
+  scheduling files, the ``beat_schedule`` import, the importers): jobs, triggers, calendars.
+* :class:`PauseStore` — the client's pauses and resumes, each keeping why, who and when.
 * :class:`SchedulingStore` — the scheduling loop (:mod:`celery_quartz.loop`): claim, fire, record
   publication, release, misfires.
 * :class:`ClusterStore` — the cluster manager (:mod:`celery_quartz.cluster`) and the worker's
@@ -46,10 +46,12 @@ from typing import Any
 
 from celery_quartz.clock import Clock
 from celery_quartz.definitions import Plan, SchedulingData
+from celery_quartz.editing import TriggerEdit
 from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.history import HistoryRetention
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.pausing import PauseRecord, PauseRequest
 from celery_quartz.routing import Router, Unserved
 from celery_quartz.store.records import (
     CheckIn,
@@ -59,6 +61,7 @@ from celery_quartz.store.records import (
     FiringOwners,
     LeaderMoveRecovery,
     ProcessLoss,
+    ProgressReport,
     StartedExecution,
     WorkerRecovery,
 )
@@ -100,6 +103,7 @@ class JobStore(abc.ABC):
         items: Sequence[tuple[Job | None, Sequence[Trigger]]],
         *,
         replace: bool = False,
+        paused: PauseRequest | None = None,
     ) -> None:
         """Store jobs and their triggers in one transaction: all of them, or none.
 
@@ -109,7 +113,9 @@ class JobStore(abc.ABC):
         :class:`~celery_quartz.errors.ObjectAlreadyExistsError` when a key exists and ``replace``
         is false, :class:`~celery_quartz.errors.JobNotFoundError` when a trigger names a job that
         is not stored, :class:`~celery_quartz.errors.InvalidTriggerError` for a trigger that is
-        invalid, names a calendar not stored, or would never fire.
+        invalid, names a calendar not stored, or would never fire. With ``paused``, every
+        trigger is stored paused with that record, in the same transaction: nothing fires in
+        between.
         """
 
     @abc.abstractmethod
@@ -172,36 +178,14 @@ class JobStore(abc.ABC):
         one transaction. False when ``key`` is not stored."""
 
     @abc.abstractmethod
-    def pause_trigger(self, key: TriggerKey) -> None:
-        """Pause a trigger (PAUSED, or PAUSED_BLOCKED while its job's firing runs). A claim on
-        it is dropped when its scheduler fires: the state is no longer ACQUIRED."""
-
-    @abc.abstractmethod
-    def resume_trigger(self, key: TriggerKey) -> None:
-        """Resume a paused trigger. One the pause made later than the misfire threshold gets
-        its misfire instruction first (Quartz does the same)."""
-
-    @abc.abstractmethod
-    def pause_job(self, key: JobKey) -> None:
-        """Pause every trigger of job ``key``."""
-
-    @abc.abstractmethod
-    def resume_job(self, key: JobKey) -> None:
-        """Resume every trigger of job ``key`` (misfire instructions as in
-        :meth:`resume_trigger`)."""
-
-    @abc.abstractmethod
-    def pause_trigger_group(self, group: str) -> None:
-        """Pause every trigger of ``group``, and the triggers stored in it later."""
-
-    @abc.abstractmethod
-    def resume_trigger_group(self, group: str) -> None:
-        """Resume every trigger of ``group`` (misfire instructions as in
-        :meth:`resume_trigger`)."""
-
-    @abc.abstractmethod
-    def paused_trigger_groups(self) -> list[str]:
-        """The paused trigger groups, sorted."""
+    def edit_trigger(self, key: TriggerKey, edit: TriggerEdit, *, dry_run: bool = False) -> Trigger:
+        """Change details of the stored trigger ``key`` in place (:mod:`celery_quartz.editing`),
+        in one transaction; the edited trigger as stored (with ``dry_run``: as it would be,
+        nothing written). Its state, counts and pause are kept; a change of schedule or calendar
+        recomputes the next fire time as a reschedule does, and drops a claim on it (the state
+        is no longer ACQUIRED when its scheduler fires). Raises
+        :class:`~celery_quartz.errors.TriggerNotFoundError`, or
+        :class:`~celery_quartz.errors.InvalidTriggerError` naming the field at fault."""
 
     @abc.abstractmethod
     def apply_scheduling_data(
@@ -227,6 +211,68 @@ class JobStore(abc.ABC):
     def reset_trigger_from_error_state(self, keys: Sequence[TriggerKey]) -> int:
         """Return triggers in ERROR to their schedule (WAITING, or PAUSED when their group is
         paused, or BLOCKED while their ``disallow_concurrent`` job runs). The number reset."""
+
+
+class PauseStore(abc.ABC):
+    """The client's pauses: a trigger, a set of triggers, a job's, a group's, everything, each
+    keeping its pause record (why, who, when); resuming clears it."""
+
+    @abc.abstractmethod
+    def pause_trigger(self, key: TriggerKey, request: PauseRequest | None = None) -> None:
+        """Pause a trigger (PAUSED, or PAUSED_BLOCKED while its job's firing runs). A claim on
+        it is dropped when its scheduler fires: the state is no longer ACQUIRED. With a
+        ``request``, the trigger keeps its reason, who asked and when (every pause below does
+        the same; a trigger already paused takes the new record); the resume clears it."""
+
+    @abc.abstractmethod
+    def pause_triggers(
+        self, keys: Sequence[TriggerKey], request: PauseRequest | None = None
+    ) -> None:
+        """Pause each of the triggers ``keys`` that is stored, in one transaction."""
+
+    @abc.abstractmethod
+    def resume_triggers(self, keys: Sequence[TriggerKey]) -> None:
+        """Resume each of the triggers ``keys`` that is paused, in one transaction."""
+
+    @abc.abstractmethod
+    def resume_trigger(self, key: TriggerKey) -> None:
+        """Resume a paused trigger. One the pause made later than the misfire threshold gets
+        its misfire instruction first (Quartz does the same)."""
+
+    @abc.abstractmethod
+    def pause_job(self, key: JobKey, request: PauseRequest | None = None) -> None:
+        """Pause every trigger of job ``key``."""
+
+    @abc.abstractmethod
+    def resume_job(self, key: JobKey) -> None:
+        """Resume every trigger of job ``key`` (misfire instructions as in
+        :meth:`resume_trigger`)."""
+
+    @abc.abstractmethod
+    def pause_trigger_group(self, group: str, request: PauseRequest | None = None) -> None:
+        """Pause every trigger of ``group``, and the triggers stored in it later (which take
+        the group's record)."""
+
+    @abc.abstractmethod
+    def resume_trigger_group(self, group: str) -> None:
+        """Resume every trigger of ``group`` (misfire instructions as in
+        :meth:`resume_trigger`)."""
+
+    @abc.abstractmethod
+    def pause_all(self, request: PauseRequest | None = None) -> None:
+        """Pause every trigger group, and every trigger stored later (Quartz's PauseAll)."""
+
+    @abc.abstractmethod
+    def resume_all(self) -> None:
+        """Resume every trigger, and stop pausing the triggers stored later (ResumeAll)."""
+
+    @abc.abstractmethod
+    def paused_trigger_groups(self) -> list[str]:
+        """The paused trigger groups, sorted."""
+
+    @abc.abstractmethod
+    def paused_group_records(self) -> dict[str, PauseRecord]:
+        """Each paused trigger group's record (``"*"``: everything paused by :meth:`pause_all`)."""
 
 
 class SchedulingStore(abc.ABC):
@@ -578,6 +624,11 @@ class WorkerStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def record_progress(self, reports: Sequence[ProgressReport]) -> int:
+        """Keep each report on its firing's row while the firing is EXECUTING (a report that
+        comes after the end changes nothing); how many rows took one. One statement."""
+
+    @abc.abstractmethod
     def cancel_firing(self, fire_instance_id: str, worker_name: str) -> bool:
         """End a firing whose message ``worker_name`` discarded unstarted because it was
         revoked: its row removed while it has not started (FIRED or PUBLISHED), what it held
@@ -758,7 +809,7 @@ class SchedulerStore(
     side its health check uses, and the history's sweep (run by one node at a time)."""
 
 
-class ClientStore(JobStore, StoreReader, HistoryReader, OpenedStore):
+class ClientStore(JobStore, PauseStore, StoreReader, HistoryReader, OpenedStore):
     """What a client holds (:class:`celery_quartz.Quartz`, the CLI, an import): the client's
     role, and the read sides it reports from (the run history's among them)."""
 

@@ -122,3 +122,15 @@ class LeaderMoveRecovery:
     dropped: int
     dropped_recovery: int
     completed_removed: int
+
+
+@dataclass(frozen=True)
+class ProgressReport:
+    """A running firing's progress, as its task reported it
+    (:meth:`~celery_quartz.store.abc.WorkerStore.record_progress`)."""
+
+    fire_instance_id: str
+    percent: float
+    message: str | None
+    #: When the task reported it (epoch milliseconds).
+    reported_millis: int

@@ -28,6 +28,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     ColumnElement,
+    Float,
     ForeignKeyConstraint,
     Index,
     Integer,
@@ -52,6 +53,8 @@ NODE_NAME = 255
 STATE = 16
 #: Longest error reason or exception message kept on a trigger (longer ones are cut).
 ERROR_TEXT = 1000
+#: Longest reason a pause records.
+PAUSE_REASON = 250
 #: Longest summary a task reports for its run, and longest reason of a run that did not happen.
 SUMMARY_TEXT = 1000
 
@@ -68,6 +71,9 @@ class TriggerState:
     PAUSED_BLOCKED = "PAUSED_BLOCKED"
     ERROR = "ERROR"
 
+
+#: The states of a paused trigger (a pause record goes with them).
+PAUSED_STATES = frozenset({TriggerState.PAUSED, TriggerState.PAUSED_BLOCKED})
 
 #: The states a trigger row holds (every state but EXECUTING), in the order of a trigger's life.
 STORED_TRIGGER_STATES = (
@@ -160,6 +166,8 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("definition_hash", String(64)),
         # The job must succeed at least this often (ms), or it is listed as owed (schema 0006).
         Column("require_success_within", BigInteger),
+        # The retry policy of its triggers that have none (schema 0007).
+        Column("retry_policy", String(200)),
     )
 
     triggers = Table(
@@ -205,6 +213,11 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("last_error_type", String(KEY_PART)),
         Column("last_error_message", String(ERROR_TEXT)),
         Column("consecutive_failures", Integer),
+        # Why it is paused, by whom, since when (schema 0007): set by a pause, cleared by the
+        # resume; a trigger stored into a paused group takes the group's.
+        Column("pause_reason", String(PAUSE_REASON)),
+        Column("paused_by", String(NODE_NAME)),
+        Column("paused_time", BigInteger),
         ForeignKeyConstraint(
             ["sched_name", "job_name", "job_group"],
             [jobs.c.sched_name, jobs.c.job_name, jobs.c.job_group],
@@ -297,6 +310,10 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("preferred_node", String(NODE_NAME)),
         Column("preferred_node_auto", Boolean, nullable=False, server_default=false()),
         Column("queue", String(KEY_PART)),
+        # What the running task last reported (current_context().report_progress), schema 0007.
+        Column("progress", Float),
+        Column("progress_message", String(PAUSE_REASON)),
+        Column("progress_time", BigInteger),
     )
     Index(f"ix_{p}fired_instance", fired.c.sched_name, fired.c.instance_name, fired.c.state)
     Index(f"ix_{p}fired_trigger", fired.c.sched_name, fired.c.trigger_name, fired.c.trigger_group)
@@ -343,6 +360,9 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         md,
         _sched_name(),
         Column("trigger_group", String(KEY_PART), primary_key=True),
+        Column("pause_reason", String(PAUSE_REASON)),
+        Column("paused_by", String(NODE_NAME)),
+        Column("paused_time", BigInteger),
     )
 
     calendars = Table(

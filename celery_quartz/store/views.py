@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.pausing import PauseRecord
 from celery_quartz.triggers.base import Trigger
 
 Item = TypeVar("Item")
@@ -115,6 +116,8 @@ class TriggerView:
     task: str
     last_outcome: LastOutcome | None = None
     error_reason: str | None = None
+    #: Why it is paused, by whom, since when (None: not paused, or paused with no record).
+    pause: PauseRecord | None = None
 
     @property
     def key(self) -> TriggerKey:
@@ -142,6 +145,17 @@ class FiringView:
     recovering: bool
     retry_attempt: int
     refire_count: int
+    #: What the running task last reported of its progress (None: nothing reported).
+    progress: Progress | None = None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A running firing's last progress report: a percentage, a message, when it was written."""
+
+    percent: float
+    message: str | None
+    updated_at: datetime
 
 
 @dataclass(frozen=True)

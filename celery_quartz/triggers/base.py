@@ -196,6 +196,17 @@ class Trigger(ABC):
         self.next_fire_time = self._skip_excluded(first, calendar)
         return self.next_fire_time
 
+    def reschedule_from(self, now: datetime, calendar: Calendar | None = None) -> datetime | None:
+        """Set and return the next fire time of an edited schedule, as Quartz's reschedule of
+        this trigger starting now: its first fire time from ``start_at`` while that is ahead,
+        otherwise the first at or after ``now``; the calendar applied. None: it will not fire
+        again."""
+        if self.start_at is not None and self.start_at >= now:
+            return self.compute_first_fire_time(calendar)
+        first = now if self.fires_at(now) else self.next_fire_time_after(now)
+        self.next_fire_time = self._skip_excluded(first, calendar)
+        return self.next_fire_time
+
     def triggered(self, calendar: Calendar | None = None) -> None:
         """Advance past the fire time that has just fired (Quartz's ``triggered``)."""
         self.times_triggered += 1

@@ -22,6 +22,7 @@ Messages that did not come from celery-quartz pass through untouched. The parts,
 * :mod:`~celery_quartz.worker.guard`: the start guard and the completion;
 * :mod:`~celery_quartz.worker.ends`: the successes held for a batch, and the lost ends;
 * :mod:`~celery_quartz.worker.checkin`: the worker's check-in bootstep, and ``quartz_health``;
+* :mod:`~celery_quartz.worker.progress`: the progress running tasks report, written off their path;
 * this module: :func:`install`, which wires them into Celery.
 """
 

@@ -80,6 +80,7 @@ class ExecutionGuard:
             self._tell_refused(task, header, "already executing or complete")
             raise Ignore()
         context = JobExecutionContext.from_header(header, worker)
+        context.progress_sink = self.runtime.report_progress
         set_running_firing(request, RunningFiring(task_id, header, context, started.batchable))
         for hooks in self.runtime.execution_hooks:
             call_safely(hooks.after_start, task, context, default=None)
@@ -102,6 +103,7 @@ class ExecutionGuard:
             return
         set_running_firing(request, None)
         context = running.context
+        self.runtime.forget_progress(context.fire_instance_id)
         self._tell_end(task, context, state, retval)
         if state is None:
             # No outcome: a SystemExit or KeyboardInterrupt went through the task, this process

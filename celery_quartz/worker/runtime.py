@@ -13,9 +13,11 @@ from celery import Celery
 
 from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.config import Settings
+from celery_quartz.context import JobExecutionContext
 from celery_quartz.hooks import ExecutionHooks
 from celery_quartz.store import WorkerNodeStore, open_store
 from celery_quartz.worker.ends import CompletionBatch, LostEnds
+from celery_quartz.worker.progress import ProgressWriter
 
 #: Connections a worker process's store keeps open.
 _POOL_SIZE = 32
@@ -55,6 +57,7 @@ class WorkerRuntime:
         self._settings: Settings | None = None
         self._stores: dict[tuple[int, str], WorkerNodeStore] = {}
         self._batch: CompletionBatch | None = None
+        self._progress: ProgressWriter | None = None
         self._lock = threading.Lock()
         self._receivers: list[tuple[Any, Callable[..., Any]]] = []
         setattr(app, _ATTRIBUTE, self)
@@ -101,6 +104,25 @@ class WorkerRuntime:
                 if batch is None or batch.pid != os.getpid():
                     batch = self._batch = CompletionBatch(self.store, delay, self.clock)
         return batch
+
+    def report_progress(
+        self, context: JobExecutionContext, percent: float, message: str | None
+    ) -> None:
+        """The sink of a running firing's ``report_progress``: this process's progress writer
+        (a forked child starts its own) keeps it, to write off the task's path."""
+        writer = self._progress
+        if writer is None or writer.pid != os.getpid():
+            with self._lock:
+                writer = self._progress
+                if writer is None or writer.pid != os.getpid():
+                    writer = self._progress = ProgressWriter(self.store, self.clock)
+        writer.offer(context, percent, message)
+
+    def forget_progress(self, fire_instance_id: str) -> None:
+        """The firing ended: its progress is no longer written."""
+        writer = self._progress
+        if writer is not None and writer.pid == os.getpid():
+            writer.forget(fire_instance_id)
 
     def record_waiting_ends(self, *_: Any, **__: Any) -> None:
         """Record the ends this process still holds (its pool process, or the worker, stops)."""

@@ -497,5 +497,16 @@ def report(rows: int = 0, sleep: float = 0.0) -> None:
     ctx.report(summary=f"{rows} rows", metrics={"rows": rows})
 
 
+@app.task(name="ledger.progress")
+def progress(steps: int = 4, step_seconds: float = 1.5) -> None:
+    """Report progress in ``steps`` steps (``step n of steps``), ``step_seconds`` apart."""
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "ledger.progress runs only as a celery-quartz firing"
+    for step in range(steps):
+        ctx.report_progress(100 * step / steps, f"step {step + 1} of {steps}")
+        time.sleep(step_seconds)
+    ctx.report_progress(100, "done")
+
+
 if not os.environ.get("CQ_NO_HOOKS"):
     celery_quartz.install(app)

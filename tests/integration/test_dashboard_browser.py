@@ -411,3 +411,32 @@ def test_the_history_and_audit_pages_draw_their_chart_and_rows_in_a_browser(
     assert [t.data for t in manual] == [
         {"quartz.run_arguments": {"args": [], "kwargs": {"period": "day"}}}
     ]
+
+
+def test_a_pause_keeps_its_reason_and_the_edit_form_changes_a_trigger_in_place(
+    pg_url: str, tmp_path: Path, browser: Any
+) -> None:
+    quartz = _schedule(pg_url)
+    key = TriggerKey("nightly", "reports")
+    with serve(pg_url) as base:
+        page = browser.new_page()
+        _log_in(page, base)
+        page.goto(f"{base}/s/ledger_app/triggers/reports/nightly")
+        page.fill("#pause-reason", "waiting for the vendor")
+        page.click("#action-pause")
+        page.wait_for_selector("#pause-record")
+        record = page.inner_text("#pause-record")
+        assert record.startswith("waiting for the vendor (by admin, "), record
+        page.click("#edit summary")
+        page.fill("#edit-form input[name=cron]", "0 30 4 * * ?")
+        page.fill("#edit-form input[name=priority]", "8")
+        page.click("#action-edit")
+        page.wait_for_selector("#flash")
+        page.screenshot(path=str(tmp_path / "edited.png"), full_page=True)
+        assert page.inner_text("#trigger-state") == TriggerState.PAUSED
+    edited = quartz.get_trigger(key)
+    assert isinstance(edited, CronTrigger)
+    assert (edited.expression, edited.priority) == ("0 30 4 * * ?", 8)
+    view = quartz.store.trigger_view(key)
+    assert view is not None and view.pause is not None
+    assert view.pause.reason == "waiting for the vendor"

@@ -23,6 +23,7 @@ from celery_quartz.store.abc import (
     HistoryKeeper,
     HistoryReader,
     JobStore,
+    PauseStore,
     SchedulingStore,
     StoreReader,
     WorkerStore,
@@ -867,6 +868,7 @@ class _Recorder:
 def test_every_role_operation_of_the_interfaces_is_an_operation_of_the_sql_store() -> None:
     roles = (
         JobStore,
+        PauseStore,
         SchedulingStore,
         ClusterStore,
         WorkerStore,

@@ -14,9 +14,9 @@ fence) and the services several roles share:
 * ``_definitions`` — storing and removing jobs and triggers, a late trigger's misfire outcome;
 * ``_firings`` — what a firing's end releases, recovery and retry firings;
 * ``_claims`` — a claim's statements, for the scheduling role;
-* ``jobs`` (client), ``scheduling`` (scheduling loop), ``cluster`` (cluster manager),
-  ``worker`` (worker hooks), ``reads`` (operators), ``history`` (the run history's reads),
-  ``sweep`` (the history's upkeep): the roles.
+* ``jobs`` and ``pauses`` (client), ``scheduling`` (scheduling loop), ``cluster`` (cluster
+  manager), ``worker`` (worker hooks), ``reads`` (operators), ``history`` (the run history's
+  reads), ``sweep`` (the history's upkeep): the roles.
 
 :class:`SqlStore` composes them: every role operation, called between the store's hooks.
 """
@@ -41,6 +41,7 @@ from celery_quartz.store.abc import (
     HistoryKeeper,
     HistoryReader,
     JobStore,
+    PauseStore,
     SchedulingStore,
     Store,
     StoreReader,
@@ -57,6 +58,7 @@ from celery_quartz.store.sql._rows import Rows, in_acquisition_order
 from celery_quartz.store.sql.cluster import ClusterSql
 from celery_quartz.store.sql.history import HistorySql
 from celery_quartz.store.sql.jobs import JobsSql
+from celery_quartz.store.sql.pauses import PausesSql
 from celery_quartz.store.sql.reads import ReadsSql
 from celery_quartz.store.sql.scheduling import SchedulingSql
 from celery_quartz.store.sql.sweep import SweepSql
@@ -180,7 +182,9 @@ class SqlStore(Store):
         ends = FiringEnds(sql, rows, definitions)
         #: What every role object builds on.
         self.context = sql
-        self.jobs = JobsSql(sql, rows, definitions, AuditTrail(sql, redact_keys))
+        audit = AuditTrail(sql, redact_keys)
+        self.jobs = JobsSql(sql, rows, definitions, audit)
+        self.pauses = PausesSql(sql, rows, definitions, audit)
         self.scheduling = SchedulingSql(sql, rows, definitions, ends)
         self.cluster = ClusterSql(sql, definitions, ends)
         self.worker = WorkerSql(sql, ends)
@@ -239,13 +243,19 @@ class SqlStore(Store):
     remove_job = _Operation("jobs", JobStore.remove_job)
     update_trigger_details = _Operation("jobs", JobStore.update_trigger_details)
     replace_trigger = _Operation("jobs", JobStore.replace_trigger)
-    pause_trigger = _Operation("jobs", JobStore.pause_trigger)
-    resume_trigger = _Operation("jobs", JobStore.resume_trigger)
-    pause_job = _Operation("jobs", JobStore.pause_job)
-    resume_job = _Operation("jobs", JobStore.resume_job)
-    pause_trigger_group = _Operation("jobs", JobStore.pause_trigger_group)
-    resume_trigger_group = _Operation("jobs", JobStore.resume_trigger_group)
-    paused_trigger_groups = _Operation("jobs", JobStore.paused_trigger_groups)
+    edit_trigger = _Operation("jobs", JobStore.edit_trigger)
+    pause_trigger = _Operation("pauses", PauseStore.pause_trigger)
+    resume_trigger = _Operation("pauses", PauseStore.resume_trigger)
+    pause_job = _Operation("pauses", PauseStore.pause_job)
+    resume_job = _Operation("pauses", PauseStore.resume_job)
+    pause_triggers = _Operation("pauses", PauseStore.pause_triggers)
+    resume_triggers = _Operation("pauses", PauseStore.resume_triggers)
+    pause_trigger_group = _Operation("pauses", PauseStore.pause_trigger_group)
+    resume_trigger_group = _Operation("pauses", PauseStore.resume_trigger_group)
+    pause_all = _Operation("pauses", PauseStore.pause_all)
+    resume_all = _Operation("pauses", PauseStore.resume_all)
+    paused_trigger_groups = _Operation("pauses", PauseStore.paused_trigger_groups)
+    paused_group_records = _Operation("pauses", PauseStore.paused_group_records)
     apply_scheduling_data = _Operation("jobs", JobStore.apply_scheduling_data)
     scheduled_definitions = _Operation("jobs", JobStore.scheduled_definitions)
     reset_trigger_from_error_state = _Operation("jobs", JobStore.reset_trigger_from_error_state)
@@ -282,6 +292,7 @@ class SqlStore(Store):
     complete_execution = _Operation("worker", WorkerStore.complete_execution)
     complete_executions = _Operation("worker", WorkerStore.complete_executions)
     executing_task_ids = _Operation("worker", WorkerStore.executing_task_ids)
+    record_progress = _Operation("worker", WorkerStore.record_progress)
     end_lost_execution = _Operation("worker", WorkerStore.end_lost_execution)
     cancel_firing = _Operation("worker", WorkerStore.cancel_firing)
 

@@ -65,12 +65,16 @@ class AuditTrail:
         moved: dict[TriggerKey, tuple[str, str]],
         group_changed: bool = False,
         paused: tuple[bool, bool] = (False, False),
+        *,
+        reason: str | None = None,
     ) -> None:
         """Audit a pause or a resume: the group's own flag when it changed, and each trigger's
-        state that moved, (before, after) (``state`` for one trigger, else by trigger key);
-        nothing when none did."""
+        state that moved, (before, after) (``state`` for one trigger, else by trigger key),
+        with the pause's ``reason`` when it gave one; nothing when none moved."""
         before: dict[str, Any] = {"paused": paused[0]} if group_changed else {}
         after: dict[str, Any] = {"paused": paused[1]} if group_changed else {}
+        if reason is not None:
+            before["pause_reason"], after["pause_reason"] = None, reason
         for key, (old, new) in moved.items():
             name = "state" if kind == "trigger" else str(key)
             before[name], after[name] = old, new

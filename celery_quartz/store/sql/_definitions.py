@@ -28,10 +28,18 @@ from celery_quartz.errors import (
 from celery_quartz.history import RunResult
 from celery_quartz.job import Job, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
-from celery_quartz.store.schema import TriggerState
+from celery_quartz.pausing import PauseRequest
+from celery_quartz.store.schema import PAUSED_STATES, TriggerState
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._history_rows import HistoryRows
-from celery_quartz.store.sql._rows import Rows, initial_state, job_from_row, trigger_from_row
+from celery_quartz.store.sql._rows import (
+    ALL_GROUPS_PAUSED,
+    PAUSE_COLUMNS,
+    Rows,
+    initial_state,
+    job_from_row,
+    trigger_from_row,
+)
 from celery_quartz.triggers.base import (
     Trigger,
 )
@@ -73,6 +81,7 @@ class Definitions:
         triggers: Sequence[Trigger],
         replace: bool,
         now: datetime,
+        paused: PauseRequest | None = None,
     ) -> None:
         """Store jobs and triggers, reading and writing by batch:
         a few statements whatever their number (a ``beat_schedule`` of 10,000 entries is
@@ -108,7 +117,9 @@ class Definitions:
             [key for key in wanted if key not in nonconcurrent],
         ):
             nonconcurrent[JobKey.stored(row.job_name, row.job_group)] = bool(row.is_nonconcurrent)
-        paused_groups = self.rows.paused_groups(conn)
+        paused_groups = self.rows.paused_group_records(conn)
+        # A trigger stored paused keeps the record asked for, or its paused group's.
+        asked = self.rows.pause_values(paused) if paused is not None else None
         in_flight = self.rows.jobs_in_flight(
             conn, [key for key in wanted if nonconcurrent.get(key)]
         )
@@ -133,8 +144,17 @@ class Definitions:
                 raise InvalidTriggerError(
                     f"trigger {trigger.key}: based on its schedule it will never fire"
                 )
-            state = initial_state(trigger.key, paused_groups, blocked=trigger.job_key in in_flight)
-            trigger_values[trigger.key] = self.rows.trigger_values(trigger, state)
+            blocked = trigger.job_key in in_flight
+            record = asked
+            if record is not None:
+                state = TriggerState.PAUSED_BLOCKED if blocked else TriggerState.PAUSED
+            else:
+                state = initial_state(trigger.key, paused_groups, blocked=blocked)
+                record = paused_groups.get(trigger.key.group, paused_groups.get(ALL_GROUPS_PAUSED))
+            trigger_values[trigger.key] = {
+                **self.rows.trigger_values(trigger, state),
+                **(record if state in PAUSED_STATES and record else dict.fromkeys(PAUSE_COLUMNS)),
+            }
         stored_triggers = self.rows.stored_keys(
             conn, t.c.trigger_name, t.c.trigger_group, list(trigger_values)
         )

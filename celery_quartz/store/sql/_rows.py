@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 from collections import namedtuple
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,6 +33,7 @@ from celery_quartz.errors import InvalidTriggerError
 from celery_quartz.firing import JobRecord
 from celery_quartz.job import Job, check_success_deadline, encode_json, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.pausing import PauseRecord, PauseRequest
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.routing import LiveWorker, Router, direct_queue
 from celery_quartz.store.schema import (
@@ -77,7 +78,20 @@ json_rows = json.JSONEncoder(separators=(",", ":")).encode
 ALL_GROUPS_PAUSED = "_$_ALL_GROUPS_PAUSED_$_"
 
 
-def initial_state(key: TriggerKey, paused_groups: set[str], *, blocked: bool) -> str:
+#: The columns of a pause record, alike on triggers and paused trigger groups.
+PAUSE_COLUMNS = ("pause_reason", "paused_by", "paused_time")
+
+
+def pause_record(row: Any) -> PauseRecord | None:
+    """The pause record kept on a trigger (or paused group) row, None when it has none."""
+    if row.paused_time is None:
+        return None
+    return PauseRecord(row.pause_reason, row.paused_by, from_millis(row.paused_time))
+
+
+def initial_state(
+    key: TriggerKey, paused_groups: set[str] | Mapping[str, Any], *, blocked: bool
+) -> str:
     """The state a trigger enters when stored or reset: paused with its group (or with every
     group), blocked while its disallow_concurrent job has a firing in flight."""
     if key.group in paused_groups or ALL_GROUPS_PAUSED in paused_groups:
@@ -352,6 +366,27 @@ class Rows:
     def paused_groups(self, conn: Connection) -> set[str]:
         p = self.sql.tables.paused_trigger_groups
         return set(conn.execute(select(p.c.trigger_group).where(self.sql.scoped(p))).scalars())
+
+    def paused_group_records(self, conn: Connection) -> dict[str, dict[str, Any]]:
+        """Each paused group's pause record, as the three columns a trigger stored in it takes
+        (:data:`ALL_GROUPS_PAUSED` for everything paused)."""
+        p = self.sql.tables.paused_trigger_groups
+        rows = conn.execute(
+            select(p.c.trigger_group, *(p.c[name] for name in PAUSE_COLUMNS)).where(
+                self.sql.scoped(p)
+            )
+        )
+        return {r.trigger_group: {name: r._mapping[name] for name in PAUSE_COLUMNS} for r in rows}
+
+    def pause_values(self, request: PauseRequest | None) -> dict[str, Any]:
+        """The pause record columns ``request`` writes, stamped now (all None without one)."""
+        if request is None:
+            return dict.fromkeys(PAUSE_COLUMNS)
+        return {
+            "pause_reason": request.reason,
+            "paused_by": request.requested_by,
+            "paused_time": self.sql.now(),
+        }
 
     def jobs_in_flight(self, conn: Connection, keys: Sequence[JobKey]) -> set[JobKey]:
         """Which of the jobs ``keys`` have a firing fired and not finished (a disallow_concurrent

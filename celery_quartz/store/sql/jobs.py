@@ -31,13 +31,16 @@ from celery_quartz.definitions import (
     needs,
     plan,
 )
+from celery_quartz.editing import TriggerEdit
 from celery_quartz.errors import (
     CalendarInUseError,
+    InvalidTriggerError,
     ObjectAlreadyExistsError,
     TriggerNotFoundError,
 )
 from celery_quartz.job import Job, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.pausing import PauseRequest
 from celery_quartz.store.abc import JobStore
 from celery_quartz.store.records import NONE_STATE
 from celery_quartz.store.schema import (
@@ -63,13 +66,6 @@ from celery_quartz.triggers.base import (
 logger = logging.getLogger(__name__)
 
 #: Each trigger whose state a pause or a resume moved: (state before, state after).
-_Moves = dict[TriggerKey, tuple[str, str]]
-#: A pause, state by state: what each state becomes.
-_PAUSES = (
-    (TriggerState.WAITING, TriggerState.PAUSED),
-    (TriggerState.ACQUIRED, TriggerState.PAUSED),
-    (TriggerState.BLOCKED, TriggerState.PAUSED_BLOCKED),
-)
 #: The columns :meth:`JobsSql.update_trigger_details` may change.
 _DETAILS = ("description", "preferred_node", "preferred_node_auto")
 
@@ -96,6 +92,7 @@ class JobsSql(JobStore):
         items: Sequence[tuple[Job | None, Sequence[Trigger]]],
         *,
         replace: bool = False,
+        paused: PauseRequest | None = None,
     ) -> None:
         jobs = [job for job, _ in items if job is not None]
         triggers = [trigger for _, item_triggers in items for trigger in item_triggers]
@@ -103,7 +100,9 @@ class JobsSql(JobStore):
             stored_jobs, stored_triggers = (
                 _stored(conn, self.sql, self.rows, jobs, triggers) if replace else ({}, {})
             )
-            self.definitions.store_many(conn, jobs, triggers, replace, self.sql.clock.now())
+            self.definitions.store_many(
+                conn, jobs, triggers, replace, self.sql.clock.now(), paused=paused
+            )
             changes = self.audit.changes()
             for job in jobs:
                 before = stored_jobs.get(job.key)
@@ -276,99 +275,39 @@ class JobsSql(JobStore):
             self.audit.write(conn, changes)
         return True
 
-    def pause_trigger(self, key: TriggerKey) -> None:
-        with self.sql.transaction() as conn:
-            moved = self._pause_triggers(conn, self.sql.trigger_key(key))
-            self.audit.record_states(conn, "pause_trigger", "trigger", key, moved)
-
-    def resume_trigger(self, key: TriggerKey) -> None:
-        with self.sql.transaction() as conn:
-            moved = self._resume_triggers(conn, self.sql.trigger_key(key))
-            self.audit.record_states(conn, "resume_trigger", "trigger", key, moved)
-
-    def pause_job(self, key: JobKey) -> None:
-        with self.sql.transaction() as conn:
-            moved = self._pause_triggers(conn, self.sql.triggers_of_job(key))
-            self.audit.record_states(conn, "pause_job", "job", key, moved)
-
-    def resume_job(self, key: JobKey) -> None:
-        with self.sql.transaction() as conn:
-            moved = self._resume_triggers(conn, self.sql.triggers_of_job(key))
-            self.audit.record_states(conn, "resume_job", "job", key, moved)
-
-    def pause_trigger_group(self, group: str) -> None:
-        p, t = self.sql.tables.paused_trigger_groups, self.sql.tables.triggers
-        with self.sql.transaction() as conn:
-            clause = and_(self.sql.scoped(p), p.c.trigger_group == group)
-            newly = conn.execute(select(p.c.trigger_group).where(clause)).first() is None
-            if newly:
-                conn.execute(
-                    insert(p).values(sched_name=self.sql.scheduler_name, trigger_group=group)
-                )
-            moved = self._pause_triggers(conn, and_(self.sql.scoped(t), t.c.trigger_group == group))
-            self.audit.record_states(
-                conn, "pause_group", "group", group, moved, newly, (False, True)
-            )
-
-    def resume_trigger_group(self, group: str) -> None:
-        p, t = self.sql.tables.paused_trigger_groups, self.sql.tables.triggers
-        with self.sql.transaction() as conn:
-            was_paused = bool(
-                conn.execute(
-                    delete(p).where(self.sql.scoped(p), p.c.trigger_group == group)
-                ).rowcount
-            )
-            moved = self._resume_triggers(
-                conn, and_(self.sql.scoped(t), t.c.trigger_group == group)
-            )
-            self.audit.record_states(
-                conn, "resume_group", "group", group, moved, was_paused, (True, False)
-            )
-
-    def paused_trigger_groups(self) -> list[str]:
-        with self.sql.transaction() as conn:
-            return sorted(self.rows.paused_groups(conn))
-
-    def _pause_triggers(self, conn: Connection, where: Any) -> _Moves:
+    def edit_trigger(self, key: TriggerKey, edit: TriggerEdit, *, dry_run: bool = False) -> Trigger:
         t = self.sql.tables.triggers
-        moved: _Moves = {}
-        # An ACQUIRED trigger becomes PAUSED too: the scheduler holding it sees the change when it
-        # fires and drops the firing (the state is no longer ACQUIRED). One statement per state,
-        # so the audit knows each trigger's state before.
-        for old, new in _PAUSES:
-            for row in conn.execute(
-                update(t)
-                .where(where, t.c.trigger_state == old)
-                .values(trigger_state=new)
-                .returning(t.c.trigger_name, t.c.trigger_group)
-            ):
-                moved[TriggerKey.stored(row.trigger_name, row.trigger_group)] = (old, new)
-        return moved
-
-    def _resume_triggers(self, conn: Connection, where: Any) -> _Moves:
-        t = self.sql.tables.triggers
-        now = self.sql.now()
-        moved: _Moves = {}
-        rows = conn.execute(
-            select(t).where(
-                where, t.c.trigger_state.in_([TriggerState.PAUSED, TriggerState.PAUSED_BLOCKED])
+        with self.sql.transaction() as conn:
+            row = conn.execute(select(t).where(self.sql.trigger_key(key)).with_for_update()).first()
+            if row is None:
+                raise TriggerNotFoundError(f"trigger {key} is not stored")
+            edited = edit.apply(trigger_from_row(row))
+            values = self.rows.trigger_values(edited, row.trigger_state)
+            # What firing wrote stays: the counts, the last fire time, and (unless the schedule
+            # changed) the next one.
+            values.update(
+                prev_fire_time=row.prev_fire_time,
+                times_triggered=row.times_triggered,
+                next_fire_time=row.next_fire_time,
             )
-        ).all()
-        for row in rows:
-            key = TriggerKey.stored(row.trigger_name, row.trigger_group)
-            # Quartz applies the misfire instruction on resume when the pause made it late.
-            if (
-                row.next_fire_time is not None
-                and row.next_fire_time < now - self.sql.misfire_threshold_ms
-                and not self.definitions.apply_misfire(conn, row, now, ", paused,")
-            ):
-                moved[key] = (row.trigger_state, TriggerState.COMPLETE)
-                continue
-            blocked = row.trigger_state == TriggerState.PAUSED_BLOCKED
-            state = TriggerState.BLOCKED if blocked else TriggerState.WAITING
-            conn.execute(update(t).where(self.sql.trigger_key(key)).values(trigger_state=state))
-            moved[key] = (row.trigger_state, state)
-        return moved
+            if edit.reschedules:
+                calendar = self.rows.calendar(conn, edited.calendar_name, key)
+                next_fire_time = edited.reschedule_from(self.sql.clock.now(), calendar)
+                if next_fire_time is None:
+                    raise InvalidTriggerError(
+                        f"trigger {key}: based on its edited schedule it will never fire again"
+                    )
+                values["next_fire_time"] = to_millis(next_fire_time)
+                if row.trigger_state == TriggerState.ACQUIRED:
+                    values["trigger_state"] = TriggerState.WAITING
+            else:
+                edited.next_fire_time = trigger_from_row(row).next_fire_time
+            if not dry_run:
+                conn.execute(update(t).where(self.sql.trigger_key(key)).values(values))
+                changes = self.audit.changes()
+                changes.trigger("update_trigger", trigger_from_row(row), edited)
+                self.audit.write(conn, changes)
+        return edited
 
     def reset_trigger_from_error_state(self, keys: Sequence[TriggerKey]) -> int:
         t, j = self.sql.tables.triggers, self.sql.tables.jobs

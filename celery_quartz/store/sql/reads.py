@@ -29,6 +29,7 @@ from celery_quartz.routing import (
 )
 from celery_quartz.store.abc import StoreReader
 from celery_quartz.store.schema import (
+    PAUSED_STATES,
     FiringState,
     Tables,
     TriggerState,
@@ -39,6 +40,7 @@ from celery_quartz.store.sql._rows import (
     datetime_or_none,
     job_from_row,
     last_outcome,
+    pause_record,
     same_job,
     trigger_from_row,
 )
@@ -51,6 +53,7 @@ from celery_quartz.store.views import (
     NodeView,
     OwedTriggers,
     Page,
+    Progress,
     StateSummary,
     TriggerFilter,
     TriggerView,
@@ -187,6 +190,7 @@ class ReadsSql(StoreReader):
             row.task_name,
             last_outcome=last_outcome(row),
             error_reason=row.error_reason,
+            pause=pause_record(row) if row.trigger_state in PAUSED_STATES else None,
         )
 
     def list_firings(
@@ -455,4 +459,7 @@ def _firing_view(r: Any) -> FiringView:
         recovering=r.recovering,
         retry_attempt=r.retry_attempt,
         refire_count=r.refire_count,
+        progress=None
+        if r.progress_time is None
+        else Progress(r.progress, r.progress_message, from_millis(r.progress_time)),
     )

@@ -31,7 +31,12 @@ from celery_quartz.firing import message_task_id
 from celery_quartz.job import encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store.abc import WorkerStore
-from celery_quartz.store.records import FinishedExecution, ProcessLoss, StartedExecution
+from celery_quartz.store.records import (
+    FinishedExecution,
+    ProcessLoss,
+    ProgressReport,
+    StartedExecution,
+)
 from celery_quartz.store.schema import FiringState, TriggerState
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._firings import FiringEnds
@@ -342,6 +347,37 @@ class WorkerSql(WorkerStore):
     @functools.cached_property
     def _complete_statement(self) -> CompiledStatement:
         return _complete_statement(self.sql, self.ends.history)
+
+    def record_progress(self, reports: Sequence[ProgressReport]) -> int:
+        if not reports:
+            return 0
+        f = self.sql.tables.fired_triggers
+        statement = (
+            update(f)
+            .where(
+                self.sql.scoped(f),
+                f.c.fire_instance_id == bindparam("report_fire_id"),
+                f.c.state == FiringState.EXECUTING,
+            )
+            .values(
+                progress=bindparam("report_percent"),
+                progress_message=bindparam("report_message"),
+                progress_time=bindparam("report_time"),
+            )
+        )
+        with self.sql.transaction() as conn:
+            return conn.execute(
+                statement,
+                [
+                    {
+                        "report_fire_id": r.fire_instance_id,
+                        "report_percent": r.percent,
+                        "report_message": r.message,
+                        "report_time": r.reported_millis,
+                    }
+                    for r in reports
+                ],
+            ).rowcount
 
     def executing_task_ids(self, worker_name: str) -> dict[str, str]:
         f = self.sql.tables.fired_triggers

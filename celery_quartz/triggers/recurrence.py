@@ -24,6 +24,9 @@ from celery_quartz.tz import is_in_gap
 #: Wall time past which no occurrence is searched (the other kinds stop at year 2299 too).
 _SEARCH_END = datetime(2299, 12, 31, 23, 59, 59)
 #: A gap moves a wall time by at most this much, so instants are out of wall order only this far.
+#: The largest COUNT a rule may give: COUNT is counted from DTSTART, so every fire time of a
+#: counted rule walks the occurrences before it (100,000 take well under a second).
+MAX_COUNT = 100_000
 _MAX_SHIFT = timedelta(hours=3)
 _FAST_FORWARD = {
     du.SECONDLY: timedelta(seconds=1),
@@ -247,6 +250,12 @@ def _check_parts(rule: str, key: object) -> None:
     for name in ("COUNT", "INTERVAL"):
         if name in parts and not _positive(parts[name]):
             raise InvalidTriggerError(f"{where}: {name} must be a whole number >= 1")
+    if "COUNT" in parts and int(parts["COUNT"]) > MAX_COUNT:
+        # A COUNT is counted from DTSTART: each fire time would walk up to COUNT occurrences.
+        raise InvalidTriggerError(
+            f"{where}: COUNT {parts['COUNT']} is more than {MAX_COUNT:,}; bound a longer rule "
+            f"by UNTIL (or the trigger's end_at)"
+        )
     until = parts.get("UNTIL")
     if until is not None and not _is_rfc_date_or_date_time(until):
         raise InvalidTriggerError(

@@ -142,6 +142,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "cli_history",
             "cli_ops",
             "client",
+            "client_history",
             "dashboard",
             "filesystem_broker",
             "importers",

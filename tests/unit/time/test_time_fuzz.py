@@ -9,12 +9,14 @@ from __future__ import annotations
 import time
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from celery_quartz.cron import CronExpression, CronFormat
-from celery_quartz.errors import QuartzError
+from celery_quartz.errors import InvalidTriggerError, QuartzError
 from celery_quartz.triggers import RecurrenceTrigger
+from celery_quartz.triggers.recurrence import MAX_COUNT
 
 UTC = timezone.utc
 #: Seconds one input may take, parse and questions together (generous for a loaded machine).
@@ -97,4 +99,18 @@ def test_the_final_fire_time_of_a_long_until_bounded_rule_is_found_without_walki
     )
     began = time.perf_counter()
     assert trigger.final_fire_time() == datetime(2030, 1, 1, tzinfo=timezone.utc)
+    assert time.perf_counter() - began < BOUND
+
+
+def test_a_count_too_large_to_walk_is_refused_and_the_largest_allowed_answers_quickly() -> None:
+    # Found by the suite's fuzz test: COUNT=20300101;FREQ=SECONDLY took minutes to answer.
+    at = datetime(2026, 6, 1, tzinfo=timezone.utc)
+    start = at - timedelta(days=400)
+    with pytest.raises(InvalidTriggerError, match="COUNT 20300101 is more than 100,000"):
+        RecurrenceTrigger(rule="COUNT=20300101;FREQ=SECONDLY", start_at=start).validate()
+    trigger = RecurrenceTrigger(rule=f"COUNT={MAX_COUNT};FREQ=SECONDLY", start_at=start)
+    began = time.perf_counter()
+    trigger.validate()
+    assert trigger.next_fire_time_after(at) is None
+    assert trigger.final_fire_time() == start + timedelta(seconds=MAX_COUNT - 1)
     assert time.perf_counter() - began < BOUND

@@ -1,5 +1,5 @@
-"""The short chaos runs that ``make test`` includes: two minutes of kills and restarts on Redis,
-45 s on RabbitMQ.
+"""The short chaos runs that ``make test`` includes: 75 s of kills and restarts on Redis, 45 s on
+RabbitMQ (the two-minute run on several seeds, and the ten-minute one, are in bench/RESULTS.md).
 
 The long run is the same harness: ``python -m tests.chaos --seconds 600`` (``--broker
 rabbitmq``). So are the outages,
@@ -20,17 +20,17 @@ from tests.services import PostgresServer, RedisServer
 
 @pytest.mark.slow
 @pytest.mark.chaos
-def test_two_minutes_of_kills_and_restarts_lose_nothing_and_start_nothing_twice(
+def test_75_seconds_of_kills_and_restarts_lose_nothing_and_start_nothing_twice(
     tmp_path: Path, postgres: PostgresServer, redis: RedisServer
 ) -> None:
-    report = run_chaos(tmp_path, postgres, redis, seconds=120, seed=7)
+    report = run_chaos(tmp_path, postgres, redis, seconds=75, seed=7)
     print(report.table())
     assert report.duplicates == 0
     assert report.lost == [], report.table()
     assert report.left_in_flight == 0
     assert report.overlaps == 0
-    assert report.executed > 500
-    assert len(report.kills) >= 15
+    assert report.executed > 300
+    assert len(report.kills) >= 8
     assert report.history_duplicates == report.history_unrun == report.history_missing == []
     assert report.history_succeeded > 0
     assert report.ok

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -137,10 +138,8 @@ def test_a_broadcast_that_cannot_be_sent_is_no_evidence(
     app.control = Down()  # type: ignore[assignment]
     watch = QueueWatch(store, Publisher(app), clock)
     assert watch.read_since(T0) is None
-    for _ in range(500):
-        read = watch.read_since(T0)
-        if read is not None:
-            break
+    deadline = time.monotonic() + 30  # the broadcast's thread, slow on a loaded machine
+    while (read := watch.read_since(T0)) is None and time.monotonic() < deadline:
         threading.Event().wait(0.01)
     assert read is not None and read.failed and read.refusal("jobs") is None
     assert "could not ask the workers which queues they consume: ConnectionError" in caplog.text

@@ -37,6 +37,8 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Celery
@@ -59,6 +61,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 import celery_quartz
+from celery_quartz.clock import to_millis
 from celery_quartz.errors import RefireJob
 from celery_quartz.store.schema import build_tables
 from celery_quartz.store.sql import SqlStore
@@ -311,6 +314,32 @@ def run_status(url: str, kind: str, name: str) -> Any:
             ).one_or_none()
     finally:
         engine.dispose()
+
+
+def occurrences_owed(
+    every_second: Any,
+    one_shots: Sequence[Any],
+    start: datetime,
+    stopped: datetime,
+    all_stopped: datetime,
+) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    """The occurrences of a failover test's triggers (``every_second`` and ``one_shots``) by
+    (trigger name, scheduled ms): those due by two seconds before ``stopped``, which must have
+    run, and those that may have run by two seconds after ``all_stopped``."""
+    due: set[tuple[str, int]] = set()
+    possible: set[tuple[str, int]] = set()
+    t: datetime | None = start
+    while t is not None and t <= all_stopped + timedelta(seconds=2):
+        possible.add(("every-second", to_millis(t)))
+        if t <= stopped - timedelta(seconds=2):
+            due.add(("every-second", to_millis(t)))
+        t = every_second.next_fire_time_after(t)
+    for trigger in one_shots:
+        assert trigger.start_at is not None
+        possible.add((trigger.key.name, to_millis(trigger.start_at)))
+        if trigger.start_at <= stopped - timedelta(seconds=2):
+            due.add((trigger.key.name, to_millis(trigger.start_at)))
+    return due, possible
 
 
 def prepared_store(url: str) -> SqlStore:

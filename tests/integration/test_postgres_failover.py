@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
-from celery_quartz.clock import to_millis
 from celery_quartz.store import SqlStore, migrate
 from tests.integration import ledger_app
 from tests.integration.processes import processes, wait_for
@@ -144,19 +143,9 @@ def test_a_promoted_synchronous_standby_takes_over_with_nothing_lost_or_started_
 
     rows = _starts(ledger_url)
     executed = {(name, scheduled) for name, scheduled, *_ in rows}
-    due: set[tuple[str, int]] = set()
-    possible: set[tuple[str, int]] = set()
-    t: datetime | None = start
-    while t is not None and t <= all_stopped + timedelta(seconds=2):
-        possible.add(("every-second", to_millis(t)))
-        if t <= stopped - timedelta(seconds=2):
-            due.add(("every-second", to_millis(t)))
-        t = every_second.next_fire_time_after(t)
-    for trigger in one_shots:
-        assert trigger.start_at is not None
-        possible.add((trigger.key.name, to_millis(trigger.start_at)))
-        if trigger.start_at <= stopped - timedelta(seconds=2):
-            due.add((trigger.key.name, to_millis(trigger.start_at)))
+    due, possible = ledger_app.occurrences_owed(
+        every_second, one_shots, start, stopped, all_stopped
+    )
 
     assert ledger_app.row_count(ledger_url, ledger_app.duplicates) == 0, (
         "an occurrence started twice"

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from celery_quartz import Job, JobKey, Quartz, SimpleMisfireInstruction, SimpleTrigger, TriggerKey
-from celery_quartz.clock import to_millis
 from celery_quartz.elections.redis import redis_client
 from celery_quartz.store import SqlStore
 from tests.integration import ledger_app
@@ -153,19 +152,9 @@ def test_a_sentinel_failover_loses_nothing_and_starts_nothing_twice(
 
     rows = _starts(pg_url)
     executed = {(name, scheduled) for name, scheduled, _ in rows}
-    due: set[tuple[str, int]] = set()
-    possible: set[tuple[str, int]] = set()
-    t: datetime | None = start
-    while t is not None and t <= all_stopped + timedelta(seconds=2):
-        possible.add(("every-second", to_millis(t)))
-        if t <= stopped - timedelta(seconds=2):
-            due.add(("every-second", to_millis(t)))
-        t = every_second.next_fire_time_after(t)
-    for trigger in one_shots:
-        assert trigger.start_at is not None
-        possible.add((trigger.key.name, to_millis(trigger.start_at)))
-        if trigger.start_at <= stopped - timedelta(seconds=2):
-            due.add((trigger.key.name, to_millis(trigger.start_at)))
+    due, possible = ledger_app.occurrences_owed(
+        every_second, one_shots, start, stopped, all_stopped
+    )
 
     assert ledger_app.row_count(pg_url, ledger_app.duplicates) == 0, "an occurrence ran twice"
     assert ledger_app.row_count(pg_url, ledger_app.recoveries) == 0

@@ -6,11 +6,11 @@ never meets the machine's system node. Found by :func:`tests.services.find_rabbi
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from glob import glob
 from pathlib import Path
@@ -20,9 +20,9 @@ from tests.services import (
     STOP_TIMEOUT,
     ServiceError,
     _Server,
-    _temp_base,
     find_rabbitmq_sbin,
     free_port,
+    one_server,
 )
 
 __all__ = ["RABBITMQ_START_TIMEOUT", "RabbitMQServer", "rabbitmq_server"]
@@ -178,13 +178,6 @@ class RabbitMQServer(_Server):
 def rabbitmq_server(*, start_timeout: float = RABBITMQ_START_TIMEOUT) -> Iterator[RabbitMQServer]:
     """Start a throwaway RabbitMQ node; stop it (and its epmd) and delete its folder on exit."""
     sbin = find_rabbitmq_sbin()
-    basedir = Path(tempfile.mkdtemp(prefix="cq-rabbitmq-", dir=_temp_base(False)))
-    try:
-        server = RabbitMQServer(sbin, basedir)
-        try:
-            server.start(start_timeout)
-            yield server
-        finally:
-            server.stop()
-    finally:
-        shutil.rmtree(basedir, ignore_errors=True)
+    make = functools.partial(RabbitMQServer, sbin)
+    with one_server(make, "cq-rabbitmq-", start_timeout) as server:
+        yield server

@@ -815,12 +815,12 @@ class RedisServer(_Server):
 
 
 @contextlib.contextmanager
-def redis_server(*, start_timeout: float = START_TIMEOUT) -> Iterator[RedisServer]:
-    """Start a throwaway Redis; stop it and delete its folder on exit."""
-    binary = find_redis_server()
-    basedir = Path(tempfile.mkdtemp(prefix="cq-redis-", dir=_temp_base(False)))
+def one_server(make: Callable[[Path], Any], prefix: str, start_timeout: float) -> Iterator[Any]:
+    """The server ``make`` builds in a new folder (``prefix``), started; stopped and its folder
+    deleted on exit (a server run as the user who runs the tests)."""
+    basedir = Path(tempfile.mkdtemp(prefix=prefix, dir=_temp_base(False)))
     try:
-        server = RedisServer(binary, basedir)
+        server = make(basedir)
         try:
             server.start(start_timeout)
             yield server
@@ -828,6 +828,14 @@ def redis_server(*, start_timeout: float = START_TIMEOUT) -> Iterator[RedisServe
             server.stop()
     finally:
         shutil.rmtree(basedir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def redis_server(*, start_timeout: float = START_TIMEOUT) -> Iterator[RedisServer]:
+    """Start a throwaway Redis; stop it and delete its folder on exit."""
+    binary = find_redis_server()
+    with one_server(lambda basedir: RedisServer(binary, basedir), "cq-redis-", start_timeout) as s:
+        yield s
 
 
 def interrupt_on_sigterm() -> None:

@@ -6,6 +6,7 @@ the worker, and the health endpoint over HTTP."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
@@ -554,6 +555,10 @@ def test_with_the_celery_instrumentation_our_spans_join_its_trace(
     )
     instrumentor = CeleryInstrumentor()
     instrumentor.instrument()
+    # start_worker sets up Celery's logging: the root logger at ERROR, its handlers replaced.
+    # Put them back, or every later test in this process loses its warnings to caplog.
+    root = logging.getLogger()
+    root_level, root_handlers = root.level, root.handlers[:]
     try:
         with start_worker(hooked, pool="solo", perform_ping_check=False, queues=[queue]):
             loop.run_once()
@@ -563,6 +568,8 @@ def test_with_the_celery_instrumentation_our_spans_join_its_trace(
     finally:
         instrumentor.uninstrument()
         observed.dispose()
+        root.setLevel(root_level)
+        root.handlers[:] = root_handlers
     assert worker_store.firing_states() == {}
     [publish] = [
         s

@@ -7,10 +7,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# A hung test must fail the run, not hang it. Two test processes (pytest-xdist), each with its own
-# PostgreSQL and Redis (and RabbitMQ node, booted when a test first needs it): about 10 minutes on
-# 2 cores, where one process took 20.
-PYTEST_FLAGS ?= -n 2 --dist worksteal --timeout=900 --durations=40
+# A hung test must fail the run, not hang it. Four test processes (pytest-xdist), each with its
+# own PostgreSQL and Redis (and RabbitMQ node, booted when a test first needs it): the tests with
+# services spend most of their time waiting on the processes they start, so four share 2 cores.
+# The tests are handed out one at a time, longest first (tests/conftest.py), so that no long run
+# starts last.
+PYTEST_FLAGS ?= -n 4 --dist load --maxschedchunk 1 --timeout=900 --durations=40
 
 .PHONY: venv check-services test lint docs demo election-demo service-demo migration-demo
 

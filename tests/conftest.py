@@ -129,6 +129,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         on_rabbitmq = callspec is not None and callspec.params.get("broker_url") == "rabbitmq"
         if on_rabbitmq or {"rabbitmq", "rabbitmq_url"}.intersection(fixtures):
             item.add_marker(pytest.mark.rabbitmq)
+    # Longest first: the `slow` runs, then the other tests with services, then the rest (each
+    # kept in its own order). `make test` hands the tests out one at a time in this order
+    # (`--dist load --maxschedchunk 1`), so the long runs start at once, side by side, and the
+    # short ones fill in around them instead of trailing a long run at the end.
+    items.sort(key=_longest_first)
+
+
+def _longest_first(item: pytest.Item) -> int:
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    return 1 if item.get_closest_marker("integration") is not None else 2
 
 
 @pytest.hookimpl(hookwrapper=True)

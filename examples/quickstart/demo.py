@@ -83,16 +83,28 @@ def main() -> int:
         time.sleep(args.seconds / 2)
     finally:
         ended = datetime.now(timezone.utc)
-        for beat in beats[1:]:
-            beat.send_signal(signal.SIGTERM)
-        for beat in beats[1:]:
-            beat.wait(timeout=30)
+        stop(beats[1:])
         time.sleep(3)  # let the worker finish what was published before the schedulers stopped
-        worker.send_signal(signal.SIGTERM)
-        worker.wait(timeout=30)
+        stop([worker])
         for log in logs:
             log.close()
     return summarize(started, ended)
+
+
+def stop(processes: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
+    """Stop ``processes`` as a supervisor would: SIGTERM, then SIGKILL what has not exited
+    within ``timeout`` seconds, so that the demo never leaves a process behind."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(f"pid {process.pid} did not stop within {timeout:.0f}s of SIGTERM: killed")
+            process.kill()
+            process.wait()
 
 
 def schedule_from_code() -> None:

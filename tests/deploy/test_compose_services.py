@@ -23,6 +23,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.deploy import compose
 from tests.services import free_port
 
@@ -102,6 +104,7 @@ def executions(ledger: Path) -> set[tuple[str, str]]:
     return {(name, worker) for name, worker in rows}
 
 
+@pytest.mark.slow
 def test_the_services_start_run_their_firings_pass_their_health_checks_and_stop(
     tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:

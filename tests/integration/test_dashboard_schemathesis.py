@@ -11,6 +11,8 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
+
 from celery_quartz import Job, JobKey, SimpleTrigger, TriggerKey
 from celery_quartz.calendars import WeeklyCalendar
 from celery_quartz.config import Settings
@@ -100,6 +102,7 @@ def _populate(url: str) -> None:
     store.claim("sched-1", no_later_than=now, max_count=10, time_window=0, router=router)
 
 
+@pytest.mark.slow
 def test_schemathesis_finds_no_server_error_and_no_answer_outside_the_document(
     pg_url: str, tmp_path: Path
 ) -> None:

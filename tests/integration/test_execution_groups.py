@@ -10,6 +10,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 import redis as redis_client
 from sqlalchemy import create_engine, select
 
@@ -115,6 +116,7 @@ def _assert_schedules_moved_on(store: SqlStore, stopped: datetime) -> None:
 
 
 @on_both_brokers
+@pytest.mark.slow
 def test_a_cluster_scoped_limit_of_two_holds_across_two_workers_of_eight(
     tmp_path: Path, pg_url: str, broker_url: str
 ) -> None:
@@ -128,6 +130,7 @@ def test_a_cluster_scoped_limit_of_two_holds_across_two_workers_of_eight(
     store.dispose()
 
 
+@pytest.mark.slow
 def test_a_node_scoped_limit_of_two_allows_two_per_serving_worker(
     tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:

@@ -309,6 +309,7 @@ def test_a_worker_without_the_hooks_is_noticed_and_no_occurrence_runs_twice(
     store.dispose()
 
 
+@pytest.mark.slow
 def test_a_firing_for_a_queue_only_an_unhooked_worker_consumes_runs_once_whatever_the_read_interval(
     tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:
@@ -357,6 +358,7 @@ def test_a_firing_for_a_queue_only_an_unhooked_worker_consumes_runs_once_whateve
     store.dispose()
 
 
+@pytest.mark.slow
 def test_a_queue_no_worker_consumes_yet_is_not_taken_for_an_unhooked_worker(
     tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:

@@ -8,6 +8,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 import redis as redis_client
 from sqlalchemy import create_engine, select
 
@@ -252,6 +253,7 @@ def test_a_message_no_worker_consumes_ends_as_a_misfire_with_no_fired_row_left(
     store.dispose()
 
 
+@pytest.mark.slow
 def test_a_killed_workers_disallow_concurrent_recovery_is_deferred_then_runs_once(
     tmp_path: Path, pg_url: str, redis_url: str
 ) -> None:

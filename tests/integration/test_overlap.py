@@ -6,6 +6,7 @@ run terminated on another worker; a threads run cancelled cooperatively)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def _stop_firing(quartz: Quartz, name: str) -> None:
 
 
 def _assert_never_overlapped(runs: list[Any]) -> None:
-    for before, after in zip(runs, runs[1:], strict=False):
+    for before, after in pairwise(runs):
         assert before.ended is not None and after.started >= before.ended, (before, after)
 
 
@@ -107,7 +108,7 @@ def test_buffer_one_fires_the_held_occurrence_when_the_run_ends_and_keeps_it_thr
     _assert_never_overlapped(runs)
     resumed = next(i for i, r in enumerate(runs) if r.scheduled_ms == to_millis(held))
     # After the resume, each held occurrence fires as soon as the run before it ends.
-    for before, after in zip(runs[resumed:], runs[resumed + 1 :], strict=False):
+    for before, after in pairwise(runs[resumed:]):
         assert after.started - before.ended < 2.0, (before, after)
     skipped = ledger_app.history_rows(pg_url, trigger_name="buffer", result="skipped")
     assert skipped and all(r.reason.startswith("overlap") for r in skipped)

@@ -188,6 +188,7 @@ _EDIT_FIELDS: dict[str, tuple[type, ...]] = {
     "rrule": (str,),
     "priority": (int,),
     "misfire_instruction": (str, int),
+    "overlap_policy": (str,),
     "preferred_node": (str, type(None)),
     "execution_group": (str, type(None)),
     "calendar": (str, type(None)),

@@ -490,6 +490,7 @@ _SCHEDULE_BODY = {
                 "calendar": _KEY_PART,
                 "execution_group": _KEY_PART,
                 "preferred_node": _nullable("string"),
+                "overlap_policy": {"enum": _OVERLAP_POLICIES},
                 "description": _DESCRIPTION,
                 "data": _JSON_OBJECT,
             },

@@ -166,3 +166,21 @@ def test_the_trigger_page_shows_the_policy_and_its_edit_form_changes_it(api: Tes
     assert re.search(
         r'id="overlap-policy">cancel_previous<', api.get(posted.headers["location"]).text
     )
+
+
+def test_the_api_schedules_a_trigger_with_an_overlap_policy_and_refuses_an_unknown_one(
+    api: TestClient,
+) -> None:
+    job = {"name": "b", "group": "reports", "task": "tasks.report"}
+    trigger = {"name": "b", "group": "reports", "interval": 60, "overlap_policy": "buffer_one"}
+    done = api.post(f"{API}/jobs", json={"job": job, "trigger": trigger})
+    assert done.status_code == 200, done.text
+    assert api.get(f"{API}/triggers/reports/b").json()["overlap_policy"] == "buffer_one"
+    for bad in ("sometimes", None, 1):
+        refused = api.post(
+            f"{API}/jobs",
+            json={"job": {**job, "name": "c"}, "trigger": {**trigger, "overlap_policy": bad}},
+        )
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["field"] == "trigger.overlap_policy"
+    assert api.get(f"{API}/triggers/reports/c").status_code == 404

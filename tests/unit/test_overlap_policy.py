@@ -362,3 +362,32 @@ def test_the_firings_in_flight_are_fired_published_or_executing() -> None:
     from celery_quartz.store.sql._overlaps import IN_FLIGHT
 
     assert set(IN_FLIGHT) == {FiringState.FIRED, FiringState.PUBLISHED, FiringState.EXECUTING}
+
+
+def test_a_resume_releases_a_hold_whose_firing_ended_without_releasing_it(
+    db: SqlStore, clock: FakeClock
+) -> None:
+    add(db, every("t", 10, "buffer_one"))
+    first = running(db, "t")
+    clock.set(at(10))
+    assert claim(db) == []
+    # The firing's row removed as an older version's worker ends it: no release.
+    f = db.tables.fired_triggers
+    with db.transaction() as conn:
+        conn.execute(f.delete().where(f.c.fire_instance_id == first))
+    assert state(db, "t") == TriggerState.BLOCKED
+    db.pause_trigger(TriggerKey("t"))
+    db.resume_trigger(TriggerKey("t"))
+    assert state(db, "t") == TriggerState.WAITING
+    [held] = claim(db)
+    assert held.scheduled_millis == ms(10)
+
+
+def test_a_resume_keeps_a_hold_whose_firing_still_runs(db: SqlStore, clock: FakeClock) -> None:
+    add(db, every("t", 10, "buffer_one"))
+    running(db, "t")
+    clock.set(at(10))
+    claim(db)
+    db.pause_trigger(TriggerKey("t"))
+    db.resume_trigger(TriggerKey("t"))
+    assert state(db, "t") == TriggerState.BLOCKED

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, Row, and_, func, select, tuple_, update
 from celery_quartz.clock import from_millis
 from celery_quartz.firing import AcquiredFiring, message_task_id
 from celery_quartz.history import RunResult
-from celery_quartz.keys import TriggerKey
+from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.overlap import OVERLAP_REASON, OverlapPolicy
 from celery_quartz.store.schema import FiringState, TriggerState
 from celery_quartz.store.sql._context import SqlContext
@@ -272,3 +272,31 @@ class HeldOccurrences:
             .values(trigger_state=released[state])
         )
         logger.info("overlap: trigger %s released its held occurrence", key)
+
+    def still_held(self, conn: Connection, row: Row[Any]) -> bool:
+        """Whether the PAUSED_BLOCKED trigger ``row`` is still held by ``buffer_one`` as it is
+        resumed: a firing of its own is in flight. (A trigger held by ``disallow_concurrent``,
+        or one without the policy, stays as its state says.) A hold whose firing ended without
+        releasing it (an end recorded by an older version's worker) is released by the resume."""
+        if OverlapPolicy.parse(row.overlap_policy) is not OverlapPolicy.BUFFER_ONE:
+            return True
+        f, j = self.sql.tables.fired_triggers, self.sql.tables.jobs
+        nonconcurrent = conn.execute(
+            select(j.c.is_nonconcurrent).where(
+                self.sql.job_key(JobKey.stored(row.job_name, row.job_group))
+            )
+        ).scalar_one_or_none()
+        if nonconcurrent:
+            return True
+        return bool(
+            conn.execute(
+                select(func.count())
+                .select_from(f)
+                .where(
+                    self.sql.scoped(f),
+                    f.c.trigger_name == row.trigger_name,
+                    f.c.trigger_group == row.trigger_group,
+                    f.c.state.in_(IN_FLIGHT),
+                )
+            ).scalar_one()
+        )

@@ -5,6 +5,7 @@ flight ends, ``cancel_previous`` fires it and names the firing to revoke. On SQL
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ from celery_quartz.retry import RetryPolicy
 from celery_quartz.store import FiringState, SqlStore, TriggerState
 from celery_quartz.store.views import FiringOutcome
 from celery_quartz.triggers import SimpleMisfireInstruction, SimpleTrigger
+from tests.stores import store_at
 from tests.unit.builders import A, B, acquire, add, fire_one, next_fire, repeating, state
 from tests.unit.conftest import at
 
@@ -391,3 +393,42 @@ def test_a_resume_keeps_a_hold_whose_firing_still_runs(db: SqlStore, clock: Fake
     db.pause_trigger(TriggerKey("t"))
     db.resume_trigger(TriggerKey("t"))
     assert state(db, "t") == TriggerState.BLOCKED
+
+
+@pytest.fixture
+def pg(pg_url: str, clock: FakeClock) -> Iterator[SqlStore]:
+    """The SQL store on PostgreSQL alone: two threads claim on it at once (the RAM store is one
+    connection)."""
+    store = store_at(pg_url, "unit", clock=clock)
+    store.create_tables()
+    yield store
+    store.dispose()
+
+
+@pytest.mark.integration
+def test_two_schedulers_claiming_at_the_same_moment_record_each_skip_once(
+    pg: SqlStore, clock: FakeClock
+) -> None:
+    """Claims of two instances run in two threads, released together, occurrence after
+    occurrence: each occurrence due while the first firing runs is skipped by one of them."""
+    import threading
+
+    db = pg
+    add(db, every("t", 10, "skip"))
+    running(db, "t")
+    for n in range(1, 6):
+        clock.set(at(10 * n))
+        barrier = threading.Barrier(2)
+        fired: list[list[Firing]] = []
+
+        def race(instance: str, barrier: threading.Barrier, fired: list[list[Firing]]) -> None:
+            barrier.wait()
+            fired.append(claim(db, instance))
+
+        threads = [threading.Thread(target=race, args=(i, barrier, fired)) for i in (A, B)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert fired == [[], []]
+    assert not_run(db) == [("skipped", "t", ms(10 * n)) for n in range(1, 6)]

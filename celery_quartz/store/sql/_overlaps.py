@@ -16,9 +16,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, func, select, tuple_, update
+from sqlalchemy import Connection, Row, func, select, tuple_, update
 
-from celery_quartz.clock import from_millis
+from celery_quartz.clock import from_millis, to_millis
 from celery_quartz.firing import AcquiredFiring, message_task_id
 from celery_quartz.history import RunResult
 from celery_quartz.keys import JobKey, TriggerKey
@@ -159,7 +159,7 @@ class Overlaps:
         probe = copy.copy(firing.trigger)
         probe.triggered(calendar)
         folded = 0
-        while probe.next_fire_time is not None and millis_or_none(probe.next_fire_time) <= now:  # type: ignore[operator]
+        while probe.next_fire_time is not None and to_millis(probe.next_fire_time) <= now:
             if folded < _MAX_FOLDED_RECORDS:
                 self.history.record_not_run(
                     conn,
@@ -268,7 +268,7 @@ class HeldOccurrences:
         }
         conn.execute(
             update(t)
-            .where(self.sql.trigger_key(key), and_(t.c.trigger_state == state))
+            .where(self.sql.trigger_key(key), t.c.trigger_state == state)
             .values(trigger_state=released[state])
         )
         logger.info("overlap: trigger %s released its held occurrence", key)

@@ -432,3 +432,28 @@ def test_two_schedulers_claiming_at_the_same_moment_record_each_skip_once(
             thread.join()
         assert fired == [[], []]
     assert not_run(db) == [("skipped", "t", ms(10 * n)) for n in range(1, 6)]
+
+
+def test_cancelled_reads_the_workers_revoked_task_ids() -> None:
+    from celery.worker import state
+
+    from celery_quartz.context import JobExecutionContext
+
+    context = JobExecutionContext(
+        scheduler_name="unit",
+        fire_instance_id="f-1",
+        job_key=JobKey("job"),
+        trigger_key=TriggerKey("t"),
+        scheduled_fire_time=at(0),
+        fire_time=at(0),
+        task_id="f-1.r1",
+    )
+    assert not context.cancelled
+    state.revoked.add("f-1")  # the firing's first message, expired: not this run's
+    try:
+        assert not context.cancelled
+        state.revoked.add("f-1.r1")
+        assert context.cancelled
+    finally:
+        state.revoked.discard("f-1")
+        state.revoked.discard("f-1.r1")

@@ -163,3 +163,36 @@ def test_cancel_previous_is_cooperative_on_a_threads_pool(
     assert cancelled.fire_instance_id == first.fire_instance_id
     # It saw current_context().cancelled and returned early, well before its 30 s.
     assert first.ended is not None and first.ended - first.started < 10
+
+
+def test_cancel_previous_revokes_a_firing_still_in_the_broker_before_it_starts(
+    pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """One worker of concurrency 1 is busy with another job's run (acked at its end, so it
+    takes no other message meanwhile): the trigger's first firing waits in the broker, the next
+    occurrence revokes it, and the worker discards it unstarted when it is free."""
+    store = ledger_app.prepared_store(pg_url)
+    quartz = Quartz(ledger_app.app, store=store)
+    now = datetime.now(timezone.utc)
+    quartz.schedule_job(
+        Job(key=JobKey("blocker", GROUP), task="ledger.overlapping", kwargs={"seconds": 8}),
+        SimpleTrigger(key=TriggerKey("blocker", GROUP), start_at=now + timedelta(seconds=2)),
+    )
+    _schedule(store, "queued", "cancel_previous", every=3, runs_for=30)
+    with processes(tmp_path, _env(pg_url, redis_url)) as procs:
+        procs.beat("beat1")
+        procs.worker("w1", concurrency=1)
+
+        def discarded() -> set[str]:
+            started = {r.fire_instance_id for r in ledger_app.ledger_rows(pg_url)}
+            return {r.fire_instance_id for r in _cancelled(pg_url, "queued")} - started
+
+        wait_for(discarded, timeout=60, message="a firing revoked in the broker")
+        quartz.pause_trigger(TriggerKey("queued", GROUP))
+        procs.assert_running("beat1", "w1")
+        _kill_workers(procs, "w1")
+    first = min(
+        ledger_app.history_rows(pg_url, trigger_name="queued"), key=lambda r: r.scheduled_time
+    )
+    assert first.result == "cancelled"
+    assert first.fire_instance_id not in {r.fire_instance_id for r in _runs(pg_url, "queued")}

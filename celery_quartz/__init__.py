@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from celery_quartz.keys import JobKey, TriggerKey
     from celery_quartz.lifecycle import SchedulerStatus
     from celery_quartz.limits import ExecutionLimits, ExecutionLimitScope
+    from celery_quartz.overlap import OverlapPolicy
     from celery_quartz.retry import RetryPolicy
     from celery_quartz.triggers import (
         REPEAT_INDEFINITELY,
@@ -71,6 +72,7 @@ __all__ = [
     "JobKey",
     "MisfireInstruction",
     "MonthlyCalendar",
+    "OverlapPolicy",
     "PreferredNode",
     "Quartz",
     "RecurrenceTrigger",
@@ -118,6 +120,7 @@ _EXPORTS = {
     **dict.fromkeys(("JobKey", "TriggerKey"), "keys"),
     "SchedulerStatus": "lifecycle",
     **dict.fromkeys(("ExecutionLimits", "ExecutionLimitScope"), "limits"),
+    "OverlapPolicy": "overlap",
     "RetryPolicy": "retry",
     **dict.fromkeys(
         (

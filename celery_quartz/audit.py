@@ -25,6 +25,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from celery_quartz.errors import ValidationError
+from celery_quartz.overlap import OverlapPolicy
 
 if TYPE_CHECKING:
     from celery_quartz.job import Job
@@ -237,6 +238,7 @@ def trigger_fields(trigger: Trigger) -> dict[str, Any]:
         "preferred_node": pin_node,
         "preferred_node_auto": pin_auto,
         "retry_policy": trigger.retry_policy.to_string() if trigger.retry_policy else None,
+        "overlap_policy": str(OverlapPolicy.parse(trigger.overlap_policy)),
     }
     for name, value in trigger.detail().items():
         fields[f"detail.{name}" if name in fields else name] = json_value(value)

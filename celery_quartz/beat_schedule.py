@@ -28,6 +28,7 @@ from celery_quartz.definitions import JobChanges, owned_group
 from celery_quartz.errors import ValidationError
 from celery_quartz.job import Job, check_success_deadline
 from celery_quartz.keys import BEAT_SCHEDULE_GROUP, JobKey, TriggerKey
+from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.store.abc import JobStore
 from celery_quartz.triggers.base import Trigger
@@ -38,7 +39,13 @@ _ENTRY_FIELDS = frozenset({"task", "schedule", "args", "kwargs", "options", "rel
 #: What an entry's ``quartz`` mapping may set on its trigger (and, ``require_success_within``,
 #: on its job).
 _QUARTZ_FIELDS = frozenset(
-    {"execution_group", "preferred_node", "retry_policy", "require_success_within"}
+    {
+        "execution_group",
+        "preferred_node",
+        "retry_policy",
+        "overlap_policy",
+        "require_success_within",
+    }
 )
 
 
@@ -158,7 +165,8 @@ def _success_deadline(where: str, quartz: object) -> timedelta | None:
 
 def _apply_quartz_fields(where: str, trigger: Trigger, quartz: object) -> None:
     """An entry's ``quartz`` mapping: the trigger's execution group, preferred node (a
-    :class:`PreferredNode`, a worker's node name, or ``"*"`` for automatic) and retry policy."""
+    :class:`PreferredNode`, a worker's node name, or ``"*"`` for automatic), retry policy and
+    overlap policy (``allow``, ``skip``, ``buffer_one``, ``cancel_previous``)."""
     if quartz is None:
         return
     if not isinstance(quartz, Mapping):
@@ -177,3 +185,4 @@ def _apply_quartz_fields(where: str, trigger: Trigger, quartz: object) -> None:
             f"{where}: quartz retry_policy must be a RetryPolicy, got {type(policy).__name__}"
         )
     trigger.retry_policy = policy
+    trigger.overlap_policy = OverlapPolicy.parse(quartz.get("overlap_policy"), f"{where}: quartz")

@@ -617,6 +617,9 @@ OPERATOR_COMMANDS.append(edit)
 @click.option("--rrule", help="A new RFC 5545 rule (a recurrence trigger).")
 @click.option("--priority", type=int, help="A new priority.")
 @click.option("--misfire-instruction", help="A misfire instruction of the trigger's kind, by name.")
+@click.option(
+    "--overlap-policy", help="allow, skip, buffer_one or cancel_previous (docs/steering.md)."
+)
 @click.option("--pin", "preferred_node", help="A worker's node name, `*` (automatic) or '' (none).")
 @click.option("--execution-group", help="A new execution group ('' for none).")
 @click.option("--calendar", help="A stored calendar's name ('' for none).")
@@ -627,8 +630,9 @@ OPERATOR_COMMANDS.append(edit)
 def edit_trigger(
     ctx: click.Context, name: str, group: str, dry_run: bool, as_json: bool, **options: Any
 ) -> None:
-    """Change a trigger's schedule, priority, misfire instruction, pin, execution group,
-    calendar or description; a new schedule or calendar recomputes its next fire time."""
+    """Change a trigger's schedule, priority, misfire instruction, overlap policy, pin,
+    execution group, calendar or description; a new schedule or calendar recomputes its next
+    fire time."""
     clearable = {"execution_group", "calendar", "description"}
     changes = {
         option: (None if value == "" and option in clearable else value)

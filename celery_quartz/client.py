@@ -159,7 +159,8 @@ class Quartz(HistoryReads):
         """Edit the stored trigger ``key`` in place and return it as stored (``dry_run``: as it
         would be; nothing is written). The editable details are the schedule (``cron`` and
         ``time_zone``, ``interval``, ``rrule``), ``priority``, ``misfire_instruction`` (a name or
-        a number), ``preferred_node`` (a worker, ``"*"`` or None), ``execution_group``,
+        a number), ``overlap_policy`` (``allow``, ``skip``, ``buffer_one``, ``cancel_previous``),
+        ``preferred_node`` (a worker, ``"*"`` or None), ``execution_group``,
         ``calendar`` and ``description``. A change of schedule or calendar recomputes the next
         fire time as a reschedule does; the trigger keeps its state, counts and pause, and a
         firing in flight is not touched (:mod:`celery_quartz.editing`). Raises

@@ -63,6 +63,9 @@ class JobExecutionContext:
     #: The metrics the task reported with :meth:`report`, as JSON (None: nothing reported, or
     #: dropped for its size).
     metrics: str | None = None
+    #: The Celery task id of its message (the fire instance id, suffixed after an expiry), when
+    #: a worker runs it.
+    task_id: str | None = None
     #: Where :meth:`report_progress` hands a report: the worker's progress writer (None outside
     #: a worker running the hooks: the report goes nowhere).
     progress_sink: Callable[[JobExecutionContext, float, str | None], None] | None = field(
@@ -125,6 +128,21 @@ class JobExecutionContext:
                 self.metrics = encoded
 
     @property
+    def cancelled(self) -> bool:
+        """Whether this firing was revoked while it runs (its trigger's overlap policy
+        ``cancel_previous`` replaced it, or an operator revoked it): its task id is in the
+        worker's revoked ids (``celery.worker.state.revoked``), which Celery's remote control
+        fills in the worker's process. A prefork pool's process is terminated instead (it never
+        sees this turn true); on a threads pool, which cannot terminate a task, a long task
+        checks it and returns early, and its run is recorded ``cancelled``. Outside a worker,
+        False."""
+        try:
+            from celery.worker import state
+        except ImportError:  # pragma: no cover - Celery is a dependency
+            return False
+        return (self.task_id or self.fire_instance_id) in state.revoked
+
+    @property
     def merged_job_data(self) -> dict[str, Any]:
         """Job data with the trigger's data over it (Quartz's MergedJobDataMap); a copy."""
         return {**self.job_data, **self.trigger_data}
@@ -136,10 +154,12 @@ class JobExecutionContext:
 
     @classmethod
     def from_header(
-        cls, header: FiringHeader, worker_name: str | None = None
+        cls, header: FiringHeader, worker_name: str | None = None, task_id: str | None = None
     ) -> JobExecutionContext:
-        """The context of the firing ``header`` carries, run on ``worker_name``."""
+        """The context of the firing ``header`` carries, run on ``worker_name`` as the task
+        ``task_id``."""
         return cls(
+            task_id=task_id,
             scheduler_name=header.scheduler_name,
             fire_instance_id=header.fire_instance_id,
             job_key=header.job_key,
@@ -196,4 +216,6 @@ def current_context() -> JobExecutionContext | None:
     if running is not None:
         return running.context
     header = FiringHeader.of_request(request)
-    return None if header is None else JobExecutionContext.from_header(header, request.hostname)
+    if header is None:
+        return None
+    return JobExecutionContext.from_header(header, request.hostname, request.id)

@@ -21,6 +21,7 @@ from typing import Any
 
 from celery_quartz.affinity import PreferredNode
 from celery_quartz.errors import InvalidTriggerError, ValidationError
+from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.triggers.base import Trigger
 
 _UNSET: Any = object()
@@ -33,6 +34,7 @@ EDITABLE = (
     "rrule",
     "priority",
     "misfire_instruction",
+    "overlap_policy",
     "preferred_node",
     "execution_group",
     "calendar",
@@ -102,6 +104,8 @@ class TriggerEdit:
             edited.priority = values["priority"]
         if "misfire_instruction" in values:
             edited.misfire_instruction = _instruction(where, stored, values["misfire_instruction"])
+        if "overlap_policy" in values:
+            edited.overlap_policy = OverlapPolicy.parse(values["overlap_policy"], where)
         if "preferred_node" in values:
             try:
                 edited.preferred_node = PreferredNode.parse(values["preferred_node"], owner=where)

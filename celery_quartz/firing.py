@@ -142,6 +142,9 @@ class Firing:
     node: str | None = None
     #: Times its message expired unstarted and it was published again.
     expired_count: int = 0
+    #: The task ids of the firings of the same trigger this one replaces (its overlap policy
+    #: ``cancel_previous``): revoked with ``terminate=True`` once it is published.
+    revokes: tuple[str, ...] = ()
 
     @property
     def task_id(self) -> str:

@@ -19,6 +19,7 @@ from celery_quartz.clock import to_millis
 from celery_quartz.firing import Firing
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.pausing import PauseRecord
 from celery_quartz.store.abc import ClientStore
 from celery_quartz.store.views import (
@@ -97,6 +98,7 @@ def trigger(view: TriggerView, redact: Redactor = NO_REDACTION) -> dict[str, Any
         "preferred_node": t.preferred_node.node,
         "preferred_node_auto": t.preferred_node.is_automatic,
         "retry_policy": t.retry_policy.to_string() if t.retry_policy else None,
+        "overlap_policy": str(OverlapPolicy.parse(t.overlap_policy)),
         "schedule": t.detail(),
         "data": redact(t.data),
         "last_outcome": outcome(view.last_outcome),

@@ -86,16 +86,37 @@ class Publisher:
             return
         if self.hooks is None:
             self._publish(firings, {})
+        else:
+            # A failing hook (instrumentation) must never keep a firing from being published.
+            no_extra: dict[str, dict[str, str]] = {}
+            extra = call_safely(self.hooks.before_publish, firings, default=no_extra)
+            try:
+                self._publish(firings, extra)
+            except BaseException as exc:
+                self._after_publish(firings, exc)
+                raise
+            self._after_publish(firings, None)
+        self.revoke_replaced(firings)
+
+    def revoke_replaced(self, firings: Sequence[Firing]) -> None:
+        """Revoke, with ``terminate=True``, the firings the published ``firings`` replace (their
+        trigger's overlap policy ``cancel_previous``): Celery's remote control reaches every
+        worker, so a run is cancelled wherever it is, and a message still in the broker is
+        discarded when a worker receives it. A pool that cannot terminate (threads, solo) keeps
+        running the task, which sees ``current_context().cancelled``. A revoke that cannot be
+        sent is logged; the run then goes on to its end."""
+        task_ids = [task_id for firing in firings for task_id in firing.revokes]
+        if not task_ids:
             return
-        # A failing hook (instrumentation) must never keep a firing from being published.
-        no_extra: dict[str, dict[str, str]] = {}
-        extra = call_safely(self.hooks.before_publish, firings, default=no_extra)
         try:
-            self._publish(firings, extra)
-        except BaseException as exc:
-            self._after_publish(firings, exc)
-            raise
-        self._after_publish(firings, None)
+            self.app.control.revoke(task_ids, terminate=True)
+        except Exception:
+            logger.exception("overlap: revoking %s (cancel_previous) failed", ", ".join(task_ids))
+            return
+        logger.info(
+            "overlap: revoked %s with terminate (cancel_previous: replaced by a new firing)",
+            ", ".join(task_ids),
+        )
 
     def _sending(self, firing: Firing) -> AbstractContextManager[Any]:
         assert self.hooks is not None

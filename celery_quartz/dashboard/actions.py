@@ -32,6 +32,7 @@ from celery_quartz.keys import (
     JobKey,
     TriggerKey,
 )
+from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.pausing import MAX_PAUSE_REASON
 from celery_quartz.presentation import Redactor, trigger_edit
 from celery_quartz.store.views import HistoryFilter
@@ -188,6 +189,7 @@ _EDIT_FIELDS: dict[str, tuple[type, ...]] = {
     "rrule": (str,),
     "priority": (int,),
     "misfire_instruction": (str, int),
+    "overlap_policy": (str,),
     "preferred_node": (str, type(None)),
     "execution_group": (str, type(None)),
     "calendar": (str, type(None)),
@@ -353,6 +355,7 @@ _TRIGGER_FIELDS = {
     "calendar",
     "execution_group",
     "preferred_node",
+    "overlap_policy",
     "description",
     "data",
 }
@@ -470,6 +473,11 @@ def _trigger(spec: Body, max_bytes: int) -> tuple[Trigger, str]:
             common["preferred_node"] = PreferredNode.parse(value)
         except ValidationError as error:
             raise invalid("trigger.preferred_node", str(error)) from None
+    if "overlap_policy" in spec:
+        policies = [policy.value for policy in OverlapPolicy]
+        if spec["overlap_policy"] not in policies:
+            raise invalid("trigger.overlap_policy", f"one of {', '.join(policies)}")
+        common["overlap_policy"] = OverlapPolicy(spec["overlap_policy"])
     if kind == "at":
         if "start_at" in spec:
             raise invalid("trigger.start_at", "not with 'at' (which is the start)")

@@ -10,6 +10,7 @@ from typing import Any
 from celery_quartz.dashboard.actions import MAX_DESCRIPTION_LENGTH, MAX_REPEAT_COUNT
 from celery_quartz.dashboard.auth import WRITE_ACTIONS
 from celery_quartz.keys import MAX_KEY_LENGTH
+from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.pausing import MAX_PAUSE_REASON
 from celery_quartz.store.views import MAX_PAGE
 from celery_quartz.triggers.base import MAX_PRIORITY, MIN_PRIORITY
@@ -34,6 +35,7 @@ def _list(name: str) -> dict[str, Any]:
 
 _TIME = _nullable("string", format="date-time")
 _STRING = {"type": "string"}
+_OVERLAP_POLICIES = [policy.value for policy in OverlapPolicy]
 _INTEGER = {"type": "integer"}
 _BOOLEAN = {"type": "boolean"}
 _JSON_OBJECT = {"type": "object"}
@@ -81,6 +83,7 @@ SCHEMAS: dict[str, Any] = {
             "preferred_node": _nullable("string"),
             "preferred_node_auto": _BOOLEAN,
             "retry_policy": _nullable("string"),
+            "overlap_policy": {"enum": _OVERLAP_POLICIES},
             "schedule": _JSON_OBJECT,
             "data": _JSON_OBJECT,
             "last_outcome": {"oneOf": [_ref("Outcome"), {"type": "null"}]},
@@ -487,6 +490,7 @@ _SCHEDULE_BODY = {
                 "calendar": _KEY_PART,
                 "execution_group": _KEY_PART,
                 "preferred_node": _nullable("string"),
+                "overlap_policy": {"enum": _OVERLAP_POLICIES},
                 "description": _DESCRIPTION,
                 "data": _JSON_OBJECT,
             },
@@ -688,6 +692,7 @@ def openapi_document(prefix: str) -> dict[str, Any]:
             "rrule": _STRING,
             "priority": _INTEGER,
             "misfire_instruction": {"type": ["string", "integer"]},
+            "overlap_policy": _STRING,
             "preferred_node": _nullable("string"),
             "execution_group": _nullable("string"),
             "calendar": _nullable("string"),

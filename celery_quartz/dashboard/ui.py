@@ -152,6 +152,7 @@ _EDIT_TEXTS = (
     "time_zone",
     "rrule",
     "misfire_instruction",
+    "overlap_policy",
     "preferred_node",
     "execution_group",
     "calendar",

@@ -32,6 +32,7 @@ from celery_quartz.definitions.model import (
 from celery_quartz.errors import QuartzError, SchedulingFileError
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.triggers.base import Trigger
 
 
@@ -503,6 +504,7 @@ def same_trigger(stored: Trigger, wanted: Trigger, explicit_start: bool) -> bool
         and stored.calendar_name == wanted.calendar_name
         and stored.execution_group == wanted.execution_group
         and stored.retry_policy == wanted.retry_policy
+        and OverlapPolicy.parse(stored.overlap_policy) == OverlapPolicy.parse(wanted.overlap_policy)
         and _same_pin(stored, wanted)
         and _millis(stored.end_at) == _millis(wanted.end_at)
         and (not explicit_start or _millis(stored.start_at) == _millis(wanted.start_at))

@@ -30,6 +30,7 @@ from celery_quartz.definitions.model import (
 from celery_quartz.errors import CronSyntaxError, QuartzError, SchedulingFileError
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES, Job, encode_json_object
 from celery_quartz.keys import DEFAULT_GROUP, JobKey, TriggerKey
+from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.scheduling_files.tree import (
     COMMAND_KEYS,
@@ -262,6 +263,7 @@ def build_trigger(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> Tr
         "execution_group": read(_text, node, "ExecutionGroup", owner),
         "retry_policy": read(_retry_policy, node, owner) or RetryPolicy.NONE,
         "preferred_node": read(_preferred_node, node, owner) or PreferredNode.NONE,
+        "overlap_policy": read(_overlap_policy, node, owner) or OverlapPolicy.ALLOW,
     }
     made = None if chosen is None else read(_schedule, chosen[0], chosen[1], owner, common)
     found.raise_if_any()
@@ -428,6 +430,16 @@ def _preferred_node(node: Node, owner: str) -> PreferredNode:
         return PreferredNode.parse(value.strip(), owner=owner)
     except QuartzError as exc:
         raise node.at("PreferredNode").error(str(exc)) from None
+
+
+def _overlap_policy(node: Node, owner: str) -> OverlapPolicy:
+    value = _text(node, "OverlapPolicy", owner)
+    try:
+        return OverlapPolicy.parse(value, owner)
+    except QuartzError as exc:
+        raise node.at("OverlapPolicy").error(
+            str(exc).replace("overlap_policy", node.name("OverlapPolicy"), 1)
+        ) from None
 
 
 # -- scalar readers: each takes a JSON value or the text of an XML element --------------------

@@ -10,6 +10,7 @@ from typing import Any
 
 from celery_quartz.errors import SchedulingFileError
 from celery_quartz.job import Job
+from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.scheduling_files.build import SCHEDULE_MISFIRE_NAMES, SIMPLE_MISFIRE_NAMES
 from celery_quartz.triggers import (
@@ -89,6 +90,9 @@ def trigger_tree(trigger: Trigger) -> dict[str, Any]:
         tree["PreferredNode"] = trigger.preferred_node.node
     if trigger.execution_group is not None:
         tree["ExecutionGroup"] = trigger.execution_group
+    policy = OverlapPolicy.parse(trigger.overlap_policy, owner)
+    if policy is not OverlapPolicy.ALLOW:
+        tree["OverlapPolicy"] = policy.value
     if trigger.data:
         tree["JobDataMap"] = dict(trigger.data)
     if trigger.start_at is not None:

@@ -51,6 +51,8 @@ TRIGGER_KEYS = (
     "RetryPolicy",
     "PreferredNode",
     "ExecutionGroup",
+    # celery-quartz's own (issue 29), after the 4.x elements.
+    "OverlapPolicy",
     "JobDataMap",
     "StartTime",
     "StartTimeSecondsInFuture",

@@ -61,6 +61,7 @@ _TRIGGER_COMMON: Sequence[_Field] = (
     ("retry-policy", "RetryPolicy", "retry"),
     ("preferred-node", "PreferredNode", "text"),
     ("execution-group", "ExecutionGroup", "text"),
+    ("overlap-policy", "OverlapPolicy", "text"),
     ("job-data-map", "JobDataMap", "data"),
     ("start-time", "StartTime", "text"),
     ("start-time-seconds-in-future", "StartTimeSecondsInFuture", "text"),
@@ -161,6 +162,7 @@ _OWN_ELEMENTS = frozenset(
         "retry-policy",
         "preferred-node",
         "execution-group",
+        "overlap-policy",
         "preserve-hour-of-day-across-daylight-savings",
         "skip-day-if-hour-does-not-exist",
     }

@@ -55,6 +55,8 @@ STATE = 16
 ERROR_TEXT = 1000
 #: Longest reason a pause records.
 PAUSE_REASON = 250
+#: Longest overlap policy name (``cancel_previous``).
+OVERLAP_POLICY = 16
 #: Longest summary a task reports for its run, and longest reason of a run that did not happen.
 SUMMARY_TEXT = 1000
 
@@ -218,6 +220,8 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("pause_reason", String(PAUSE_REASON)),
         Column("paused_by", String(NODE_NAME)),
         Column("paused_time", BigInteger),
+        # Its overlap policy (schema 0008): NULL is ``allow``.
+        Column("overlap_policy", String(OVERLAP_POLICY)),
         ForeignKeyConstraint(
             ["sched_name", "job_name", "job_group"],
             [jobs.c.sched_name, jobs.c.job_name, jobs.c.job_group],

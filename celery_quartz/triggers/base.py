@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from celery_quartz.affinity import PreferredNode
 from celery_quartz.errors import InvalidTriggerError, ValidationError
 from celery_quartz.keys import MAX_KEY_LENGTH, JobKey, TriggerKey, check_description
+from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.tz import resolve_time_zone
 
@@ -88,6 +89,10 @@ class Trigger(ABC):
     preferred_node: PreferredNode = PreferredNode.NONE
     #: How a failed occurrence is run again (see :mod:`celery_quartz.retry`).
     retry_policy: RetryPolicy = RetryPolicy.NONE
+    #: What an occurrence due while this trigger's previous firing is in flight does: ``allow``,
+    #: ``skip``, ``buffer_one`` or ``cancel_previous`` (see :mod:`celery_quartz.overlap`); a
+    #: name is read into an :class:`~celery_quartz.overlap.OverlapPolicy` by :meth:`validate`.
+    overlap_policy: OverlapPolicy | str = OverlapPolicy.ALLOW
 
     # State, advanced by the scheduler.
     #: The next instant it fires (UTC), advanced by the scheduler; ``None`` once it will not fire
@@ -181,6 +186,7 @@ class Trigger(ABC):
                 f"trigger {self.key}: retry_policy must be a RetryPolicy, got {self.retry_policy!r}"
             )
         check_description(f"trigger {self.key}", self.description, InvalidTriggerError)
+        self.overlap_policy = OverlapPolicy.parse(self.overlap_policy, f"trigger {self.key}")
 
     # -- the state machine (Quartz's OperableTrigger) -------------------------------------------
 
@@ -211,6 +217,15 @@ class Trigger(ABC):
         """Advance past the fire time that has just fired (Quartz's ``triggered``)."""
         self.times_triggered += 1
         self.previous_fire_time = self.next_fire_time
+        if self.next_fire_time is not None:
+            self.next_fire_time = self._skip_excluded(
+                self.next_fire_time_after(self.next_fire_time), calendar
+            )
+
+    def skip_occurrence(self, calendar: Calendar | None = None) -> None:
+        """Move past the fire time due without firing it (an overlap policy's skip): the next
+        fire time advances as :meth:`triggered` would; the count of firings and the previous
+        fire time stay as they are."""
         if self.next_fire_time is not None:
             self.next_fire_time = self._skip_excluded(
                 self.next_fire_time_after(self.next_fire_time), calendar

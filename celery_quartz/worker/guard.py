@@ -79,7 +79,7 @@ class ExecutionGuard:
             )
             self._tell_refused(task, header, "already executing or complete")
             raise Ignore()
-        context = JobExecutionContext.from_header(header, worker)
+        context = JobExecutionContext.from_header(header, worker, task_id)
         context.progress_sink = self.runtime.report_progress
         set_running_firing(request, RunningFiring(task_id, header, context, started.batchable))
         for hooks in self.runtime.execution_hooks:
@@ -120,9 +120,12 @@ class ExecutionGuard:
             self._refire(task, store, running)
         else:
             job_data = context.job_data if running.header.persist_job_data else None
-            # Only an exception counts as a failure: Ignore and Reject end as IGNORED/REJECTED.
-            failed = state == FAILURE
-            if not failed and job_data is None and running.batchable:
+            # A run revoked while it ran (a threads pool cannot terminate it) is cancelled,
+            # however it ended. Only an exception counts as a failure: Ignore and Reject end as
+            # IGNORED/REJECTED.
+            cancelled = context.cancelled
+            failed = state == FAILURE and not cancelled
+            if not failed and not cancelled and job_data is None and running.batchable:
                 batch = self.runtime.batch
                 if batch.delay > 0:
                     batch.add(context.scheduler_name, fire_id, context.summary, context.metrics)
@@ -133,7 +136,9 @@ class ExecutionGuard:
             outcome = (
                 FiringOutcome.of_exception(retval, summary=summary, metrics=metrics)
                 if failed and isinstance(retval, BaseException)
-                else FiringOutcome(failed=failed, summary=summary, metrics=metrics)
+                else FiringOutcome(
+                    failed=failed, summary=summary, metrics=metrics, cancelled=cancelled
+                )
             )
             persist(
                 lambda: store.complete_execution(

@@ -537,5 +537,35 @@ def progress(steps: int = 4, step_seconds: float = 1.5) -> None:
     ctx.report_progress(100, "done")
 
 
+
+@app.task(name="ledger.overlapping", acks_late=True)
+def overlapping(seconds: float = 3.0) -> None:
+    """Record the start in the ledger, run ``seconds`` (longer than its trigger's interval),
+    checking ``current_context().cancelled`` ten times a second (a threads pool's cooperative
+    cancel), and record the end (a prefork run terminated by a revoke never does). Acked at its
+    end: a worker of concurrency 1 running it takes no other message meanwhile."""
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "ledger.overlapping runs only as a celery-quartz firing"
+    trigger, scheduled = ctx.occurrence
+    _write(
+        insert(ledger).values(
+            trigger_group=trigger.group,
+            trigger_name=trigger.name,
+            scheduled_ms=int(scheduled.timestamp() * 1000),
+            fire_instance_id=ctx.fire_instance_id,
+            fired_by=ctx.fired_by,
+            worker=ctx.worker_name,
+            started=time.time(),
+        )
+    )
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not ctx.cancelled:
+        time.sleep(0.1)
+    _write(
+        update(ledger)
+        .where(ledger.c.fire_instance_id == ctx.fire_instance_id)
+        .values(ended=time.time())
+    )
+
 if not os.environ.get("CQ_NO_HOOKS"):
     celery_quartz.install(app)

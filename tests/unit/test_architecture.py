@@ -105,6 +105,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "limits",
             "liveness",
             "misfire",
+            "overlap",
             "pausing",
             "retry",
             "routing",

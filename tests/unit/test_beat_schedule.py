@@ -263,6 +263,12 @@ def test_an_imported_trigger_is_waiting(app: Celery, store: MemoryStore, clock: 
             ValidationError,
             "execution_group must be None or a non-empty string",
         ),
+        (
+            {"task": "tasks.ping", "schedule": 30, "quartz": {"overlap_policy": "queue"}},
+            ValidationError,
+            "beat entry 'bad': quartz: overlap_policy 'queue' is not one of allow, skip, "
+            "buffer_one, cancel_previous",
+        ),
     ],
     ids=[
         "unknown-task",
@@ -278,6 +284,7 @@ def test_an_imported_trigger_is_waiting(app: Celery, store: MemoryStore, clock: 
         "quartz-reserved-pin",
         "quartz-policy-str",
         "quartz-empty-group",
+        "quartz-overlap-policy",
     ],
 )
 def test_a_bad_entry_is_refused_naming_it_and_nothing_is_stored(
@@ -349,3 +356,17 @@ def test_changing_an_entrys_quartz_fields_replaces_its_trigger(
     assert result.updated == [job_key("e")]
     trigger = store.retrieve_trigger(trigger_key("e"))
     assert trigger is not None and trigger.execution_group == "g"
+
+
+def test_an_entrys_overlap_policy_is_its_triggers_and_a_change_replaces_it(
+    app: Celery, store: MemoryStore, clock: FakeClock
+) -> None:
+    entry = {"task": "tasks.ping", "schedule": 60, "quartz": {"overlap_policy": "skip"}}
+    run_import(app, store, clock, {"e": entry})
+    trigger = store.retrieve_trigger(trigger_key("e"))
+    assert trigger is not None and trigger.overlap_policy == "skip"
+    assert run_import(app, store, clock, {"e": entry}).unchanged == [job_key("e")]
+    changed = {**entry, "quartz": {"overlap_policy": "buffer_one"}}
+    assert run_import(app, store, clock, {"e": changed}).updated == [job_key("e")]
+    trigger = store.retrieve_trigger(trigger_key("e"))
+    assert trigger is not None and trigger.overlap_policy == "buffer_one"

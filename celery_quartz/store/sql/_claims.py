@@ -4,9 +4,10 @@ its selection and admission, its fired rows, its triggers advanced, its publicat
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -29,10 +30,13 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from celery_quartz.firing import AcquiredFiring, Firing, new_ids, run_arguments
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.routing import Admission, HeldBack, Router, take_batch
 from celery_quartz.store.records import Claim
 from celery_quartz.store.schema import ERROR_TEXT, FiringState, TriggerState
 from celery_quartz.store.sql._context import SqlContext
+from celery_quartz.store.sql._history_rows import HistoryRows
+from celery_quartz.store.sql._overlaps import Overlaps, policy_of
 from celery_quartz.store.sql._rows import (
     Rows,
     in_acquisition_order,
@@ -73,9 +77,10 @@ _FIRED_ROW_COLUMNS = (
 class Claims:
     """The statements of a claim and a firing of its batch, inside the role's transactions."""
 
-    def __init__(self, sql: SqlContext, rows: Rows) -> None:
+    def __init__(self, sql: SqlContext, rows: Rows, history: HistoryRows) -> None:
         self.sql = sql
         self.rows = rows
+        self.overlaps = Overlaps(sql, history)
 
     #: Selections one claim makes at most while looking past held-back triggers.
     _MAX_ADMISSION_ROUNDS = 4
@@ -271,26 +276,50 @@ class Claims:
         conn: Connection,
         instance_name: str,
         batch: Sequence[AcquiredFiring],
-        advanced: dict[str, dict[str, Any]],
         now: int,
         expires: int | None,
+        calendars: Mapping[str, Any],
+        advanced: dict[str, dict[str, Any]] | None = None,
     ) -> tuple[list[Firing], list[str]]:
         """Advance the batch's triggers (rows locked by the caller); the messages, and the fire
-        instance ids left out because their disallow_concurrent job already fired in the batch.
+        instance ids left out: their disallow_concurrent job already fired in the batch, or
+        their trigger's overlap policy skipped or held the occurrence. ``advanced``: each
+        trigger's values after it fires (:func:`after_firing`, computed when not given).
 
         A job that disallows concurrent execution fires once per batch: the triggers of the batch
         were read before its first firing blocked the others, so its later firings in this batch
         are left out (their triggers stay BLOCKED until the first one completes).
+
+        Race settled: two schedulers firing the same trigger's occurrence while its previous
+        firing is in flight. The trigger row is locked (or the claim is conditional on its
+        state), so one transaction decides the overlap (one skip recorded, one hold, one
+        cancel), and a completion releasing a held trigger reads its state locked, after.
         """
         firings: list[Firing] = []
         skipped: list[str] = []
         updates: list[dict[str, Any]] = []
         nonconcurrent_fired: set[JobKey] = set()
+        if advanced is None:
+            advanced = after_firing(batch, calendars)
+        overlapping = self.overlaps.in_flight(conn, batch)
         for firing in batch:
             if firing.job.key in nonconcurrent_fired:
                 skipped.append(firing.fire_instance_id)
                 continue
-            values = advanced[firing.fire_instance_id]
+            policy = policy_of(firing)
+            in_flight = overlapping.get(firing.trigger.key, [])
+            calendar = calendars.get(firing.trigger.calendar_name or "")
+            if in_flight and policy in (OverlapPolicy.SKIP, OverlapPolicy.BUFFER_ONE):
+                updates.append(
+                    self.overlaps.skip(conn, firing, calendar, in_flight, instance_name)
+                    if policy is OverlapPolicy.SKIP
+                    else self.overlaps.hold(firing, in_flight)
+                )
+                skipped.append(firing.fire_instance_id)
+                continue
+            values = dict(advanced[firing.fire_instance_id])
+            if policy is OverlapPolicy.BUFFER_ONE:
+                self.overlaps.fold(conn, firing, values, calendar, now, instance_name)
             if values["b_nft"] is None:
                 values["b_state"] = TriggerState.COMPLETE
             elif firing.job.disallow_concurrent:
@@ -301,9 +330,12 @@ class Claims:
             if firing.job.disallow_concurrent:
                 self._block_other_triggers(conn, firing.job.key, firing.trigger.key)
                 nonconcurrent_fired.add(firing.job.key)
-            firings.append(
-                _firing_message(firing, self.sql.scheduler_name, now, instance_name, expires)
-            )
+            message = _firing_message(firing, self.sql.scheduler_name, now, instance_name, expires)
+            if in_flight and policy is OverlapPolicy.CANCEL_PREVIOUS:
+                message = dataclasses.replace(
+                    message, revokes=self.overlaps.revokes(firing, in_flight)
+                )
+            firings.append(message)
         if updates:
             self._advance_triggers(conn, updates)
         return firings, skipped
@@ -431,7 +463,7 @@ class Claims:
 
 
 def after_firing(
-    batch: Sequence[AcquiredFiring], calendars: dict[str, Any]
+    batch: Sequence[AcquiredFiring], calendars: Mapping[str, Any]
 ) -> dict[str, dict[str, Any]]:
     """Each trigger's values after it fires, computed on a copy: the claim keeps the trigger
     as claimed, so firing the same batch again (after a store outage) computes the same next

@@ -33,6 +33,7 @@ from celery_quartz.store.schema import (
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._history_rows import HistoryRows
+from celery_quartz.store.sql._overlaps import HeldOccurrences
 from celery_quartz.store.sql._rows import (
     Rows,
     datetime_or_none,
@@ -68,6 +69,8 @@ class FiringEnds:
         self.definitions = definitions
         #: The run history's rows, written by every end (shared with the misfire handler).
         self.history: HistoryRows = definitions.history
+        #: The occurrences ``buffer_one`` held, released by the end of the firing they waited for.
+        self.held = HeldOccurrences(sql, definitions)
 
     def release(
         self,
@@ -192,7 +195,9 @@ class FiringEnds:
             self._unblock_triggers(conn, JobKey(row.job_name, row.job_group), row.worker_name)
         trigger_key = TriggerKey(row.trigger_name, row.trigger_group)
         if outcome is None:
+            # Locked: a claim holding the row (an overlap's hold) commits first.
             read: Any = select(t.c.trigger_state).where(self.sql.trigger_key(trigger_key))
+            read = read.with_for_update()
         else:
             read = (
                 update(t)
@@ -212,6 +217,8 @@ class FiringEnds:
         state = conn.execute(read).scalar_one_or_none()
         if state == TriggerState.COMPLETE:
             self.definitions.finish_trigger(conn, trigger_key)
+        else:
+            self.held.release(conn, trigger_key, state, row.worker_name)
 
     def _unblock_triggers(self, conn: Connection, job: JobKey, decided_by: str | None) -> None:
         """A disallow_concurrent job's firing ended: its other triggers may fire again. One made

@@ -209,8 +209,8 @@ class HistoryRows:
         The writers: the misfire instruction applied (``misfired``, or ``held`` for what an
         execution limit or ``disallow_concurrent`` held back; :meth:`~celery_quartz.store.sql.
         _definitions.Definitions.apply_misfire`) and an expired message (``expired``;
-        :meth:`record_expired`). The overlap policy's ``skipped`` (issue 29) is to be recorded
-        here too, where the claim decides the skip."""
+        :meth:`record_expired`), and the overlap policy's ``skipped``, where the claim decides
+        it (:class:`~celery_quartz.store.sql._overlaps.Overlaps`)."""
         if not self.enabled:
             return
         assert not result.ran

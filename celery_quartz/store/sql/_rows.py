@@ -33,6 +33,7 @@ from celery_quartz.errors import InvalidTriggerError
 from celery_quartz.firing import JobRecord
 from celery_quartz.job import Job, check_success_deadline, encode_json, encode_json_object
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.pausing import PauseRecord, PauseRequest
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.routing import LiveWorker, Router, direct_queue
@@ -245,6 +246,12 @@ def job_record_from_row(row: Row[Any]) -> JobRecord:
     )
 
 
+def stored_overlap_policy(trigger: Trigger) -> str | None:
+    """The ``overlap_policy`` column of ``trigger``: NULL for ``allow`` (a row as before)."""
+    policy = OverlapPolicy.parse(trigger.overlap_policy, f"trigger {trigger.key}")
+    return None if policy is OverlapPolicy.ALLOW else policy.value
+
+
 def trigger_from_row(row: Row[Any], data_column: str = "job_data") -> Trigger:
     cls = TRIGGER_KINDS.get(row.trigger_type)
     if cls is None:
@@ -268,6 +275,7 @@ def trigger_from_row(row: Row[Any], data_column: str = "job_data") -> Trigger:
         execution_group=row.execution_group,
         preferred_node=PreferredNode.from_columns(row.preferred_node, row.preferred_node_auto),
         retry_policy=RetryPolicy.parse(row.retry_policy),
+        overlap_policy=OverlapPolicy.parse(row.overlap_policy),
     )
 
 
@@ -324,6 +332,7 @@ class Rows:
             "execution_group": trigger.execution_group,
             **pin_columns(trigger.preferred_node),
             "retry_policy": trigger.retry_policy.to_string() if trigger.retry_policy else None,
+            "overlap_policy": stored_overlap_policy(trigger),
         }
 
     #: Keys per statement when reading rows by key (SQLite allows 32,766 parameters).

@@ -18,6 +18,7 @@ from celery_quartz.store.schema import PAUSED_STATES, TriggerState
 from celery_quartz.store.sql._audit import AuditTrail
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
+from celery_quartz.store.sql._overlaps import HeldOccurrences
 from celery_quartz.store.sql._rows import ALL_GROUPS_PAUSED, PAUSE_COLUMNS, Rows, pause_record
 
 #: Each trigger whose state a pause or resume moved: (before, after).
@@ -41,6 +42,7 @@ class PausesSql(PauseStore):
         self.sql = sql
         self.rows = rows
         self.definitions = definitions
+        self.held = HeldOccurrences(sql, definitions)
         self.audit = audit
 
     def pause_trigger(self, key: TriggerKey, request: PauseRequest | None = None) -> None:
@@ -218,7 +220,9 @@ class PausesSql(PauseStore):
             ):
                 moved[key] = (row.trigger_state, TriggerState.COMPLETE)
                 continue
-            blocked = row.trigger_state == TriggerState.PAUSED_BLOCKED
+            blocked = row.trigger_state == TriggerState.PAUSED_BLOCKED and self.held.still_held(
+                conn, row
+            )
             state = TriggerState.BLOCKED if blocked else TriggerState.WAITING
             conn.execute(update(t).where(self.sql.trigger_key(key)).values(trigger_state=state))
             moved[key] = (row.trigger_state, state)

@@ -42,7 +42,7 @@ class SchedulingSql(SchedulingStore):
         self.rows = rows
         self.definitions = definitions
         self.ends = ends
-        self.claims = Claims(sql, rows)
+        self.claims = Claims(sql, rows, ends.history)
 
     def acquire_next_triggers(
         self,
@@ -101,7 +101,7 @@ class SchedulingSql(SchedulingStore):
                 expires = now + self.sql.misfire_threshold_ms
                 calendars = self.rows.calendars_in(conn, {a.trigger.calendar_name for a in batch})
                 claim.firings, _ = self.claims.write_fired(
-                    conn, instance_name, batch, after_firing(batch, calendars), now, expires
+                    conn, instance_name, batch, now, expires, calendars
                 )
                 rows_to_insert = {f.fire_instance_id for f in claim.firings}
                 self.claims.insert_fired_rows(
@@ -152,9 +152,8 @@ class SchedulingSql(SchedulingStore):
         if not acquired:
             return []
         t, f = self.sql.tables.triggers, self.sql.tables.fired_triggers
-        advanced = after_firing(
-            acquired, self.rows.calendars({a.trigger.calendar_name for a in acquired})
-        )
+        calendars = self.rows.calendars({a.trigger.calendar_name for a in acquired})
+        advanced = after_firing(acquired, calendars)
         now = self.sql.now()
         expires = now + self.sql.misfire_threshold_ms
         with self.sql.transaction() as conn:
@@ -192,14 +191,14 @@ class SchedulingSql(SchedulingStore):
             mine = [a for a in acquired if a.fire_instance_id in owned]
             live = [a for a in mine if (a.trigger.key.name, a.trigger.key.group) in still_acquired]
             firings, skipped = self.claims.write_fired(
-                conn, instance_name, live, advanced, now, expires
+                conn, instance_name, live, now, expires, calendars, advanced
             )
             dropped = [a.fire_instance_id for a in mine if a not in live] + skipped
             if dropped:
                 conn.execute(delete(f).where(self.sql.scoped(f), f.c.fire_instance_id.in_(dropped)))
                 logger.info(
-                    "%s dropped %d claim(s): the trigger was paused, changed or removed "
-                    "meanwhile, or its disallow_concurrent job already fired in this batch",
+                    "%s dropped %d claim(s): the trigger was paused, changed or removed meanwhile, "
+                    "its disallow_concurrent job fired in this batch, or its overlap policy",
                     instance_name,
                     len(dropped),
                 )

@@ -61,7 +61,11 @@ class _End:
     def may_end_alone(self) -> bool:
         """Whether the end may be the one statement's: no job data to write, no retry to
         decide (whether its job or trigger wants a release, the statement checks)."""
-        return self.job_data is None and not self.failed
+        return (
+            self.job_data is None
+            and not self.failed
+            and not (self.outcome is not None and self.outcome.cancelled)
+        )
 
 
 class WorkerSql(WorkerStore):
@@ -341,7 +345,8 @@ class WorkerSql(WorkerStore):
                     .where(self.sql.job_key(job_key), j.c.is_update_data.is_(True))
                     .values(job_data=encoded)
                 )
-            self.ends.end_execution(conn, row, end.outcome, failed=end.failed)
+            cancelled = end.outcome is not None and end.outcome.cancelled
+            self.ends.end_execution(conn, row, end.outcome, failed=end.failed, cancelled=cancelled)
         return True
 
     @functools.cached_property
@@ -548,7 +553,9 @@ def _history_columns(sql: SqlContext, f: Any, ended: Any) -> tuple[Any, ...]:
 
 def _ends_alone(sql: SqlContext, f: Any) -> list[ColumnElement[bool]]:
     """The fired rows whose end releases nothing: executing, of a job that allows
-    concurrent executions, and of a trigger that is not COMPLETE."""
+    concurrent executions, and of a trigger that is not COMPLETE and has no overlap policy (an
+    overlap policy's claim may hold or complete the trigger while this end runs: such an end
+    reads the trigger locked, in a transaction)."""
     t = sql.tables.triggers
     trigger_complete = (
         select(t.c.trigger_name)
@@ -556,7 +563,10 @@ def _ends_alone(sql: SqlContext, f: Any) -> list[ColumnElement[bool]]:
             t.c.sched_name == f.c.sched_name,
             t.c.trigger_name == f.c.trigger_name,
             t.c.trigger_group == f.c.trigger_group,
-            t.c.trigger_state == TriggerState.COMPLETE,
+            or_(
+                t.c.trigger_state == TriggerState.COMPLETE,
+                t.c.overlap_policy.is_not(None),
+            ),
         )
         .exists()
     )

@@ -88,6 +88,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "affinity",
             "audit",
+            "backfill",
             "calendars",
             "celery_schedules",
             "clock",
@@ -142,6 +143,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "cli_history",
             "cli_ops",
             "client",
+            "client_backfill",
             "client_history",
             "dashboard",
             "filesystem_broker",

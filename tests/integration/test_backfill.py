@@ -5,18 +5,22 @@ real beat and worker processes (PostgreSQL, Redis) run each slot once, one at a 
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from celery import Celery
+from click.testing import CliRunner
 from sqlalchemy import create_engine, insert, select, text
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
 from celery_quartz.backfill import BackfillResult, SlotOutcome
+from celery_quartz.cli import quartz as quartz_cli
 from celery_quartz.clock import FakeClock, to_millis
 from celery_quartz.keys import BACKFILL_JOBS_GROUP
 from celery_quartz.store import SqlStore
@@ -205,7 +209,20 @@ def test_real_workers_run_each_slot_once_one_at_a_time_with_the_slot_in_the_cont
     # The trigger's history shows them, at their slots.
     history = ledger_app.history_rows(pg_url, trigger_name=key.name, result="succeeded")
     assert sorted(h.scheduled_time for h in history) == [to_millis(s) for s in slots]
-    # A second backfill of a wider range schedules only what the first did not.
-    again = quartz.backfill(key, start - timedelta(seconds=30), start + timedelta(seconds=50))
-    assert (again.slots_found, again.already_scheduled, again.scheduled) == (5, 4, 1)
+    # A second backfill of a wider range, through the CLI, schedules only what the first did not.
+    ledger_app.app.conf.quartz_store_url = pg_url
+    try:
+        cli = CliRunner().invoke(
+            quartz_cli,
+            ["backfill", key.name, "-g", key.group, "--from", (start - timedelta(seconds=30))
+             .isoformat(), "--to", (start + timedelta(seconds=50)).isoformat(), "--json"],
+            obj=SimpleNamespace(app=ledger_app.app),
+        )  # fmt: skip
+    finally:
+        ledger_app.app.conf.quartz_store_url = None
+    assert cli.exit_code == 0, cli.output
+    again = json.loads(cli.output)
+    assert (again["slots_found"], again["already_scheduled"], again["scheduled"]) == (5, 4, 1)
+    assert again["already_succeeded"] == 0  # a slot scheduled before counts as that first
+    assert [s["outcome"] for s in again["slots"]] == ["already_scheduled"] * 4 + ["scheduled"]
     store.dispose()

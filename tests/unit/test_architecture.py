@@ -140,6 +140,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "beat",
             "beat_schedule",
             "cli",
+            "cli_backfill",
             "cli_history",
             "cli_ops",
             "client",

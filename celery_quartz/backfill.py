@@ -31,7 +31,13 @@ MAX_FIRE_TIMES_EXAMINED = 1_000_000
 
 
 class BackfillError(ValidationError):
-    """A backfill that cannot be done as asked (its range, its size): nothing was stored."""
+    """A backfill that cannot be done as asked (its range, its size): nothing was stored.
+    ``field`` names the request's part at fault (``start``, ``end``, ``max_slots``,
+    ``spacing``), when one is."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SlotOutcome(str, Enum):
@@ -91,31 +97,35 @@ class BackfillRequest:
         integer, ``spacing`` negative (seconds as a number are accepted)."""
         for name, value in (("start", start), ("end", end)):
             if not isinstance(value, datetime):
-                raise BackfillError(f"backfill: {name} must be a datetime, got {value!r}")
+                raise BackfillError(f"backfill: {name} must be a datetime, got {value!r}", name)
             if value.tzinfo is None or value.utcoffset() is None:
                 raise BackfillError(
                     f"backfill: {name} {value.isoformat()} has no time zone; give an aware "
-                    "datetime (e.g. ending in +00:00)"
+                    "datetime (e.g. ending in +00:00)",
+                    name,
                 )
         assert isinstance(start, datetime) and isinstance(end, datetime)
         if start >= end:
             raise BackfillError(
-                f"backfill: start {start.isoformat()} must be before end {end.isoformat()}"
+                f"backfill: start {start.isoformat()} must be before end {end.isoformat()}",
+                "end",
             )
         if end > now:
             raise BackfillError(
                 f"backfill: end {end.isoformat()} is in the future (now is {now.isoformat()}); "
-                "a backfill runs past occurrences only"
+                "a backfill runs past occurrences only",
+                "end",
             )
         if isinstance(max_slots, bool) or not isinstance(max_slots, int) or max_slots < 1:
             raise BackfillError(
-                f"backfill: max_slots must be a positive integer, got {max_slots!r}"
+                f"backfill: max_slots must be a positive integer, got {max_slots!r}", "max_slots"
             )
         if isinstance(spacing, (int, float)) and not isinstance(spacing, bool):
             spacing = timedelta(seconds=spacing)
         if not isinstance(spacing, timedelta) or spacing < timedelta(0):
             raise BackfillError(
-                f"backfill: spacing must be a timedelta (or seconds) of 0 or more, got {spacing!r}"
+                f"backfill: spacing must be a timedelta (or seconds) of 0 or more, got {spacing!r}",
+                "spacing",
             )
         return cls(start, end, max_slots, spacing, bool(include_succeeded), bool(dry_run))
 
@@ -174,12 +184,14 @@ def backfill_slots(
             raise BackfillError(
                 f"backfill of trigger {trigger.key}: the range holds more than {len(slots)} "
                 f"slots (counted through {examined} fire times), over max_slots={max_slots}; "
-                "nothing was scheduled (narrow the range)"
+                "nothing was scheduled (narrow the range)",
+                "max_slots",
             )
         candidate = probe.next_fire_time_after(candidate)
     if len(slots) > max_slots:
         raise BackfillError(
             f"backfill of trigger {trigger.key}: the range holds {len(slots)} slots, over "
-            f"max_slots={max_slots}; nothing was scheduled (narrow the range or raise max_slots)"
+            f"max_slots={max_slots}; nothing was scheduled (narrow the range or raise max_slots)",
+            "max_slots",
         )
     return slots

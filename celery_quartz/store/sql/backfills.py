@@ -59,7 +59,8 @@ class BackfillsSql(BackfillStore):
         if to_millis(request.end) > now:
             raise BackfillError(
                 f"backfill of trigger {key}: end {request.end.isoformat()} is in the future "
-                f"(the store's clock says {from_millis(now).isoformat()})"
+                f"(the store's clock says {from_millis(now).isoformat()})",
+                "end",
             )
         t = self.sql.tables.triggers
         with self.sql.transaction() as conn:

@@ -226,3 +226,43 @@ def test_real_workers_run_each_slot_once_one_at_a_time_with_the_slot_in_the_cont
     assert again["already_succeeded"] == 0  # a slot scheduled before counts as that first
     assert [s["outcome"] for s in again["slots"]] == ["already_scheduled"] * 4 + ["scheduled"]
     store.dispose()
+
+
+def test_slots_real_runs_succeeded_are_skipped_unless_included(
+    pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    store = ledger_app.prepared_store(pg_url)
+    quartz = Quartz(ledger_app.app, store=store)
+    start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=2)
+    key = TriggerKey("every-second", "backfill")
+    quartz.schedule_job(
+        Job(key=JobKey("every-second", "backfill"), task="ledger.backfill"),
+        SimpleTrigger(
+            key=key, start_at=start, repeat_interval=timedelta(seconds=1), repeat_count=-1
+        ),
+    )
+    first_three = [to_millis(start + timedelta(seconds=s)) for s in range(3)]
+    env = ledger_app.environment(pg_url, redis_url, IDLE_WAIT="0.5", CHECKIN_INTERVAL="1")
+    with processes(tmp_path, env) as procs:
+        procs.beat("beat1")
+        procs.worker("w1", concurrency=2)
+
+        def ran_on_schedule() -> set[int]:
+            return {r.scheduled_ms for r in _ledger(pg_url) if r.backfill_slot_ms is None}
+
+        wait_for(lambda: set(first_three) <= ran_on_schedule(), timeout=60, message="three runs")
+        quartz.pause_trigger(key)
+        wait_for(lambda: not store.firing_states(), timeout=20, message="nothing in flight")
+        end = start + timedelta(seconds=3)
+        wait_for(lambda: datetime.now(timezone.utc) >= end, timeout=5, message="the range past")
+        skipped = quartz.backfill(key, start, end)
+        assert (skipped.slots_found, skipped.already_succeeded, skipped.scheduled) == (3, 3, 0)
+        included = quartz.backfill(key, start, end, include_succeeded=True)
+        assert (included.scheduled, included.already_succeeded) == (3, 0)
+
+        def backfilled() -> list[int]:
+            return sorted(r.backfill_slot_ms for r in _ledger(pg_url) if r.backfill_slot_ms)
+
+        wait_for(lambda: backfilled() == first_three, timeout=60, message="the three again")
+        procs.assert_running("beat1", "w1")
+    store.dispose()

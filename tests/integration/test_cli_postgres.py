@@ -70,6 +70,7 @@ def test_schema_check_on_an_empty_postgres_database_names_the_missing_tables(pg_
         f"  missing table quartz_{name}"
         for name in (
             "audit",
+            "backfill_slots",
             "calendars",
             "fired_triggers",
             "history",

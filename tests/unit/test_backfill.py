@@ -23,6 +23,7 @@ from celery_quartz.firing import BACKFILL_SLOT, FiringHeader
 from celery_quartz.keys import BACKFILL_JOBS_GROUP
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.store import SqlStore, TriggerState
+from celery_quartz.store.records import FinishedExecution
 from celery_quartz.triggers import CronTrigger
 from tests.stores import audit_rows
 from tests.unit.conftest import T0, at, utc
@@ -203,6 +204,31 @@ def test_a_backfill_firing_is_the_triggers_occurrence_in_its_history(
         (at(120), "succeeded"),
     ]
     assert _firings(db) == []  # each one-shot trigger is gone once its firing ended
+
+
+def test_a_backfill_runs_start_lateness_counts_from_when_its_firing_was_due(
+    quartz: Quartz, db: SqlStore, clock: FakeClock
+) -> None:
+    """Not from the slot, days ago: a backfill does not skew the lateness statistics. One run
+    ended alone, the other in a batch (PostgreSQL's one-statement path)."""
+    _every_minute(quartz)
+    db.pause_trigger(KEY)
+    clock.set(at(3600))
+    quartz.backfill(KEY, T0, at(120))
+    acquired = db.acquire_next_triggers(
+        "sched-a", no_later_than=clock.now(), max_count=100, time_window=0
+    )
+    alone, batched = db.fire("sched-a", acquired)
+    clock.set(at(3605))
+    for firing in (alone, batched):
+        assert db.start_execution(firing.fire_instance_id, W1)
+    assert db.complete_execution(alone.fire_instance_id)
+    assert db.complete_executions([FinishedExecution(batched.fire_instance_id, ms(at(3606)))])
+    rows = quartz.history(trigger=KEY).items
+    assert sorted((r.scheduled_fire_time, r.start_lateness) for r in rows) == [  # type: ignore[type-var]
+        (T0, 5.0),
+        (at(60), 5.0),
+    ]
 
 
 def test_spacing_puts_the_firings_apart_the_first_at_once(quartz: Quartz, clock: FakeClock) -> None:

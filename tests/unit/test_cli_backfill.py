@@ -86,7 +86,7 @@ def test_the_json_answer_counts_the_slots_and_lists_them(app: Celery) -> None:
     assert all(s["firing_trigger"]["group"] == "BACKFILL_JOBS" for s in answer["slots"])
     again = json.loads(run(app, *args, "--to", _iso(4), "--json").output)
     assert (again["slots_found"], again["scheduled"], again["already_scheduled"]) == (4, 1, 3)
-    assert len(_backfills(app)) == 2
+    assert [(r["via"], r["action"]) for r in _backfills(app)] == [("cli", "backfill")] * 2
 
 
 def test_a_dry_run_prints_what_would_be_done_and_stores_nothing(app: Celery) -> None:

@@ -346,6 +346,41 @@ def test_a_slot_backfilled_before_is_not_scheduled_again(
     assert _firings(db) == []
 
 
+def test_a_slot_in_flight_or_waiting_for_its_retry_is_already_scheduled(
+    quartz: Quartz, db: SqlStore, clock: FakeClock
+) -> None:
+    quartz.schedule_job(
+        Job(key=JOB, task="tasks.report"),
+        SimpleTrigger(
+            key=KEY,
+            start_at=T0,
+            repeat_interval=timedelta(minutes=1),
+            repeat_count=-1,
+            retry_policy=RetryPolicy.fixed(1, timedelta(seconds=10)),
+        ),
+    )
+    _run(db, clock, failed=True)  # T0 failed: its retry waits
+    clock.set(at(60))
+    acquired = db.acquire_next_triggers(
+        "sched-a", no_later_than=clock.now(), max_count=100, time_window=0
+    )
+    fired = db.fire("sched-a", acquired)  # the retry of T0, and the occurrence at(60)
+    assert sorted(f.scheduled_millis for f in fired) == [ms(T0), ms(at(60))]
+    for firing in fired:
+        assert db.start_execution(firing.fire_instance_id, W1)  # both running
+    db.pause_trigger(KEY)
+    clock.set(at(600))
+    result = quartz.backfill(KEY, T0, at(180))
+    assert [(s.slot, s.outcome) for s in result.slots] == [
+        (T0, SlotOutcome.ALREADY_SCHEDULED),
+        (at(60), SlotOutcome.ALREADY_SCHEDULED),
+        (at(120), SlotOutcome.SCHEDULED),
+    ]
+    # Only the slot it scheduled is kept as scheduled by a backfill: the others, should their
+    # runs fail, are backfilled by a later request.
+    assert _count(db, db.tables.backfill_slots) == 1
+
+
 def test_a_slot_that_already_succeeded_is_skipped_unless_included(
     quartz: Quartz, db: SqlStore, clock: FakeClock
 ) -> None:

@@ -25,7 +25,13 @@ from celery_quartz.definitions import PROTECTED_GROUPS
 from celery_quartz.errors import TriggerNotFoundError
 from celery_quartz.firing import BACKFILL_SLOT
 from celery_quartz.history import RunResult
-from celery_quartz.keys import BACKFILL_JOBS_GROUP, MAX_DESCRIPTION_LENGTH, TriggerKey
+from celery_quartz.keys import (
+    BACKFILL_JOBS_GROUP,
+    MAX_DESCRIPTION_LENGTH,
+    RECOVERING_JOBS_GROUP,
+    RETRYING_JOBS_GROUP,
+    TriggerKey,
+)
 from celery_quartz.store.abc_backfill import BackfillStore
 from celery_quartz.store.sql._audit import AuditTrail
 from celery_quartz.store.sql._context import SqlContext
@@ -117,20 +123,50 @@ class BackfillsSql(BackfillStore):
         return result
 
     def _scheduled(self, conn: Connection, key: TriggerKey, slots: Sequence[int]) -> set[int]:
-        """The slots among ``slots`` a backfill scheduled already (one range read of the key)."""
+        """The slots among ``slots`` that are scheduled already: by a backfill (one range read
+        of the key), or by the trigger itself, its firing of the slot still in flight (a
+        range read of its fired rows), or a retry or recovery firing of the slot waiting or in
+        flight (the one-shot triggers of those groups, few)."""
         if not slots:
             return set()
-        b = self.sql.tables.backfill_slots
-        return set(
+        b, f, t = (
+            self.sql.tables.backfill_slots,
+            self.sql.tables.fired_triggers,
+            self.sql.tables.triggers,
+        )
+        low, high = slots[0], slots[-1]
+        found = set(
             conn.execute(
                 select(b.c.slot_time).where(
                     self.sql.scoped(b),
                     b.c.trigger_group == key.group,
                     b.c.trigger_name == key.name,
-                    b.c.slot_time.between(slots[0], slots[-1]),
+                    b.c.slot_time.between(low, high),
                 )
             ).scalars()
-        ).intersection(slots)
+        )
+        found.update(
+            conn.execute(
+                select(f.c.sched_time).where(
+                    self.sql.scoped(f),
+                    f.c.trigger_name == key.name,
+                    f.c.trigger_group == key.group,
+                    f.c.sched_time.between(low, high),
+                )
+            ).scalars()
+        )
+        found.update(
+            conn.execute(
+                select(t.c.origin_sched_time).where(
+                    self.sql.scoped(t),
+                    t.c.trigger_group.in_([RETRYING_JOBS_GROUP, RECOVERING_JOBS_GROUP]),
+                    t.c.origin_trigger_name == key.name,
+                    t.c.origin_trigger_group == key.group,
+                    t.c.origin_sched_time.between(low, high),
+                )
+            ).scalars()
+        )
+        return found.intersection(slots)
 
     def _succeeded(self, conn: Connection, key: TriggerKey, slots: Sequence[int]) -> set[int]:
         """The slots among ``slots`` whose occurrence has a ``succeeded`` history row: read

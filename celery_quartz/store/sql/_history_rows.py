@@ -60,6 +60,11 @@ class Occurrence:
     #: when that firing was due (a past slot would count days late and skew the statistics).
     due_millis: int | None = None
 
+    def lateness(self, started: int | None) -> int | None:
+        """How late (ms) a start at ``started`` is: from ``due_millis``, else the scheduled
+        time."""
+        return None if started is None else started - (self.due_millis or self.scheduled_millis)
+
 
 class HistoryRows:
     """The history rows and run statuses of one store, written inside the callers'
@@ -152,9 +157,7 @@ class HistoryRows:
                 started_time=started,
                 finished_time=finished,
                 duration_ms=None if started is None else finished - started,
-                lateness_ms=None
-                if started is None
-                else started - (occurrence.due_millis or occurrence.scheduled_millis),
+                lateness_ms=occurrence.lateness(started),
                 error_type=_cut(outcome.error_type, MAX_ERROR_TYPE_CHARS),
                 error_message=_cut(outcome.error_message, MAX_ERROR_MESSAGE_CHARS),
                 worker_name=fired.worker_name,
@@ -298,10 +301,7 @@ class HistoryRows:
                 func.coalesce(t.c.origin_trigger_name, gone.c.trigger_name).label("o_name"),
                 func.coalesce(t.c.origin_trigger_group, gone.c.trigger_group).label("o_group"),
                 func.coalesce(t.c.origin_sched_time, gone.c.sched_time).label("scheduled"),
-                case(
-                    (gone.c.trigger_group == BACKFILL_JOBS_GROUP, gone.c.sched_time),
-                    else_=func.coalesce(t.c.origin_sched_time, gone.c.sched_time),
-                ).label("due"),
+                case((gone.c.trigger_group == BACKFILL_JOBS_GROUP, gone.c.sched_time)).label("due"),
                 gone.c.published_time,
                 gone.c.started_time,
                 finished.label("finished"),
@@ -355,7 +355,7 @@ class HistoryRows:
             "started_time": info.c.started_time,
             "finished_time": info.c.finished,
             "duration_ms": info.c.finished - info.c.started_time,
-            "lateness_ms": info.c.started_time - info.c.due,
+            "lateness_ms": info.c.started_time - func.coalesce(info.c.due, info.c.scheduled),
             "worker_name": info.c.worker_name,
             "instance_name": info.c.instance_name,
             "retry_attempt": info.c.retry_attempt,

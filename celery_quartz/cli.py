@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from celery_quartz import presentation
+from celery_quartz.cli_backfill import BACKFILL_COMMANDS
 from celery_quartz.cli_history import HISTORY_COMMANDS
 from celery_quartz.cli_ops import OPERATOR_COMMANDS, add_store_option, json_option, settings_of
 from celery_quartz.config import Settings
@@ -348,7 +349,7 @@ def dashboard(
 
 # The operators' verbs (list, pause, resume, pin, preview fire times, import) live in their own
 # module, so this one stays the group, its error translation and the schema's commands.
-for _command in (*OPERATOR_COMMANDS, *HISTORY_COMMANDS):
+for _command in (*OPERATOR_COMMANDS, *HISTORY_COMMANDS, *BACKFILL_COMMANDS):
     quartz.add_command(_command)
 
 

@@ -15,6 +15,7 @@ from celery import Celery
 
 from celery_quartz.audit import acting_as, current_actor
 from celery_quartz.calendars import Calendar
+from celery_quartz.client_backfill import Backfills
 from celery_quartz.client_history import HistoryReads
 from celery_quartz.clock import Clock, SystemClock
 from celery_quartz.config import Settings
@@ -54,7 +55,7 @@ def _audited(
     return write
 
 
-class Quartz(HistoryReads):
+class Quartz(Backfills, HistoryReads):
     """Schedule jobs for the cluster of ``app`` (same ``quartz_*`` settings as its schedulers)."""
 
     def __init__(

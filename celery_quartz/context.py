@@ -57,6 +57,9 @@ class JobExecutionContext:
     refire_count: int = 0
     #: The Celery worker running it (its node name), when known.
     worker_name: str | None = None
+    #: For a firing of a backfill (:meth:`celery_quartz.Quartz.backfill`), the original
+    #: scheduled time of the past occurrence it runs (UTC); None for any other firing.
+    backfill_slot: datetime | None = None
     #: The summary the task reported with :meth:`report`, kept in its history row (None:
     #: nothing reported, or dropped for its size).
     summary: str | None = None
@@ -174,6 +177,9 @@ class JobExecutionContext:
             retry_attempt=header.retry_attempt,
             refire_count=header.refire_count,
             worker_name=worker_name,
+            backfill_slot=None
+            if header.backfill_slot_millis is None
+            else from_millis(header.backfill_slot_millis),
         )
 
 

@@ -18,17 +18,33 @@ HEADER = "quartz"
 #: call the job's task with, in place of the job's own (a one-off "Run again" of a recorded
 #: run, :meth:`celery_quartz.Quartz.trigger_job`). The task does not see the key.
 RUN_ARGUMENTS = "quartz.run_arguments"
+#: A trigger data key holding the scheduled time (ms) of the past occurrence a backfill firing
+#: runs (:meth:`celery_quartz.Quartz.backfill`); the task reads it as
+#: ``current_context().backfill_slot``, not in its trigger data. A retry or recovery firing
+#: copies its trigger's data, so it runs the same slot.
+BACKFILL_SLOT = "quartz.backfill_slot"
+#: The trigger data keys celery-quartz keeps for itself (the task does not see them).
+RESERVED_DATA_KEYS = frozenset({RUN_ARGUMENTS, BACKFILL_SLOT})
+
+
+def backfill_slot_of(trigger_data: Mapping[str, Any] | None) -> int | None:
+    """The backfill slot (ms) a trigger's data carries (:data:`BACKFILL_SLOT`), or None."""
+    slot = trigger_data.get(BACKFILL_SLOT) if trigger_data else None
+    return slot if isinstance(slot, int) and not isinstance(slot, bool) else None
 
 
 def run_arguments(
     args: list[Any], kwargs: dict[str, Any], trigger_data: dict[str, Any]
 ) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:
     """The args and kwargs a firing calls its task with, and the trigger data its task sees:
-    the job's, unless the trigger carries :data:`RUN_ARGUMENTS`."""
-    override = trigger_data.get(RUN_ARGUMENTS) if trigger_data else None
-    if not isinstance(override, Mapping):
+    the job's, unless the trigger carries :data:`RUN_ARGUMENTS`; the data without the keys
+    celery-quartz keeps (:data:`RESERVED_DATA_KEYS`)."""
+    if not trigger_data or RESERVED_DATA_KEYS.isdisjoint(trigger_data):
         return args, kwargs, trigger_data
-    data = {k: v for k, v in trigger_data.items() if k != RUN_ARGUMENTS}
+    data = {k: v for k, v in trigger_data.items() if k not in RESERVED_DATA_KEYS}
+    override = trigger_data.get(RUN_ARGUMENTS)
+    if not isinstance(override, Mapping):
+        return args, kwargs, data
     new_args = override.get("args")
     new_kwargs = override.get("kwargs")
     return (
@@ -145,6 +161,8 @@ class Firing:
     #: The task ids of the firings of the same trigger this one replaces (its overlap policy
     #: ``cancel_previous``): revoked with ``terminate=True`` once it is published.
     revokes: tuple[str, ...] = ()
+    #: For a backfill firing, the past occurrence's scheduled time it runs (ms).
+    backfill_slot_millis: int | None = None
 
     @property
     def task_id(self) -> str:
@@ -197,6 +215,8 @@ class FiringHeader:
         if firing.origin_trigger_key is not None:
             origin = firing.origin_trigger_key
             fields["origin_trigger"] = [origin.name, origin.group]
+        if firing.backfill_slot_millis is not None:
+            fields["backfill_slot"] = firing.backfill_slot_millis
         return cls(fields)
 
     @classmethod
@@ -269,6 +289,12 @@ class FiringHeader:
     @property
     def refire_count(self) -> int:
         return int(self.fields.get("refire_count", 0))
+
+    @property
+    def backfill_slot_millis(self) -> int | None:
+        """The past occurrence a backfill firing runs (ms); None for any other firing."""
+        slot = self.fields.get("backfill_slot")
+        return slot if isinstance(slot, int) else None
 
     @property
     def persist_job_data(self) -> bool:

@@ -14,6 +14,8 @@ DEFAULT_GROUP = "DEFAULT"
 RECOVERING_JOBS_GROUP = "RECOVERING_JOBS"
 #: Group of the one-off triggers that retry a failed occurrence under its trigger's retry policy.
 RETRYING_JOBS_GROUP = "RETRYING_JOBS"
+#: Group of the one-off triggers that run a backfill's slots (``Quartz.backfill``).
+BACKFILL_JOBS_GROUP = "BACKFILL_JOBS"
 #: Group of the jobs and triggers imported from Celery's ``beat_schedule``.
 BEAT_SCHEDULE_GROUP = "celery.beat_schedule"
 #: Longest name or group the store accepts.

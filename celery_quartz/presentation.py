@@ -15,6 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery_quartz.audit import Redaction
+from celery_quartz.backfill import BackfillResult
 from celery_quartz.clock import to_millis
 from celery_quartz.firing import Firing
 from celery_quartz.job import Job
@@ -332,6 +333,30 @@ def decode_history_cursor(text: str) -> HistoryCursor:
     if not (millis.isdigit() and row.isdigit()) or len(text) > 40:
         raise ValueError(f"{text!r} is not a cursor printed by a previous page")
     return int(millis), int(row)
+
+
+def backfill(result: BackfillResult) -> dict[str, Any]:
+    """A backfill's answer (``dry_run``: what it would do): its range, its counts, and each
+    slot with its outcome, when its firing is due and the one-shot trigger that fires it."""
+    return {
+        "trigger": key(result.trigger_key),
+        "from": iso(result.start),
+        "to": iso(result.end),
+        "dry_run": result.dry_run,
+        "slots_found": result.slots_found,
+        "scheduled": result.scheduled,
+        "already_scheduled": result.already_scheduled,
+        "already_succeeded": result.already_succeeded,
+        "slots": [
+            {
+                "slot": iso(s.slot),
+                "outcome": s.outcome.value,
+                "fire_at": iso(s.fire_at),
+                "firing_trigger": None if s.firing_trigger is None else key(s.firing_trigger),
+            }
+            for s in result.slots
+        ],
+    }
 
 
 def parse_time(text: str) -> datetime:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from celery import Celery
 
 from celery_quartz.affinity import PreferredNode
+from celery_quartz.backfill import DEFAULT_MAX_SLOTS, BackfillError
 from celery_quartz.client import Quartz
 from celery_quartz.errors import (
     CalendarInUseError,
@@ -34,10 +35,14 @@ from celery_quartz.keys import (
 )
 from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.pausing import MAX_PAUSE_REASON
-from celery_quartz.presentation import Redactor, trigger_edit
+from celery_quartz.presentation import Redactor, parse_time, trigger_edit
+from celery_quartz.presentation import backfill as present_backfill
 from celery_quartz.store.views import HistoryFilter
 from celery_quartz.triggers import REPEAT_INDEFINITELY, CronTrigger, SimpleTrigger, Trigger
 from celery_quartz.triggers.base import MAX_PRIORITY, MIN_PRIORITY, TriggerDetailsUpdate
+
+#: The longest spacing of a backfill's firings the API takes (a day), in seconds.
+MAX_BACKFILL_SPACING = 86400
 
 
 class HttpError(Exception):
@@ -239,6 +244,49 @@ def _field_at_fault(client: Quartz, key: TriggerKey, changes: Body) -> str:
     return next(iter(changes))
 
 
+#: A backfill's body: its fields, and the API's name of each of the request's parts.
+_BACKFILL_FIELDS = {"from", "to", "max_slots", "spacing", "include_succeeded", "dry_run"}
+_BACKFILL_NAMES = {"start": "from", "end": "to"}
+
+
+def backfill(client: Quartz, key: TriggerKey, body: Body) -> dict[str, Any]:
+    """Run each past slot of ``key`` in [``from``, ``to``) once (docs/steering.md#backfill):
+    times in ISO 8601 (UTC without an offset), ``max_slots`` and ``spacing`` (seconds),
+    ``include_succeeded`` and ``dry_run`` (count, store nothing). A bad field is a 422 naming
+    it; the answer is :func:`celery_quartz.presentation.backfill`'s."""
+    _only(body, _BACKFILL_FIELDS, "")
+    times = []
+    for name in ("from", "to"):
+        value = body.get(name)
+        if not isinstance(value, str):
+            raise invalid(name, "required, an ISO 8601 time")
+        check_text({name: value})
+        try:
+            times.append(parse_time(value.replace("Z", "+00:00")))
+        except ValueError as error:
+            raise invalid(name, str(error)) from None
+    max_slots = body.get("max_slots", DEFAULT_MAX_SLOTS)
+    if isinstance(max_slots, bool) or not isinstance(max_slots, int) or max_slots < 1:
+        raise invalid("max_slots", "a whole number of 1 or more")
+    spacing = body.get("spacing", 0)
+    if isinstance(spacing, bool) or not isinstance(spacing, (int, float)):
+        raise invalid("spacing", "seconds, a number of 0 or more")
+    if not math.isfinite(spacing) or not 0 <= spacing <= MAX_BACKFILL_SPACING:
+        raise invalid("spacing", f"seconds, from 0 to {MAX_BACKFILL_SPACING}")
+    flags = {name: body.get(name, False) for name in ("include_succeeded", "dry_run")}
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise invalid(name, "true or false")
+    try:
+        result = client.backfill(
+            key, times[0], times[1], max_slots, timedelta(seconds=spacing), **flags
+        )
+    except BackfillError as error:
+        field = _BACKFILL_NAMES.get(error.field or "", error.field or "body")
+        raise invalid(field, str(error)) from None
+    return present_backfill(result)
+
+
 #: Actions on one trigger: the path's last part → (the policy's action name, what it does).
 TRIGGER_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] = {
     "pause": ("pause_trigger", _trigger_action(_paused(Quartz.pause_trigger))),
@@ -247,6 +295,7 @@ TRIGGER_ACTIONS: dict[str, tuple[str, Callable[[Quartz, str, str, Body], Any]]] 
     "unschedule": ("unschedule", _trigger_action(_unschedule)),
     "preferred-node": ("repin_trigger", _trigger_action(_repin)),
     "edit": ("edit_trigger", _trigger_action(_edit)),
+    "backfill": ("backfill", _trigger_action(backfill)),
 }
 
 

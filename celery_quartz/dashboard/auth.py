@@ -40,6 +40,7 @@ WRITE_ACTIONS = frozenset(
         "repin_trigger",
         "schedule_job",
         "edit_trigger",
+        "backfill",
         "pause_all",
         "resume_all",
     }

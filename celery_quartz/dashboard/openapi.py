@@ -9,6 +9,7 @@ from typing import Any
 
 from celery_quartz.dashboard.actions import MAX_DESCRIPTION_LENGTH, MAX_REPEAT_COUNT
 from celery_quartz.dashboard.auth import WRITE_ACTIONS
+from celery_quartz.dashboard.openapi_backfill import BACKFILL_BODY, BACKFILL_SCHEMAS
 from celery_quartz.keys import MAX_KEY_LENGTH
 from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.pausing import MAX_PAUSE_REASON
@@ -616,6 +617,10 @@ def _post(
     return {"post": operation}
 
 
+_BACKFILL = "Run each past slot of a trigger in [from, to) once (dry_run: count, store nothing)"
+SCHEMAS.update(BACKFILL_SCHEMAS)
+
+
 def openapi_document(prefix: str) -> dict[str, Any]:
     """The API's description; ``prefix`` is the URL prefix it is served under."""
     s = "/api/v1/schedulers/{scheduler}"
@@ -720,6 +725,7 @@ def openapi_document(prefix: str) -> dict[str, Any]:
             "TriggerEdit",
             edit,
         ),
+        ("backfill", "backfill", _BACKFILL, "Backfill", BACKFILL_BODY),
     ):
         paths[f"{s}/triggers/{{group}}/{{name}}/{verb}"] = _post(
             summary, action, answer, _SCHEDULER + _KEY, body

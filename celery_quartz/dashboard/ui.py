@@ -17,7 +17,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from celery_quartz.dashboard import api, history_pages
@@ -29,7 +29,7 @@ from celery_quartz.dashboard.actions import (
     check_text,
     from_quartz_error,
 )
-from celery_quartz.dashboard.app import SESSION_COOKIE, TOKEN_COOKIE, Dashboard
+from celery_quartz.dashboard.app import SESSION_COOKIE, TOKEN_COOKIE, Dashboard, error_response
 from celery_quartz.dashboard.auth import READ
 from celery_quartz.errors import QuartzError
 
@@ -158,6 +158,22 @@ _EDIT_TEXTS = (
     "calendar",
     "description",
 )
+
+
+def _backfill_form(form: Any) -> dict[str, Any]:
+    """The backfill dialog's fields as a backfill's body (its times are UTC)."""
+    body: dict[str, Any] = {"from": form.get("from") or "", "to": form.get("to") or ""}
+    for name, kind in (("max_slots", int), ("spacing", float)):
+        value = str(form.get(name) or "").strip()
+        if value:
+            try:
+                body[name] = kind(value)
+            except ValueError:
+                raise HttpError(422, "invalid", f"{name}: not a number: {value!r}", name) from None
+    for flag in ("include_succeeded", "dry_run"):
+        if form.get(flag):
+            body[flag] = True
+    return body
 
 
 def _edit_form(form: Any) -> dict[str, Any]:
@@ -375,7 +391,20 @@ def routes(d: Dashboard) -> list[BaseRoute]:
             body = {"reason": form.get("reason")}
         elif verb == "edit":
             body = _edit_form(form)
+        elif verb == "backfill":
+            body = _backfill_form(form)
         audited = d.acting(request, "dashboard", work, cookie=True)
+        if verb == "backfill" and body.get("dry_run"):
+            # The dialog's count as its range changes, read by its script: JSON, refusals too.
+            try:
+                counted = await run_in_threadpool(
+                    audited, target.client, p["group"], p["name"], body
+                )
+            except QuartzError as error:
+                return error_response(from_quartz_error(error))
+            except HttpError as error:
+                return error_response(error)
+            return JSONResponse(counted)
         try:
             if kind == "groups":
                 result = await run_in_threadpool(audited, target.client, p["group"], body)
@@ -388,6 +417,12 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         done = f"{kind} {verb}"
         if isinstance(result, dict) and isinstance(result.get("message"), str):
             done = result["message"]
+        elif verb == "backfill":
+            done = (
+                f"backfill: {result['scheduled']} of {result['slots_found']} slot(s) scheduled, "
+                f"{result['already_scheduled']} already scheduled, "
+                f"{result['already_succeeded']} already succeeded"
+            )
         back = form.get("back", "")
         if not back.startswith(f"{d.prefix}/s/"):
             back = f"{d.prefix}/s/{_quote(scheduler)}/"

@@ -20,6 +20,7 @@ from typing import ParamSpec, TypeVar
 from celery_quartz.errors import SchedulingFileError
 from celery_quartz.job import Job
 from celery_quartz.keys import (
+    BACKFILL_JOBS_GROUP,
     BEAT_SCHEDULE_GROUP,
     RECOVERING_JOBS_GROUP,
     RETRYING_JOBS_GROUP,
@@ -32,9 +33,11 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 #: Groups a scheduling file may not define, and that its delete commands never touch (Quartz's
-#: "groups to never delete"): the one-off recovery and retry triggers, and ``beat_schedule``'s
-#: own group, which its import keeps.
-PROTECTED_GROUPS = frozenset({RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, BEAT_SCHEDULE_GROUP})
+#: "groups to never delete"): the one-off recovery, retry and backfill triggers, and
+#: ``beat_schedule``'s own group, which its import keeps.
+PROTECTED_GROUPS = frozenset(
+    {RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, BACKFILL_JOBS_GROUP, BEAT_SCHEDULE_GROUP}
+)
 #: A delete command's group meaning "every group".
 ALL_GROUPS = "*"
 

@@ -11,6 +11,8 @@ Roles, and who holds each:
 * :class:`JobStore` — the client (:class:`celery_quartz.Quartz`), and the loads of definitions (the
   scheduling files, the ``beat_schedule`` import, the importers): jobs, triggers, calendars.
 * :class:`PauseStore` — the client's pauses and resumes, each keeping why, who and when.
+* :class:`~celery_quartz.store.abc_backfill.BackfillStore` — the client's backfills: past
+  occurrences of a trigger run again, each once.
 * :class:`SchedulingStore` — the scheduling loop (:mod:`celery_quartz.loop`): claim, fire, record
   publication, release, misfires.
 * :class:`ClusterStore` — the cluster manager (:mod:`celery_quartz.cluster`) and the worker's
@@ -52,6 +54,7 @@ from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.pausing import PauseRecord, PauseRequest
 from celery_quartz.routing import Router, Unserved
+from celery_quartz.store.abc_backfill import BackfillStore
 from celery_quartz.store.abc_history import HistoryKeeper, HistoryReader
 from celery_quartz.store.records import (
     CheckIn,
@@ -732,7 +735,7 @@ class SchedulerStore(
     side its health check uses, and the history's sweep (run by one node at a time)."""
 
 
-class ClientStore(JobStore, PauseStore, StoreReader, HistoryReader, OpenedStore):
+class ClientStore(JobStore, PauseStore, BackfillStore, StoreReader, HistoryReader, OpenedStore):
     """What a client holds (:class:`celery_quartz.Quartz`, the CLI, an import): the client's
     role, and the read sides it reports from (the run history's among them)."""
 

@@ -123,6 +123,7 @@ class Tables:
     history_rollups: Table
     run_status: Table
     audit: Table
+    backfill_slots: Table
     prefix: str
 
 
@@ -552,6 +553,21 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         audit.c.audit_id,
     )
 
+    # The occurrences a backfill scheduled (schema 0009, docs/steering.md#backfill): one row per
+    # (trigger, slot), so that two backfills, even at once, schedule a slot once: the second
+    # one's insert of the same key does nothing. The key serves the range read of a backfill.
+    backfill_slots = Table(
+        f"{p}backfill_slots",
+        md,
+        _sched_name(),
+        Column("trigger_group", String(KEY_PART), primary_key=True),
+        Column("trigger_name", String(KEY_PART), primary_key=True),
+        Column("slot_time", BigInteger, primary_key=True),
+        # When the backfill stored it, and the one-shot trigger that fires it.
+        Column("created_time", BigInteger, nullable=False),
+        Column("firing_trigger_name", String(KEY_PART), nullable=False),
+    )
+
     return Tables(
         metadata=md,
         jobs=jobs,
@@ -565,5 +581,6 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         history_rollups=history_rollups,
         run_status=run_status,
         audit=audit,
+        backfill_slots=backfill_slots,
         prefix=prefix,
     )

@@ -27,6 +27,7 @@ the same occurrence cannot insert and is written to ``ledger_duplicates`` instea
 fails its first attempts on purpose; ``ledger.celery_retry`` and ``ledger.refire`` record each
 delivery there too, asking Celery to retry them (``self.retry``) or raising ``RefireJob``.
 ``ledger.count`` records the counter it finds in its job data and increments it.
+``ledger.backfill`` records each execution with the backfill slot its context says.
 """
 
 from __future__ import annotations
@@ -116,6 +117,16 @@ attempts = Table(
     Column("retry_attempt", Integer),
     Column("fired_by", String(255)),
     Column("started", Float),
+)
+# Backfill firings (ledger.backfill): each start with the slot its context says, and its end.
+backfills = Table(
+    "ledger_backfills",
+    metadata,
+    *_occurrence_columns(),
+    Column("backfill_slot_ms", BigInteger),
+    Column("worker", String(255)),
+    Column("started", Float),
+    Column("ended", Float),
 )
 # A persist_job_data job's counter, as each execution read it from its job data.
 counts = Table(
@@ -428,6 +439,32 @@ def _unhooked_context() -> celery_quartz.JobExecutionContext | None:
     if header is None:
         return None
     return celery_quartz.JobExecutionContext.from_header(header, current_task.request.hostname)
+
+
+@app.task(name="ledger.backfill")
+def backfill(sleep: float = 0.0) -> None:
+    """Record this execution's occurrence, the backfill slot its context says, and when it
+    started and (after ``sleep`` seconds) ended."""
+    ctx = celery_quartz.current_context()
+    assert ctx is not None, "ledger.backfill runs only as a celery-quartz firing"
+    trigger, scheduled = ctx.occurrence
+    started = time.time()
+    if sleep:
+        time.sleep(sleep)
+    _write(
+        insert(backfills).values(
+            trigger_group=trigger.group,
+            trigger_name=trigger.name,
+            scheduled_ms=int(scheduled.timestamp() * 1000),
+            fire_instance_id=ctx.fire_instance_id,
+            backfill_slot_ms=None
+            if ctx.backfill_slot is None
+            else int(ctx.backfill_slot.timestamp() * 1000),
+            worker=ctx.worker_name,
+            started=started,
+            ended=time.time(),
+        )
+    )
 
 
 @app.task(name="ledger.flaky")

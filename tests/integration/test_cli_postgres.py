@@ -65,11 +65,12 @@ def test_schema_check_on_an_empty_postgres_database_names_the_missing_tables(pg_
     result = run(_app(pg_url), "schema", "check")
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[0] == "schema quartz_*: at nothing, expected 0008"
+    assert lines[0] == "schema quartz_*: at nothing, expected 0009"
     assert lines[1:-1] == [
         f"  missing table quartz_{name}"
         for name in (
             "audit",
+            "backfill_slots",
             "calendars",
             "fired_triggers",
             "history",
@@ -107,7 +108,7 @@ def test_schema_check_names_a_column_of_another_type_on_postgres(pg_url: str) ->
 
 def test_status_json_on_postgres(pg_url: str) -> None:
     app = _app(pg_url)
-    assert json.loads(run(app, "schema", "upgrade", "--json").output)["after"] == "0008"
+    assert json.loads(run(app, "schema", "upgrade", "--json").output)["after"] == "0009"
     result = run(app, "status", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == {

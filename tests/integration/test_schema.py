@@ -125,10 +125,10 @@ def _celery(args: list[str], store_url: str, cwd: Path) -> subprocess.CompletedP
 def test_celery_quartz_schema_commands(tmp_path: Path, pg_url: str) -> None:
     before = _celery(["schema", "check"], pg_url, tmp_path)
     assert before.returncode == 1, before.stdout + before.stderr
-    assert "expected 0008" in before.stdout
+    assert "expected 0009" in before.stdout
     upgraded = _celery(["schema", "upgrade"], pg_url, tmp_path)
     assert upgraded.returncode == 0, upgraded.stderr
-    assert "empty -> 0008" in upgraded.stdout
+    assert "empty -> 0009" in upgraded.stdout
     after = _celery(["schema", "check"], pg_url, tmp_path)
     assert after.returncode == 0, after.stdout + after.stderr
     assert "matches" in after.stdout

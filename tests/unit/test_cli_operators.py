@@ -350,8 +350,9 @@ def test_schema_check_on_an_empty_database_names_each_missing_table_on_a_line(
     result = run(app, "schema", "check")
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        "schema quartz_*: at nothing, expected 0008",
+        "schema quartz_*: at nothing, expected 0009",
         "  missing table quartz_audit",
+        "  missing table quartz_backfill_slots",
         "  missing table quartz_calendars",
         "  missing table quartz_fired_triggers",
         "  missing table quartz_history",
@@ -381,7 +382,7 @@ def test_schema_check_names_a_missing_index_and_an_unexpected_column(app: Celery
     result = run(app, "schema", "check")
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        "schema quartz_*: at 0008, expected 0008",
+        "schema quartz_*: at 0009, expected 0009",
         "  unexpected column quartz_jobs.extra",
         "  missing index ix_quartz_triggers_group on quartz_triggers",
     ]
@@ -395,7 +396,7 @@ def test_schema_check_json_before_and_after_the_upgrade(app: Celery) -> None:
         "table_prefix": "quartz_",
         "ok": False,
         "current": None,
-        "head": "0008",
+        "head": "0009",
     }
     assert "missing table quartz_jobs" in found["differences"]
     upgraded = run(app, "schema", "upgrade", "--json")
@@ -403,15 +404,15 @@ def test_schema_check_json_before_and_after_the_upgrade(app: Celery) -> None:
     assert json.loads(upgraded.output) == {
         "table_prefix": "quartz_",
         "before": None,
-        "after": "0008",
+        "after": "0009",
     }
     matches = run(app, "schema", "check", "--json")
     assert matches.exit_code == 0
     assert json.loads(matches.output) == {
         "table_prefix": "quartz_",
         "ok": True,
-        "current": "0008",
-        "head": "0008",
+        "current": "0009",
+        "head": "0009",
         "differences": [],
     }
 

@@ -431,6 +431,7 @@ def test_an_expired_one_shot_that_is_dropped_leaves_no_trigger_or_job(
         "fired_triggers": 0,
         "calendars": 0,
         "paused_trigger_groups": 0,
+        "backfill_slots": 0,
     }
 
 

@@ -28,6 +28,7 @@ from celery_quartz.store.abc import (
     StoreReader,
     WorkerStore,
 )
+from celery_quartz.store.abc_backfill import BackfillStore
 from celery_quartz.store.sql import SqlStore, _Operation, in_acquisition_order
 from celery_quartz.triggers import (
     REPEAT_INDEFINITELY,
@@ -869,6 +870,7 @@ def test_every_role_operation_of_the_interfaces_is_an_operation_of_the_sql_store
     roles = (
         JobStore,
         PauseStore,
+        BackfillStore,
         SchedulingStore,
         ClusterStore,
         WorkerStore,

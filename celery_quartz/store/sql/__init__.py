@@ -14,9 +14,9 @@ fence) and the services several roles share:
 * ``_definitions`` — storing and removing jobs and triggers, a late trigger's misfire outcome;
 * ``_firings`` — what a firing's end releases, recovery and retry firings;
 * ``_claims`` — a claim's statements, for the scheduling role;
-* ``jobs`` and ``pauses`` (client), ``scheduling`` (scheduling loop), ``cluster`` (cluster
-  manager), ``worker`` (worker hooks), ``reads`` (operators), ``history`` (the run history's
-  reads), ``sweep`` (the history's upkeep): the roles.
+* ``jobs``, ``pauses`` and ``backfills`` (client), ``scheduling`` (scheduling loop),
+  ``cluster`` (cluster manager), ``worker`` (worker hooks), ``reads`` (operators), ``history``
+  (the run history's reads), ``sweep`` (the history's upkeep): the roles.
 
 :class:`SqlStore` composes them: every role operation, called between the store's hooks.
 """
@@ -47,6 +47,7 @@ from celery_quartz.store.abc import (
     StoreReader,
     WorkerStore,
 )
+from celery_quartz.store.abc_backfill import BackfillStore
 from celery_quartz.store.engine import create_store_engine
 from celery_quartz.store.records import NONE_STATE, Fence
 from celery_quartz.store.schema import Tables
@@ -55,6 +56,7 @@ from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._firings import FiringEnds
 from celery_quartz.store.sql._rows import Rows, in_acquisition_order
+from celery_quartz.store.sql.backfills import BackfillsSql
 from celery_quartz.store.sql.cluster import ClusterSql
 from celery_quartz.store.sql.history import HistorySql
 from celery_quartz.store.sql.jobs import JobsSql
@@ -185,6 +187,7 @@ class SqlStore(Store):
         audit = AuditTrail(sql, redact_keys)
         self.jobs = JobsSql(sql, rows, definitions, audit)
         self.pauses = PausesSql(sql, rows, definitions, audit)
+        self.backfills = BackfillsSql(sql, rows, definitions, audit)
         self.scheduling = SchedulingSql(sql, rows, definitions, ends)
         self.cluster = ClusterSql(sql, definitions, ends)
         self.worker = WorkerSql(sql, ends)
@@ -256,6 +259,7 @@ class SqlStore(Store):
     resume_all = _Operation("pauses", PauseStore.resume_all)
     paused_trigger_groups = _Operation("pauses", PauseStore.paused_trigger_groups)
     paused_group_records = _Operation("pauses", PauseStore.paused_group_records)
+    backfill = _Operation("backfills", BackfillStore.backfill)
     apply_scheduling_data = _Operation("jobs", JobStore.apply_scheduling_data)
     scheduled_definitions = _Operation("jobs", JobStore.scheduled_definitions)
     reset_trigger_from_error_state = _Operation("jobs", JobStore.reset_trigger_from_error_state)

@@ -28,7 +28,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from celery_quartz.firing import AcquiredFiring, Firing, new_ids, run_arguments
+from celery_quartz.firing import (
+    AcquiredFiring,
+    Firing,
+    backfill_slot_of,
+    new_ids,
+    run_arguments,
+)
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.routing import Admission, HeldBack, Router, take_batch
@@ -523,4 +529,5 @@ def _firing_message(
         persist_job_data=job.persist_job_data,
         queue=firing.queue,
         node=firing.node,
+        backfill_slot_millis=backfill_slot_of(firing.trigger.data),
     )

@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 
 from celery_quartz.clock import from_millis
-from celery_quartz.firing import Firing, run_arguments
+from celery_quartz.firing import Firing, backfill_slot_of, run_arguments
 from celery_quartz.history import RunResult
 from celery_quartz.keys import RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.retry import RetryPolicy, decide_retry
@@ -464,9 +464,8 @@ class FiringEnds:
 
 def _firing(r: Any, scheduler_name: str, instance_name: str) -> Firing:
     """The firing to publish of a fired row read with its job and trigger."""
-    args, kwargs, trigger_data = run_arguments(
-        json.loads(r.args), json.loads(r.kwargs), json.loads(r.trigger_data or "{}")
-    )
+    raw_data = json.loads(r.trigger_data or "{}")
+    args, kwargs, trigger_data = run_arguments(json.loads(r.args), json.loads(r.kwargs), raw_data)
     return Firing(
         fire_instance_id=r.fire_instance_id,
         scheduler_name=scheduler_name,
@@ -490,4 +489,5 @@ def _firing(r: Any, scheduler_name: str, instance_name: str) -> Firing:
         persist_job_data=r.is_update_data,
         queue=r.queue,
         node=routed_node(r),
+        backfill_slot_millis=backfill_slot_of(raw_data),
     )

@@ -35,7 +35,7 @@ from celery_quartz.history import (
     MAX_ERROR_TYPE_CHARS,
     RunResult,
 )
-from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.keys import BACKFILL_JOBS_GROUP, JobKey, TriggerKey
 from celery_quartz.store.schema import SUMMARY_TEXT
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.views import FiringOutcome
@@ -56,6 +56,14 @@ class Occurrence:
     task_name: str | None
     args: str | None
     kwargs: str | None
+    #: What its start lateness counts from: the scheduled time, but for a backfill's firing
+    #: when that firing was due (a past slot would count days late and skew the statistics).
+    due_millis: int | None = None
+
+    def lateness(self, started: int | None) -> int | None:
+        """How late (ms) a start at ``started`` is: from ``due_millis``, else the scheduled
+        time."""
+        return None if started is None else started - (self.due_millis or self.scheduled_millis)
 
 
 class HistoryRows:
@@ -108,6 +116,7 @@ class HistoryRows:
         return Occurrence(
             trigger_key=key,
             scheduled_millis=scheduled,
+            due_millis=fired.sched_time if fired.trigger_group == BACKFILL_JOBS_GROUP else None,
             task_name=None if job is None else job.task_name,
             args=None if job is None else _bounded_arguments(job.args),
             kwargs=None if job is None else _bounded_arguments(job.kwargs),
@@ -148,7 +157,7 @@ class HistoryRows:
                 started_time=started,
                 finished_time=finished,
                 duration_ms=None if started is None else finished - started,
-                lateness_ms=None if started is None else started - occurrence.scheduled_millis,
+                lateness_ms=occurrence.lateness(started),
                 error_type=_cut(outcome.error_type, MAX_ERROR_TYPE_CHARS),
                 error_message=_cut(outcome.error_message, MAX_ERROR_MESSAGE_CHARS),
                 worker_name=fired.worker_name,
@@ -292,6 +301,7 @@ class HistoryRows:
                 func.coalesce(t.c.origin_trigger_name, gone.c.trigger_name).label("o_name"),
                 func.coalesce(t.c.origin_trigger_group, gone.c.trigger_group).label("o_group"),
                 func.coalesce(t.c.origin_sched_time, gone.c.sched_time).label("scheduled"),
+                case((gone.c.trigger_group == BACKFILL_JOBS_GROUP, gone.c.sched_time)).label("due"),
                 gone.c.published_time,
                 gone.c.started_time,
                 finished.label("finished"),
@@ -345,7 +355,7 @@ class HistoryRows:
             "started_time": info.c.started_time,
             "finished_time": info.c.finished,
             "duration_ms": info.c.finished - info.c.started_time,
-            "lateness_ms": info.c.started_time - info.c.scheduled,
+            "lateness_ms": info.c.started_time - func.coalesce(info.c.due, info.c.scheduled),
             "worker_name": info.c.worker_name,
             "instance_name": info.c.instance_name,
             "retry_attempt": info.c.retry_attempt,

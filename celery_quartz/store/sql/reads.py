@@ -327,6 +327,7 @@ class ReadsSql(StoreReader):
                 "fired_triggers",
                 "calendars",
                 "paused_trigger_groups",
+                "backfill_slots",
             ):
                 table = getattr(self.sql.tables, name)
                 counts[name] = conn.execute(

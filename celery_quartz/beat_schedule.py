@@ -38,7 +38,13 @@ _ENTRY_FIELDS = frozenset({"task", "schedule", "args", "kwargs", "options", "rel
 #: What an entry's ``quartz`` mapping may set on its trigger (and, ``require_success_within``,
 #: on its job).
 _QUARTZ_FIELDS = frozenset(
-    {"execution_group", "preferred_node", "retry_policy", "require_success_within"}
+    {
+        "execution_group",
+        "preferred_node",
+        "retry_policy",
+        "pause_when_retries_exhausted",
+        "require_success_within",
+    }
 )
 
 
@@ -158,7 +164,8 @@ def _success_deadline(where: str, quartz: object) -> timedelta | None:
 
 def _apply_quartz_fields(where: str, trigger: Trigger, quartz: object) -> None:
     """An entry's ``quartz`` mapping: the trigger's execution group, preferred node (a
-    :class:`PreferredNode`, a worker's node name, or ``"*"`` for automatic) and retry policy."""
+    :class:`PreferredNode`, a worker's node name, or ``"*"`` for automatic), retry policy and
+    whether running out of retries pauses it."""
     if quartz is None:
         return
     if not isinstance(quartz, Mapping):
@@ -171,9 +178,15 @@ def _apply_quartz_fields(where: str, trigger: Trigger, quartz: object) -> None:
     trigger.preferred_node = (
         pin if isinstance(pin, PreferredNode) else PreferredNode.parse(pin, owner=where)
     )
-    policy = quartz.get("retry_policy", RetryPolicy.NONE)
-    if not isinstance(policy, RetryPolicy):
+    policy = quartz.get("retry_policy")
+    if policy is not None and not isinstance(policy, RetryPolicy):
         raise ValidationError(
             f"{where}: quartz retry_policy must be a RetryPolicy, got {type(policy).__name__}"
         )
     trigger.retry_policy = policy
+    pause = quartz.get("pause_when_retries_exhausted")
+    if pause not in (None, True, False):
+        raise ValidationError(
+            f"{where}: quartz pause_when_retries_exhausted must be True or False, got {pause!r}"
+        )
+    trigger.pause_when_retries_exhausted = pause

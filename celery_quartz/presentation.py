@@ -20,6 +20,7 @@ from celery_quartz.firing import Firing
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.pausing import PauseRecord
+from celery_quartz.retry import stored_policy
 from celery_quartz.store.abc import ClientStore
 from celery_quartz.store.views import (
     AuditEntry,
@@ -96,7 +97,9 @@ def trigger(view: TriggerView, redact: Redactor = NO_REDACTION) -> dict[str, Any
         # whether the pin is automatic (claimed by the first worker to start a firing).
         "preferred_node": t.preferred_node.node,
         "preferred_node_auto": t.preferred_node.is_automatic,
-        "retry_policy": t.retry_policy.to_string() if t.retry_policy else None,
+        # Its own retry policy in stored form ("n": none); null: its job's or the default.
+        "retry_policy": stored_policy(t.retry_policy),
+        "pause_when_retries_exhausted": t.pause_when_retries_exhausted,
         "schedule": t.detail(),
         "data": redact(t.data),
         "last_outcome": outcome(view.last_outcome),
@@ -143,6 +146,7 @@ def job(j: Job, redact: Redactor = NO_REDACTION) -> dict[str, Any]:
         "require_success_within": None
         if j.require_success_within is None
         else j.require_success_within.total_seconds(),
+        "retry_policy": stored_policy(j.retry_policy),
     }
 
 

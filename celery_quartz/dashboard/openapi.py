@@ -81,6 +81,7 @@ SCHEMAS: dict[str, Any] = {
             "preferred_node": _nullable("string"),
             "preferred_node_auto": _BOOLEAN,
             "retry_policy": _nullable("string"),
+            "pause_when_retries_exhausted": _nullable("boolean"),
             "schedule": _JSON_OBJECT,
             "data": _JSON_OBJECT,
             "last_outcome": {"oneOf": [_ref("Outcome"), {"type": "null"}]},
@@ -130,6 +131,8 @@ SCHEMAS: dict[str, Any] = {
             "persist_job_data": _BOOLEAN,
             # Seconds (docs/history.md#success-deadlines); null: no deadline of its own.
             "require_success_within": _nullable("number"),
+            # Stored form ("n": none); null: the scheduler's default applies.
+            "retry_policy": _nullable("string"),
         }
     ),
     "JobPage": _object({"items": _list("Job"), "next_after": _nullable("string")}),

@@ -260,7 +260,7 @@ def build_trigger(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> Tr
         "data": read(_bounded_data_map, node, owner, max_data_bytes) or {},
         "calendar_name": read(_text, node, "CalendarName", owner),
         "execution_group": read(_text, node, "ExecutionGroup", owner),
-        "retry_policy": read(_retry_policy, node, owner) or RetryPolicy.NONE,
+        "retry_policy": read(_retry_policy, node, owner),
         "preferred_node": read(_preferred_node, node, owner) or PreferredNode.NONE,
     }
     made = None if chosen is None else read(_schedule, chosen[0], chosen[1], owner, common)
@@ -371,10 +371,10 @@ def _schedule(
     return classes.get(kind, CalendarIntervalTrigger), values
 
 
-def _retry_policy(node: Node, owner: str) -> RetryPolicy:
+def _retry_policy(node: Node, owner: str) -> RetryPolicy | None:
     policy = node.get("RetryPolicy")
     if policy is None:
-        return RetryPolicy.NONE
+        return None
     where = node.at("RetryPolicy")
     what = f"{owner}: {node.name('RetryPolicy')}"
     _mapping(policy, where, what)

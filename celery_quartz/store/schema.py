@@ -218,6 +218,9 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("pause_reason", String(PAUSE_REASON)),
         Column("paused_by", String(NODE_NAME)),
         Column("paused_time", BigInteger),
+        # Whether an occurrence failing with no retry left pauses it; NULL: the scheduler's
+        # setting (schema 0008).
+        Column("pause_when_retries_exhausted", Boolean),
         ForeignKeyConstraint(
             ["sched_name", "job_name", "job_group"],
             [jobs.c.sched_name, jobs.c.job_name, jobs.c.job_group],

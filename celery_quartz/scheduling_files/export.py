@@ -64,6 +64,8 @@ def job_tree(job: Job) -> dict[str, Any]:
     if job.require_success_within is not None:
         owner = f"job {job.key}"
         tree["RequireSuccessWithin"] = millis(job.require_success_within, owner, "deadline")
+    if job.retry_policy is not None:
+        tree["RetryPolicy"] = retry_tree(job.retry_policy, f"job {job.key}")
     return tree
 
 
@@ -81,7 +83,7 @@ def trigger_tree(trigger: Trigger) -> dict[str, Any]:
         tree["Priority"] = trigger.priority
     if trigger.calendar_name is not None:
         tree["CalendarName"] = trigger.calendar_name
-    if trigger.retry_policy:
+    if trigger.retry_policy is not None:
         tree["RetryPolicy"] = retry_tree(trigger.retry_policy, owner)
     if trigger.preferred_node.is_automatic:
         tree["PreferredNode"] = "*"
@@ -89,6 +91,8 @@ def trigger_tree(trigger: Trigger) -> dict[str, Any]:
         tree["PreferredNode"] = trigger.preferred_node.node
     if trigger.execution_group is not None:
         tree["ExecutionGroup"] = trigger.execution_group
+    if trigger.pause_when_retries_exhausted is not None:
+        tree["PauseWhenRetriesExhausted"] = trigger.pause_when_retries_exhausted
     if trigger.data:
         tree["JobDataMap"] = dict(trigger.data)
     if trigger.start_at is not None:
@@ -148,6 +152,8 @@ def retry_tree(policy: RetryPolicy, owner: str) -> dict[str, Any]:
                 "Delays": [int(d) for d in fields[1].split(",")],
             }
         }
+    if kind == "n":
+        return {"None": {}}
     raise SchedulingFileError(f"{owner}: retry policy {policy!r} has no form in a file")
 
 

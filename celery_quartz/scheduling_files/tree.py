@@ -37,6 +37,7 @@ JOB_KEYS = (
     "Kwargs",
     "Options",
     "RequireSuccessWithin",
+    "RetryPolicy",
 )
 TRIGGER_KEYS = (
     "Name",
@@ -51,6 +52,8 @@ TRIGGER_KEYS = (
     "RetryPolicy",
     "PreferredNode",
     "ExecutionGroup",
+    # celery-quartz's own (docs/retries.md#pausing-when-retries-run-out).
+    "PauseWhenRetriesExhausted",
     "JobDataMap",
     "StartTime",
     "StartTimeSecondsInFuture",
@@ -73,6 +76,8 @@ RETRY_KEYS = {
     "Fixed": ("MaxAttempts", "Delay"),
     "Exponential": ("MaxAttempts", "InitialDelay", "Factor", "MaxDelay"),
     "Explicit": ("MaxAttempts", "Delays"),
+    # No retry, whatever the job or the scheduler's default says.
+    "None": (),
 }
 KEY_KEYS = ("Name", "Group")
 

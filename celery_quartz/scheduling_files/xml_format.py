@@ -49,6 +49,7 @@ _JOB: Sequence[_Field] = (
     ("kwargs", "Kwargs", "json"),
     ("options", "Options", "json"),
     ("require-success-within", "RequireSuccessWithin", "text"),
+    ("retry-policy", "RetryPolicy", "retry"),
 )
 _TRIGGER_COMMON: Sequence[_Field] = (
     ("name", "Name", "text"),
@@ -61,6 +62,7 @@ _TRIGGER_COMMON: Sequence[_Field] = (
     ("retry-policy", "RetryPolicy", "retry"),
     ("preferred-node", "PreferredNode", "text"),
     ("execution-group", "ExecutionGroup", "text"),
+    ("pause-when-retries-exhausted", "PauseWhenRetriesExhausted", "text"),
     ("job-data-map", "JobDataMap", "data"),
     ("start-time", "StartTime", "text"),
     ("start-time-seconds-in-future", "StartTimeSecondsInFuture", "text"),
@@ -114,6 +116,7 @@ _RETRY: dict[str, tuple[str, Sequence[_Field]]] = {
         "Explicit",
         (("max-attempts", "MaxAttempts", "text"), ("delay", "Delays", "texts")),
     ),
+    "none": ("None", ()),
 }
 _COMMANDS: Sequence[_Field] = (
     ("delete-jobs-in-group", "DeleteJobsInGroup", "texts"),
@@ -161,6 +164,7 @@ _OWN_ELEMENTS = frozenset(
         "retry-policy",
         "preferred-node",
         "execution-group",
+        "pause-when-retries-exhausted",
         "preserve-hour-of-day-across-daylight-savings",
         "skip-day-if-hour-does-not-exist",
     }
@@ -361,7 +365,7 @@ def _retry(element: _Element, file: str) -> Node:
     _no_text(element, file)
     if len(element.children) != 1 or element.children[0].name not in _RETRY:
         raise Where(file, element.line).error(
-            "a <retry-policy> holds exactly one of <fixed>, <exponential>, <explicit>"
+            "a <retry-policy> holds exactly one of <fixed>, <exponential>, <explicit>, <none>"
         )
     inner = element.children[0]
     key, spec = _RETRY[inner.name]

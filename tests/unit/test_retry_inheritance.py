@@ -6,6 +6,7 @@ unit-tested here, and with real processes in tests/integration/test_retries.py."
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ from celery_quartz import Job, JobKey, RetryPolicy, TriggerKey
 from celery_quartz.clock import FakeClock
 from celery_quartz.config import Settings
 from celery_quartz.errors import ConfigurationError, InvalidTriggerError, ValidationError
+from celery_quartz.keys import BEAT_SCHEDULE_GROUP
 from celery_quartz.pausing import RETRIES_EXHAUSTED, PauseRecord
 from celery_quartz.store import MemoryStore, TriggerState, open_store
 from celery_quartz.store.views import AuditFilter, FiringOutcome
@@ -238,3 +240,125 @@ def test_a_trigger_flag_that_is_not_a_boolean_is_refused_naming_it() -> None:
     trigger = _hourly(pause_when_retries_exhausted="yes")
     with pytest.raises(InvalidTriggerError, match="pause_when_retries_exhausted must be"):
         trigger.validate()
+
+
+# -- from scheduling files and beat_schedule ------------------------------------------------------
+
+_JSON = """{
+  "Jobs": [{"Name": "job", "JobType": "tasks.work", "Durable": true,
+            "RetryPolicy": {"Fixed": {"MaxAttempts": 2, "Delay": 10000}}}],
+  "Triggers": [
+    {"Name": "inherits", "JobName": "job", "PauseWhenRetriesExhausted": true,
+     "Simple": {"RepeatCount": -1, "RepeatInterval": 3600000}},
+    {"Name": "never", "JobName": "job", "RetryPolicy": {"None": {}},
+     "PauseWhenRetriesExhausted": false,
+     "Simple": {"RepeatCount": -1, "RepeatInterval": 3600000}}
+  ]
+}"""
+
+_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<job-scheduling-data xmlns="http://quartznet.sourceforge.net/JobSchedulingData" version="2.0">
+  <schedule>
+    <job>
+      <name>job</name>
+      <job-type>tasks.work</job-type>
+      <durable>true</durable>
+      <retry-policy><fixed><max-attempts>2</max-attempts><delay>10000</delay></fixed></retry-policy>
+    </job>
+    <trigger>
+      <simple>
+        <name>never</name>
+        <job-name>job</job-name>
+        <retry-policy><none/></retry-policy>
+        <pause-when-retries-exhausted>true</pause-when-retries-exhausted>
+        <repeat-count>-1</repeat-count>
+        <repeat-interval>3600000</repeat-interval>
+      </simple>
+    </trigger>
+  </schedule>
+</job-scheduling-data>
+"""
+
+
+def test_a_scheduling_file_sets_the_jobs_policy_none_and_the_pause_flag(
+    app: Any, clock: FakeClock, tmp_path: Any
+) -> None:
+    from celery_quartz.scheduling_files import export_scheduling_data, load_scheduling_files
+
+    store = _store(clock)
+    try:
+        (tmp_path / "retries.json").write_text(_JSON)
+        load_scheduling_files(app, store, [tmp_path / "retries.json"])
+        job = store.retrieve_job(JobKey("job"))
+        assert job is not None and job.retry_policy == JOB_POLICY
+        inherits = store.retrieve_trigger(TriggerKey("inherits"))
+        never = store.retrieve_trigger(TriggerKey("never"))
+        assert inherits is not None and never is not None
+        assert (inherits.retry_policy, inherits.pause_when_retries_exhausted) == (None, True)
+        assert (never.retry_policy, never.pause_when_retries_exhausted) == (
+            RetryPolicy.none(),
+            False,
+        )
+        exported = export_scheduling_data(store, "json")
+        tree = json.loads(exported)
+        assert tree["Jobs"][0]["RetryPolicy"] == {"Fixed": {"MaxAttempts": 2, "Delay": 10000}}
+        by_name = {t["Name"]: t for t in tree["Triggers"]}
+        assert by_name["never"]["RetryPolicy"] == {"None": {}}
+        assert by_name["never"]["PauseWhenRetriesExhausted"] is False
+        assert "RetryPolicy" not in by_name["inherits"]
+        again = _store(clock)
+        try:
+            (tmp_path / "export.json").write_text(exported)
+            load_scheduling_files(app, again, [tmp_path / "export.json"])
+            assert export_scheduling_data(again, "json") == exported
+        finally:
+            again.dispose()
+    finally:
+        store.dispose()
+
+
+def test_an_xml_file_reads_none_and_the_pause_flag(
+    app: Any, clock: FakeClock, tmp_path: Any
+) -> None:
+    from celery_quartz.scheduling_files import load_scheduling_files
+
+    store = _store(clock)
+    try:
+        (tmp_path / "retries.xml").write_text(_XML)
+        load_scheduling_files(app, store, [tmp_path / "retries.xml"])
+        job = store.retrieve_job(JobKey("job"))
+        assert job is not None and job.retry_policy == JOB_POLICY
+        never = store.retrieve_trigger(TriggerKey("never"))
+        assert never is not None
+        assert (never.retry_policy, never.pause_when_retries_exhausted) == (
+            RetryPolicy.none(),
+            True,
+        )
+    finally:
+        store.dispose()
+
+
+def _import_entry(app: Any, store: MemoryStore, clock: FakeClock, quartz: dict[str, Any]) -> None:
+    from celery_quartz.beat_schedule import import_beat_schedule
+
+    entry = {"task": "tasks.work", "schedule": 60.0, "quartz": quartz}
+    import_beat_schedule(app, store, clock, {"report": entry}, max_data_bytes=64 * 1024)
+
+
+def test_a_beat_schedule_entry_sets_the_pause_flag_and_refuses_a_bad_one(
+    app: Any, clock: FakeClock
+) -> None:
+    store = _store(clock)
+    key = TriggerKey("report", BEAT_SCHEDULE_GROUP)
+    try:
+        _import_entry(app, store, clock, {"pause_when_retries_exhausted": True})
+        trigger = store.retrieve_trigger(key)
+        assert trigger is not None
+        assert (trigger.retry_policy, trigger.pause_when_retries_exhausted) == (None, True)
+        with pytest.raises(ValidationError, match="pause_when_retries_exhausted must be True"):
+            _import_entry(app, store, clock, {"pause_when_retries_exhausted": "yes"})
+        # The refused entry left what was stored as it was.
+        kept = store.retrieve_trigger(key)
+        assert kept is not None and kept.pause_when_retries_exhausted is True
+    finally:
+        store.dispose()

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery_quartz.errors import ValidationError
 from celery_quartz.overlap import OverlapPolicy
+from celery_quartz.retry import RetryPolicy, stored_policy
 
 if TYPE_CHECKING:
     from celery_quartz.job import Job
@@ -193,6 +194,8 @@ def json_value(value: Any) -> Any:
         return value.isoformat()
     if isinstance(value, timedelta):
         return value.total_seconds()
+    if isinstance(value, RetryPolicy):
+        return value.to_string()
     if isinstance(value, Mapping):
         return {str(k): json_value(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set, frozenset)):
@@ -237,7 +240,8 @@ def trigger_fields(trigger: Trigger) -> dict[str, Any]:
         "execution_group": trigger.execution_group,
         "preferred_node": pin_node,
         "preferred_node_auto": pin_auto,
-        "retry_policy": trigger.retry_policy.to_string() if trigger.retry_policy else None,
+        "retry_policy": stored_policy(trigger.retry_policy),
+        "pause_when_retries_exhausted": trigger.pause_when_retries_exhausted,
         "overlap_policy": str(OverlapPolicy.parse(trigger.overlap_policy)),
     }
     for name, value in trigger.detail().items():

@@ -44,6 +44,7 @@ _QUARTZ_FIELDS = frozenset(
         "preferred_node",
         "retry_policy",
         "overlap_policy",
+        "pause_when_retries_exhausted",
         "require_success_within",
     }
 )
@@ -166,7 +167,8 @@ def _success_deadline(where: str, quartz: object) -> timedelta | None:
 def _apply_quartz_fields(where: str, trigger: Trigger, quartz: object) -> None:
     """An entry's ``quartz`` mapping: the trigger's execution group, preferred node (a
     :class:`PreferredNode`, a worker's node name, or ``"*"`` for automatic), retry policy and
-    overlap policy (``allow``, ``skip``, ``buffer_one``, ``cancel_previous``)."""
+    overlap policy (``allow``, ``skip``, ``buffer_one``, ``cancel_previous``) and whether running
+    out of retries pauses it."""
     if quartz is None:
         return
     if not isinstance(quartz, Mapping):
@@ -179,10 +181,16 @@ def _apply_quartz_fields(where: str, trigger: Trigger, quartz: object) -> None:
     trigger.preferred_node = (
         pin if isinstance(pin, PreferredNode) else PreferredNode.parse(pin, owner=where)
     )
-    policy = quartz.get("retry_policy", RetryPolicy.NONE)
-    if not isinstance(policy, RetryPolicy):
+    policy = quartz.get("retry_policy")
+    if policy is not None and not isinstance(policy, RetryPolicy):
         raise ValidationError(
             f"{where}: quartz retry_policy must be a RetryPolicy, got {type(policy).__name__}"
         )
     trigger.retry_policy = policy
     trigger.overlap_policy = OverlapPolicy.parse(quartz.get("overlap_policy"), f"{where}: quartz")
+    pause = quartz.get("pause_when_retries_exhausted")
+    if pause not in (None, True, False):
+        raise ValidationError(
+            f"{where}: quartz pause_when_retries_exhausted must be True or False, got {pause!r}"
+        )
+    trigger.pause_when_retries_exhausted = pause

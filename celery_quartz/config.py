@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from celery_quartz.audit import DEFAULT_REDACT_KEYS
-from celery_quartz.errors import ConfigurationError
+from celery_quartz.errors import ConfigurationError, RetryPolicyError
 from celery_quartz.history import (
     DEFAULT_HISTORY_MAX_ROWS,
     DEFAULT_HISTORY_RETENTION,
@@ -25,6 +25,7 @@ from celery_quartz.keys import DEFAULT_GROUP, JobKey
 from celery_quartz.limits import ExecutionLimits
 from celery_quartz.liveness import DEFAULT_CHECKIN_MISFIRE_THRESHOLD
 from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
+from celery_quartz.retry import RetryPolicy
 from celery_quartz.routing import Router
 from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
@@ -132,6 +133,13 @@ class Settings:
     audit_retention: Any = 365 * 86400.0
     #: Seconds between two sweeps of the history (one scheduler of the cluster at a time).
     history_sweep_interval: float = 10.0
+    #: The retry policy of triggers and jobs that have none of their own: a ``RetryPolicy``
+    #: or its stored form (``"f:3:30000"``); None (default): no retry
+    #: (docs/steering.md#retries-continued).
+    default_retry_policy: Any = field(default=None, compare=False)
+    #: Pause a trigger whose occurrence fails with no retry left (a trigger's own
+    #: ``pause_when_retries_exhausted`` wins); the failure's message is the reason.
+    pause_when_retries_exhausted: bool = False
     #: Execution limits (see :mod:`celery_quartz.limits`): an ``ExecutionLimits`` or a mapping
     #: of group to limit; none by default (nothing is capped).
     execution_limits: Any = field(default=None, compare=False)
@@ -252,6 +260,7 @@ class Settings:
             "auto_start",
             "dashboard_anonymous_read",
             "dashboard_read_only",
+            "pause_when_retries_exhausted",
         ):
             value = getattr(self, name)
             if not isinstance(value, bool):
@@ -285,6 +294,7 @@ class Settings:
                 f"{', '.join(map(repr, HEALTH_OVERDUE_JOBS))}, got {self.health_overdue_jobs!r}"
             )
         self.success_deadlines  # noqa: B018  (raises on a bad value)
+        self.retry_default  # noqa: B018  (raises on a bad value)
         ExecutionLimits.coerce(self.execution_limits)
         self.scheduling_file_paths  # noqa: B018  (raises on a bad value)
         self._validate_dashboard()
@@ -381,6 +391,11 @@ class Settings:
         return found
 
     @property
+    def retry_default(self) -> RetryPolicy | None:
+        """``quartz_default_retry_policy`` as a policy (None: none set)."""
+        return _retry_policy_of(self.default_retry_policy)
+
+    @property
     def limits(self) -> ExecutionLimits:
         """``execution_limits`` as an :class:`ExecutionLimits` (validated by :meth:`validate`)."""
         return ExecutionLimits.coerce(self.execution_limits)
@@ -436,6 +451,20 @@ def _deadline_of(where: str, value: Any) -> timedelta:
 
 _auto_lock = threading.Lock()
 _last_auto_millis = 0
+
+
+def _retry_policy_of(value: Any) -> RetryPolicy | None:
+    if value is None or isinstance(value, RetryPolicy):
+        return value
+    if isinstance(value, str):
+        try:
+            return RetryPolicy.parse(value)
+        except RetryPolicyError as exc:
+            raise ConfigurationError(f"quartz_default_retry_policy: {exc}") from None
+    raise ConfigurationError(
+        "quartz_default_retry_policy must be a RetryPolicy or its stored form (such as "
+        f"'f:3:30000'), got {value!r}"
+    )
 
 
 def _duration(name: str, value: Any, *, positive: bool = False) -> timedelta:

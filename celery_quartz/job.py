@@ -11,6 +11,7 @@ from typing import Any
 
 from celery_quartz.errors import JobDataError, ValidationError
 from celery_quartz.keys import MAX_TASK_NAME_LENGTH, JobKey, check_description
+from celery_quartz.retry import RetryPolicy
 
 #: Default bound on the encoded size of a job's (or trigger's) data, args, kwargs and options.
 DEFAULT_MAX_DATA_BYTES = 64 * 1024
@@ -55,6 +56,10 @@ class Job:
     #: as owed, degrades ``/healthz`` and shows on the ``quartz.job.overdue`` gauge
     #: (docs/history.md#success-deadlines). None: no deadline.
     require_success_within: timedelta | None = None
+    #: How a failed occurrence of this job is run again when its trigger has no retry policy
+    #: of its own (see :mod:`celery_quartz.retry`); None: the scheduler's default
+    #: (``quartz_default_retry_policy``).
+    retry_policy: RetryPolicy | None = None
 
     def validate(self, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> None:
         """Raise a :class:`ValidationError` naming this job and the field at fault."""
@@ -77,6 +82,11 @@ class Job:
         _check_expires(self.key, self.options.get("expires"))
         check_description(f"job {self.key}", self.description)
         check_success_deadline(f"job {self.key}", self.require_success_within)
+        if self.retry_policy is not None and not isinstance(self.retry_policy, RetryPolicy):
+            raise ValidationError(
+                f"job {self.key}: retry_policy must be a RetryPolicy or None, got "
+                f"{self.retry_policy!r}"
+            )
 
 
 def check_success_deadline(owner: str, value: Any) -> None:

@@ -22,6 +22,7 @@ from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.pausing import PauseRecord
+from celery_quartz.retry import stored_policy
 from celery_quartz.store.abc import ClientStore
 from celery_quartz.store.views import (
     AuditEntry,
@@ -98,7 +99,9 @@ def trigger(view: TriggerView, redact: Redactor = NO_REDACTION) -> dict[str, Any
         # whether the pin is automatic (claimed by the first worker to start a firing).
         "preferred_node": t.preferred_node.node,
         "preferred_node_auto": t.preferred_node.is_automatic,
-        "retry_policy": t.retry_policy.to_string() if t.retry_policy else None,
+        # Its own retry policy in stored form ("n": none); null: its job's or the default.
+        "retry_policy": stored_policy(t.retry_policy),
+        "pause_when_retries_exhausted": t.pause_when_retries_exhausted,
         "overlap_policy": str(OverlapPolicy.parse(t.overlap_policy)),
         "schedule": t.detail(),
         "data": redact(t.data),
@@ -146,6 +149,7 @@ def job(j: Job, redact: Redactor = NO_REDACTION) -> dict[str, Any]:
         "require_success_within": None
         if j.require_success_within is None
         else j.require_success_within.total_seconds(),
+        "retry_policy": stored_policy(j.retry_policy),
     }
 
 

@@ -1,8 +1,12 @@
 """A trigger's retry policy (Quartz 4.x): how long to wait before running a failed occurrence again.
 
 A policy is an immutable value, made only by :meth:`RetryPolicy.fixed`,
-:meth:`RetryPolicy.exponential` and :meth:`RetryPolicy.explicit` (or :data:`RetryPolicy.NONE`).
-Attempts count from 1: ``delay_for(1)`` is the wait before the first retry.
+:meth:`RetryPolicy.exponential` and :meth:`RetryPolicy.explicit`, or :meth:`RetryPolicy.none`
+(no retry). Attempts count from 1: ``delay_for(1)`` is the wait before the first retry.
+
+A trigger without a policy of its own (``None``) takes its job's, and a job without one the
+scheduler's default (``quartz_default_retry_policy``): :func:`effective_policy`. ``none()`` at
+any of the three levels means no retry, whatever the levels after it say.
 
 The store keeps a policy in the trigger row as a short string, times in milliseconds:
 
@@ -10,10 +14,12 @@ The store keeps a policy in the trigger row as a short string, times in millisec
 ``f:<max>:<delay>``                      fixed: ``f:5:30000`` is 5 retries 30 s apart
 ``e:<max>:<initial>:<factor>[:<cap>]``   exponential: ``e:5:30000:2:600000``
 ``x:<max>:<d1>,<d2>,...``                explicit, the last delay repeating up to ``max``
+``n``                                    none: no retry
 =======================================  ==================================================
 
-``NONE`` is stored as NULL. The string is at most :data:`MAX_STORED_LENGTH` characters (the
-column's width); a policy that would not fit is refused when it is made.
+No policy of its own (inherit) is stored as NULL. The string is at most
+:data:`MAX_STORED_LENGTH` characters (the column's width); a policy that would not fit is refused
+when it is made.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ class RetryPolicy:
 
     __slots__ = ("_cap_ms", "_delays_ms", "_factor", "_kind", "_max_attempts")
 
-    #: No retries (the default of every trigger).
+    #: No retry (:meth:`none`).
     NONE: ClassVar[RetryPolicy]
 
     def __init__(
@@ -72,6 +78,12 @@ class RetryPolicy:
             )
 
     # -- the factories ------------------------------------------------------------------------
+
+    @classmethod
+    def none(cls) -> RetryPolicy:
+        """No retry: a failed occurrence waits for the trigger's next one. Set on a trigger or a
+        job, it stops the policy of the job or of the scheduler's default from applying."""
+        return cls.NONE
 
     @classmethod
     def fixed(cls, max_attempts: int, delay: Delay) -> RetryPolicy:
@@ -164,12 +176,15 @@ class RetryPolicy:
         return f"{head}:{self._delays_ms[0]}:{factor}{tail}"
 
     @staticmethod
-    def parse(stored: str | None) -> RetryPolicy:
-        """The policy of a stored string; :data:`NONE` for None. Cached: the store reads one
-        per acquired trigger, and policies are immutable."""
-        if stored is None:
-            return RetryPolicy.NONE
+    def parse(stored: str) -> RetryPolicy:
+        """The policy of a stored string (:meth:`to_string`). Cached: the store reads one per
+        failed firing, and policies are immutable."""
         return _parse(stored)
+
+    @staticmethod
+    def parse_optional(stored: str | None) -> RetryPolicy | None:
+        """:meth:`parse`, with None (no policy of its own: inherit) kept as None."""
+        return None if stored is None else _parse(stored)
 
     # -- a value ------------------------------------------------------------------------------
 
@@ -193,6 +208,22 @@ class RetryPolicy:
 
 
 RetryPolicy.NONE = RetryPolicy(_FACTORY, "n", 0, ())
+
+
+def effective_policy(*levels: RetryPolicy | None) -> RetryPolicy:
+    """The policy that applies: the first level that has one (a trigger's, its job's, the
+    scheduler's default, in that order), or no retry when none has."""
+    for policy in levels:
+        if policy is not None:
+            return policy
+    return RetryPolicy.NONE
+
+
+def stored_policy(policy: RetryPolicy | None) -> str | None:
+    """The column value of ``policy``: NULL for none of its own (inherit), ``"n"`` for
+    :meth:`RetryPolicy.none`."""
+    return None if policy is None else policy.to_string()
+
 
 _MAX_DELAY_MS = MAX_DELAY // _MS
 

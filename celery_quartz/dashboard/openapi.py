@@ -85,6 +85,7 @@ SCHEMAS: dict[str, Any] = {
             "preferred_node_auto": _BOOLEAN,
             "retry_policy": _nullable("string"),
             "overlap_policy": {"enum": _OVERLAP_POLICIES},
+            "pause_when_retries_exhausted": _nullable("boolean"),
             "schedule": _JSON_OBJECT,
             "data": _JSON_OBJECT,
             "last_outcome": {"oneOf": [_ref("Outcome"), {"type": "null"}]},
@@ -134,6 +135,8 @@ SCHEMAS: dict[str, Any] = {
             "persist_job_data": _BOOLEAN,
             # Seconds (docs/history.md#success-deadlines); null: no deadline of its own.
             "require_success_within": _nullable("number"),
+            # Stored form ("n": none); null: the scheduler's default applies.
+            "retry_policy": _nullable("string"),
         }
     ),
     "JobPage": _object({"items": _list("Job"), "next_after": _nullable("string")}),

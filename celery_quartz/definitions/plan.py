@@ -482,6 +482,7 @@ def same_job(a: Job, b: Job) -> bool:
         and bool(a.disallow_concurrent) == bool(b.disallow_concurrent)
         and bool(a.persist_job_data) == bool(b.persist_job_data)
         and a.require_success_within == b.require_success_within
+        and a.retry_policy == b.retry_policy
     )
 
 
@@ -505,6 +506,7 @@ def same_trigger(stored: Trigger, wanted: Trigger, explicit_start: bool) -> bool
         and stored.execution_group == wanted.execution_group
         and stored.retry_policy == wanted.retry_policy
         and OverlapPolicy.parse(stored.overlap_policy) == OverlapPolicy.parse(wanted.overlap_policy)
+        and stored.pause_when_retries_exhausted == wanted.pause_when_retries_exhausted
         and _same_pin(stored, wanted)
         and _millis(stored.end_at) == _millis(wanted.end_at)
         and (not explicit_start or _millis(stored.start_at) == _millis(wanted.start_at))

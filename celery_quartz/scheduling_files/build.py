@@ -186,6 +186,7 @@ def build_job(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> JobDef
     data = read(_json_object, node, "JobDataMap", owner)
     description = read(_text, node, "Description", owner)
     deadline = read(_duration, node, "RequireSuccessWithin", owner)
+    retry_policy = read(_retry_policy, node, owner)
     flags: dict[str, bool] = {
         attribute: bool(read(_bool, node, name, owner))
         for attribute, name in (
@@ -209,6 +210,7 @@ def build_job(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> JobDef
         disallow_concurrent=flags["disallow_concurrent"],
         persist_job_data=flags["persist_job_data"],
         require_success_within=deadline,
+        retry_policy=retry_policy,
     )
     try:
         job.validate(max_data_bytes)
@@ -261,7 +263,8 @@ def build_trigger(node: Any, max_data_bytes: int = DEFAULT_MAX_DATA_BYTES) -> Tr
         "data": read(_bounded_data_map, node, owner, max_data_bytes) or {},
         "calendar_name": read(_text, node, "CalendarName", owner),
         "execution_group": read(_text, node, "ExecutionGroup", owner),
-        "retry_policy": read(_retry_policy, node, owner) or RetryPolicy.NONE,
+        "retry_policy": read(_retry_policy, node, owner),
+        "pause_when_retries_exhausted": read(_bool, node, "PauseWhenRetriesExhausted", owner),
         "preferred_node": read(_preferred_node, node, owner) or PreferredNode.NONE,
         "overlap_policy": read(_overlap_policy, node, owner) or OverlapPolicy.ALLOW,
     }
@@ -373,10 +376,10 @@ def _schedule(
     return classes.get(kind, CalendarIntervalTrigger), values
 
 
-def _retry_policy(node: Node, owner: str) -> RetryPolicy:
+def _retry_policy(node: Node, owner: str) -> RetryPolicy | None:
     policy = node.get("RetryPolicy")
     if policy is None:
-        return RetryPolicy.NONE
+        return None
     where = node.at("RetryPolicy")
     what = f"{owner}: {node.name('RetryPolicy')}"
     _mapping(policy, where, what)
@@ -389,8 +392,12 @@ def _retry_policy(node: Node, owner: str) -> RetryPolicy:
     kind = kinds[0]
     spec = policy[kind]
     what = f"{what} {node.name(kind)}"
+    if kind == "None" and spec is None:  # JSON's null, YAML's empty value
+        return RetryPolicy.none()
     _mapping(spec, policy.at(kind), what)
     _known(spec, RETRY_KEYS[kind], what)
+    if kind == "None":
+        return RetryPolicy.none()
     attempts = _int(spec, "MaxAttempts", owner, minimum=1)
     try:
         if kind == "Fixed":

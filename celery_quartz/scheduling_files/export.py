@@ -65,6 +65,8 @@ def job_tree(job: Job) -> dict[str, Any]:
     if job.require_success_within is not None:
         owner = f"job {job.key}"
         tree["RequireSuccessWithin"] = millis(job.require_success_within, owner, "deadline")
+    if job.retry_policy is not None:
+        tree["RetryPolicy"] = retry_tree(job.retry_policy, f"job {job.key}")
     return tree
 
 
@@ -82,7 +84,7 @@ def trigger_tree(trigger: Trigger) -> dict[str, Any]:
         tree["Priority"] = trigger.priority
     if trigger.calendar_name is not None:
         tree["CalendarName"] = trigger.calendar_name
-    if trigger.retry_policy:
+    if trigger.retry_policy is not None:
         tree["RetryPolicy"] = retry_tree(trigger.retry_policy, owner)
     if trigger.preferred_node.is_automatic:
         tree["PreferredNode"] = "*"
@@ -93,6 +95,8 @@ def trigger_tree(trigger: Trigger) -> dict[str, Any]:
     policy = OverlapPolicy.parse(trigger.overlap_policy, owner)
     if policy is not OverlapPolicy.ALLOW:
         tree["OverlapPolicy"] = policy.value
+    if trigger.pause_when_retries_exhausted is not None:
+        tree["PauseWhenRetriesExhausted"] = trigger.pause_when_retries_exhausted
     if trigger.data:
         tree["JobDataMap"] = dict(trigger.data)
     if trigger.start_at is not None:
@@ -152,6 +156,8 @@ def retry_tree(policy: RetryPolicy, owner: str) -> dict[str, Any]:
                 "Delays": [int(d) for d in fields[1].split(",")],
             }
         }
+    if kind == "n":
+        return {"None": {}}
     raise SchedulingFileError(f"{owner}: retry policy {policy!r} has no form in a file")
 
 

@@ -37,6 +37,7 @@ JOB_KEYS = (
     "Kwargs",
     "Options",
     "RequireSuccessWithin",
+    "RetryPolicy",
 )
 TRIGGER_KEYS = (
     "Name",
@@ -53,6 +54,8 @@ TRIGGER_KEYS = (
     "ExecutionGroup",
     # celery-quartz's own (issue 29), after the 4.x elements.
     "OverlapPolicy",
+    # celery-quartz's own (docs/retries.md#pausing-when-retries-run-out).
+    "PauseWhenRetriesExhausted",
     "JobDataMap",
     "StartTime",
     "StartTimeSecondsInFuture",
@@ -75,6 +78,8 @@ RETRY_KEYS = {
     "Fixed": ("MaxAttempts", "Delay"),
     "Exponential": ("MaxAttempts", "InitialDelay", "Factor", "MaxDelay"),
     "Explicit": ("MaxAttempts", "Delays"),
+    # No retry, whatever the job or the scheduler's default says.
+    "None": (),
 }
 KEY_KEYS = ("Name", "Group")
 

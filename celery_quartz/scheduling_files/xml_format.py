@@ -49,6 +49,7 @@ _JOB: Sequence[_Field] = (
     ("kwargs", "Kwargs", "json"),
     ("options", "Options", "json"),
     ("require-success-within", "RequireSuccessWithin", "text"),
+    ("retry-policy", "RetryPolicy", "retry"),
 )
 _TRIGGER_COMMON: Sequence[_Field] = (
     ("name", "Name", "text"),
@@ -62,6 +63,7 @@ _TRIGGER_COMMON: Sequence[_Field] = (
     ("preferred-node", "PreferredNode", "text"),
     ("execution-group", "ExecutionGroup", "text"),
     ("overlap-policy", "OverlapPolicy", "text"),
+    ("pause-when-retries-exhausted", "PauseWhenRetriesExhausted", "text"),
     ("job-data-map", "JobDataMap", "data"),
     ("start-time", "StartTime", "text"),
     ("start-time-seconds-in-future", "StartTimeSecondsInFuture", "text"),
@@ -115,6 +117,7 @@ _RETRY: dict[str, tuple[str, Sequence[_Field]]] = {
         "Explicit",
         (("max-attempts", "MaxAttempts", "text"), ("delay", "Delays", "texts")),
     ),
+    "none": ("None", ()),
 }
 _COMMANDS: Sequence[_Field] = (
     ("delete-jobs-in-group", "DeleteJobsInGroup", "texts"),
@@ -163,6 +166,7 @@ _OWN_ELEMENTS = frozenset(
         "preferred-node",
         "execution-group",
         "overlap-policy",
+        "pause-when-retries-exhausted",
         "preserve-hour-of-day-across-daylight-savings",
         "skip-day-if-hour-does-not-exist",
     }
@@ -363,7 +367,7 @@ def _retry(element: _Element, file: str) -> Node:
     _no_text(element, file)
     if len(element.children) != 1 or element.children[0].name not in _RETRY:
         raise Where(file, element.line).error(
-            "a <retry-policy> holds exactly one of <fixed>, <exponential>, <explicit>"
+            "a <retry-policy> holds exactly one of <fixed>, <exponential>, <explicit>, <none>"
         )
     inner = element.children[0]
     key, spec = _RETRY[inner.name]

@@ -54,6 +54,8 @@ def open_store(
         checkin_misfire_threshold=settings.checkin_misfire_threshold,
         redact_keys=settings.dashboard_redact_keys,
         record_history=settings.records_history,
+        default_retry_policy=settings.retry_default,
+        pause_when_retries_exhausted=settings.pause_when_retries_exhausted,
         # A leader frozen inside a transaction (a paused VM) would hold its row locks, and its
         # successor's epoch and recovery pass with them, until it resumed: the database ends
         # that transaction within the lock timeout, the bound on a failover.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from celery_quartz.clock import Clock
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
 from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
+from celery_quartz.retry import RetryPolicy
 from celery_quartz.store.engine import create_store_engine
 from celery_quartz.store.sql import SqlStore
 
@@ -24,6 +25,8 @@ class MemoryStore(SqlStore):
         max_data_bytes: int = DEFAULT_MAX_DATA_BYTES,
         misfire_threshold: float = DEFAULT_MISFIRE_THRESHOLD,
         record_history: bool = True,
+        default_retry_policy: RetryPolicy | None = None,
+        pause_when_retries_exhausted: bool = False,
     ) -> None:
         super().__init__(
             scheduler_name=scheduler_name,
@@ -32,5 +35,7 @@ class MemoryStore(SqlStore):
             engine=create_store_engine("sqlite://"),
             misfire_threshold=misfire_threshold,
             record_history=record_history,
+            default_retry_policy=default_retry_policy,
+            pause_when_retries_exhausted=pause_when_retries_exhausted,
         )
         self.create_tables()

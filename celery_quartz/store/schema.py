@@ -223,6 +223,9 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("paused_time", BigInteger),
         # Its overlap policy (schema 0008): NULL is ``allow``.
         Column("overlap_policy", String(OVERLAP_POLICY)),
+        # Whether an occurrence failing with no retry left pauses it; NULL: the scheduler's
+        # setting (schema 0010).
+        Column("pause_when_retries_exhausted", Boolean),
         ForeignKeyConstraint(
             ["sched_name", "job_name", "job_group"],
             [jobs.c.sched_name, jobs.c.job_name, jobs.c.job_group],

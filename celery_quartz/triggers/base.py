@@ -87,8 +87,12 @@ class Trigger(ABC):
     execution_group: str | None = None
     #: The Celery worker this trigger's firings prefer (see :mod:`celery_quartz.affinity`).
     preferred_node: PreferredNode = PreferredNode.NONE
-    #: How a failed occurrence is run again (see :mod:`celery_quartz.retry`).
-    retry_policy: RetryPolicy = RetryPolicy.NONE
+    #: How a failed occurrence is run again (see :mod:`celery_quartz.retry`); None: the job's
+    #: policy, or the scheduler's default (``quartz_default_retry_policy``).
+    retry_policy: RetryPolicy | None = None
+    #: Whether an occurrence that fails with no retry left pauses this trigger (the reason is
+    #: the exception's message); None: ``quartz_pause_when_retries_exhausted``.
+    pause_when_retries_exhausted: bool | None = None
     #: What an occurrence due while this trigger's previous firing is in flight does: ``allow``,
     #: ``skip``, ``buffer_one`` or ``cancel_previous`` (see :mod:`celery_quartz.overlap`); a
     #: name is read into an :class:`~celery_quartz.overlap.OverlapPolicy` by :meth:`validate`.
@@ -181,9 +185,15 @@ class Trigger(ABC):
                 f"trigger {self.key}: preferred_node must be a PreferredNode (for_node(name), "
                 f"AUTO or NONE), not {self.preferred_node!r}"
             )
-        if not isinstance(self.retry_policy, RetryPolicy):
+        if self.retry_policy is not None and not isinstance(self.retry_policy, RetryPolicy):
             raise InvalidTriggerError(
-                f"trigger {self.key}: retry_policy must be a RetryPolicy, got {self.retry_policy!r}"
+                f"trigger {self.key}: retry_policy must be a RetryPolicy or None, got "
+                f"{self.retry_policy!r}"
+            )
+        if self.pause_when_retries_exhausted not in (None, True, False):
+            raise InvalidTriggerError(
+                f"trigger {self.key}: pause_when_retries_exhausted must be True, False or None, "
+                f"got {self.pause_when_retries_exhausted!r}"
             )
         check_description(f"trigger {self.key}", self.description, InvalidTriggerError)
         self.overlap_policy = OverlapPolicy.parse(self.overlap_policy, f"trigger {self.key}")

@@ -195,6 +195,12 @@ app.conf.worker_direct = True
 app.conf.quartz_history_sweep_interval = float(os.environ.get("CQ_HISTORY_SWEEP_INTERVAL", "10"))
 if os.environ.get("CQ_HISTORY_MAX_ROWS"):
     app.conf.quartz_history_max_rows = int(os.environ["CQ_HISTORY_MAX_ROWS"])
+if os.environ.get("CQ_DEFAULT_RETRY_POLICY"):
+    app.conf.quartz_default_retry_policy = os.environ["CQ_DEFAULT_RETRY_POLICY"]
+if os.environ.get("CQ_PAUSE_WHEN_RETRIES_EXHAUSTED"):
+    app.conf.quartz_pause_when_retries_exhausted = (
+        os.environ["CQ_PAUSE_WHEN_RETRIES_EXHAUSTED"] == "1"
+    )
 if os.environ.get("CQ_EXECUTION_LIMITS"):
     app.conf.quartz_execution_limits = json.loads(os.environ["CQ_EXECUTION_LIMITS"])
 if os.environ.get("CQ_SCHEDULING_FILES"):

@@ -13,7 +13,11 @@ from celery_quartz import Quartz
 from celery_quartz.cli import quartz
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.store.migrate import head_revision
 from celery_quartz.triggers import CronTrigger
+
+#: The schema version this checkout migrates to.
+HEAD = head_revision()
 
 
 def run(app: Celery, *args: str) -> Result:
@@ -65,7 +69,7 @@ def test_schema_check_on_an_empty_postgres_database_names_the_missing_tables(pg_
     result = run(_app(pg_url), "schema", "check")
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[0] == "schema quartz_*: at nothing, expected 0009"
+    assert lines[0] == f"schema quartz_*: at nothing, expected {HEAD}"
     assert lines[1:-1] == [
         f"  missing table quartz_{name}"
         for name in (
@@ -108,7 +112,7 @@ def test_schema_check_names_a_column_of_another_type_on_postgres(pg_url: str) ->
 
 def test_status_json_on_postgres(pg_url: str) -> None:
     app = _app(pg_url)
-    assert json.loads(run(app, "schema", "upgrade", "--json").output)["after"] == "0009"
+    assert json.loads(run(app, "schema", "upgrade", "--json").output)["after"] == HEAD
     result = run(app, "status", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == {

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,71 @@ def test_an_explicit_policy_retries_at_its_listed_delays_and_the_last_one_repeat
     for gap, delay in zip(gaps, [1, 2, 2], strict=True):
         assert delay - 0.05 <= gap <= delay + LATENESS, gaps
     assert "failed after 3 retries, all its policy allows" in worker_log
+    assert _retry_triggers(store) == []
+    store.dispose()
+
+
+def test_policies_are_inherited_from_the_job_and_the_default_and_exhaustion_pauses(
+    tmp_path: Path, pg_url: str, redis_url: str
+) -> None:
+    """Three always-failing jobs on triggers with no policy of their own: one whose job has a
+    policy (one retry), one whose job says none (the default stops there), one taking the
+    scheduler's default (two retries). Running out of retries pauses each trigger
+    (``quartz_pause_when_retries_exhausted``), the failure's message as the reason; a trigger
+    that says otherwise keeps its schedule."""
+    store, quartz = _setup(pg_url)
+    start = _soon(3)
+    jobs = []
+    for name, job_policy in (
+        ("from_job", RetryPolicy.fixed(1, 1)),
+        ("job_says_none", RetryPolicy.none()),
+        ("from_default", None),
+        ("keeps_going", None),
+    ):
+        job, [trigger] = _flaky(name, 99, RetryPolicy.none(), start)
+        trigger.retry_policy = None
+        trigger.pause_when_retries_exhausted = False if name == "keeps_going" else None
+        jobs.append((replace(job, retry_policy=job_policy), [trigger]))
+    quartz.schedule_jobs(jobs)
+    env = _env(pg_url, redis_url)
+    env |= ledger_app.environment(
+        pg_url, redis_url, DEFAULT_RETRY_POLICY="f:2:1000", PAUSE_WHEN_RETRIES_EXHAUSTED="1"
+    )
+    with processes(tmp_path, env) as procs:
+        procs.worker("worker1", concurrency=2)
+        procs.beat("beat1")
+        for name, count in (("from_job", 2), ("job_says_none", 1), ("from_default", 3)):
+            _settle(store, pg_url, name, count, f"{name}: {count} attempts")
+        _settle(store, pg_url, "keeps_going", 3, "keeps_going: 3 attempts")
+        wait_for(
+            lambda: quartz.get_trigger_state(TriggerKey("from_default", "retries")) == "PAUSED",
+            timeout=20,
+            message="from_default paused",
+        )
+        time.sleep(2)  # long enough for one more retry (1 s), were there one
+        procs.assert_running("worker1", "beat1")
+    for name, retries in (
+        ("from_job", [0, 1]),
+        ("job_says_none", [0]),
+        ("from_default", [0, 1, 2]),
+        ("keeps_going", [0, 1, 2]),
+    ):
+        assert [r.retry_attempt for r in _attempts(pg_url, name)] == retries, name
+    for name, last_attempt in (("from_job", 1), ("job_says_none", 0), ("from_default", 2)):
+        key = TriggerKey(name, "retries")
+        assert quartz.get_trigger_state(key) == "PAUSED", name
+        view = store.trigger_view(key)
+        assert view is not None and view.pause is not None
+        # The reason is the last failure's message.
+        assert view.pause.reason == f"ledger.flaky: attempt {last_attempt} fails on purpose"
+        assert view.pause.requested_by == "celery-quartz:retries-exhausted"
+    assert quartz.get_trigger_state(TriggerKey("keeps_going", "retries")) == "WAITING"
+    paused = [
+        e.target
+        for e in quartz.audit(principal="celery-quartz:retries-exhausted").items
+        if e.action == "pause_trigger"
+    ]
+    assert sorted(paused) == [f"retries.{n}" for n in ("from_default", "from_job", "job_says_none")]
     assert _retry_triggers(store) == []
     store.dispose()
 

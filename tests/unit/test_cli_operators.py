@@ -17,7 +17,11 @@ from celery_quartz import Quartz
 from celery_quartz.cli import quartz
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.store.migrate import head_revision
 from celery_quartz.triggers import CronTrigger, SimpleTrigger
+
+#: The schema version this checkout migrates to.
+HEAD = head_revision()
 
 
 @pytest.fixture
@@ -350,7 +354,7 @@ def test_schema_check_on_an_empty_database_names_each_missing_table_on_a_line(
     result = run(app, "schema", "check")
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        "schema quartz_*: at nothing, expected 0009",
+        f"schema quartz_*: at nothing, expected {HEAD}",
         "  missing table quartz_audit",
         "  missing table quartz_backfill_slots",
         "  missing table quartz_calendars",
@@ -382,7 +386,7 @@ def test_schema_check_names_a_missing_index_and_an_unexpected_column(app: Celery
     result = run(app, "schema", "check")
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        "schema quartz_*: at 0009, expected 0009",
+        f"schema quartz_*: at {HEAD}, expected {HEAD}",
         "  unexpected column quartz_jobs.extra",
         "  missing index ix_quartz_triggers_group on quartz_triggers",
     ]
@@ -396,7 +400,7 @@ def test_schema_check_json_before_and_after_the_upgrade(app: Celery) -> None:
         "table_prefix": "quartz_",
         "ok": False,
         "current": None,
-        "head": "0009",
+        "head": HEAD,
     }
     assert "missing table quartz_jobs" in found["differences"]
     upgraded = run(app, "schema", "upgrade", "--json")
@@ -404,15 +408,15 @@ def test_schema_check_json_before_and_after_the_upgrade(app: Celery) -> None:
     assert json.loads(upgraded.output) == {
         "table_prefix": "quartz_",
         "before": None,
-        "after": "0009",
+        "after": HEAD,
     }
     matches = run(app, "schema", "check", "--json")
     assert matches.exit_code == 0
     assert json.loads(matches.output) == {
         "table_prefix": "quartz_",
         "ok": True,
-        "current": "0009",
-        "head": "0009",
+        "current": HEAD,
+        "head": HEAD,
         "differences": [],
     }
 

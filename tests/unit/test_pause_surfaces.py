@@ -299,3 +299,45 @@ def test_the_trigger_pages_edit_form_changes_the_trigger(app: Celery, api: TestC
     assert posted.status_code == 303, posted.text
     trigger = api.get(f"{API}/triggers/reports/a").json()
     assert trigger["priority"] == 3
+
+
+# -- retries, continued: inherited policies and the pause when retries run out ---------------------
+
+
+def _with_inherited_policy(app: Celery) -> TriggerKey:
+    from celery_quartz import RetryPolicy
+
+    key = TriggerKey("inherits", "reports")
+    client = Quartz(app)
+    client.schedule_job(
+        Job(
+            key=JobKey("inherits", "reports"),
+            task="tasks.report",
+            retry_policy=RetryPolicy.fixed(2, 10),
+        ),
+        SimpleTrigger(
+            key=key,
+            repeat_interval=timedelta(minutes=1),
+            repeat_count=-1,
+            pause_when_retries_exhausted=True,
+        ),
+    )
+    client.store.dispose()
+    return key
+
+
+def test_triggers_json_and_the_api_show_an_inherited_policy_and_the_pause_flag(
+    app: Celery, api: TestClient
+) -> None:
+    _with_inherited_policy(app)
+    listed = run(app, "triggers", "--json")
+    assert listed.exit_code == 0, listed.output
+    [shown] = [t for t in json.loads(listed.output)["items"] if t["key"]["name"] == "inherits"]
+    assert (shown["retry_policy"], shown["pause_when_retries_exhausted"]) == (None, True)
+    trigger = api.get(f"{API}/triggers/reports/inherits").json()
+    assert (trigger["retry_policy"], trigger["pause_when_retries_exhausted"]) == (None, True)
+    job = api.get(f"{API}/jobs/reports/inherits").json()
+    assert job["retry_policy"] == "f:2:10000"
+    page = api.get("/s/pauses/triggers/reports/inherits").text
+    assert "none of its own: the job's, or the scheduler's default" in page
+    assert "paused when retries run out" in page

@@ -131,8 +131,10 @@ def test_the_stored_form_is_compact_and_reads_back(policy: RetryPolicy, stored: 
     assert RetryPolicy.parse(stored) == policy
 
 
-def test_null_reads_back_as_none() -> None:
-    assert RetryPolicy.parse(None) is RetryPolicy.NONE
+def test_none_is_stored_as_n_and_no_policy_as_null() -> None:
+    assert RetryPolicy.none() is RetryPolicy.NONE
+    assert RetryPolicy.parse("n") is RetryPolicy.NONE
+    assert RetryPolicy.parse_optional(None) is None
 
 
 _delays = st.integers(min_value=1, max_value=10**9).map(lambda ms: timedelta(milliseconds=ms))
@@ -192,7 +194,7 @@ def test_the_policy_is_stored_in_the_trigger_row_and_read_back(store: MemoryStor
     assert _stored_policy(store, "t1") == "e:5:30000:2:600000"
     assert _stored_policy(store, "t2") is None
     assert _trigger(store, "t1").retry_policy == EXPONENTIAL
-    assert _trigger(store, "t2").retry_policy is RetryPolicy.NONE
+    assert _trigger(store, "t2").retry_policy is None  # none of its own: inherited
 
 
 def test_rescheduling_keeps_the_policy_of_the_new_trigger(store: MemoryStore) -> None:

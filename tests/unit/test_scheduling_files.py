@@ -123,7 +123,7 @@ def test_a_simple_trigger_has_every_field(fmt: str) -> None:
     assert t.misfire_instruction == SimpleMisfireInstruction.RESCHEDULE_NEXT_WITH_REMAINING_COUNT
     assert (t.repeat_count, t.repeat_interval) == (10, timedelta(seconds=10))
     assert t.preferred_node is PreferredNode.NONE and t.execution_group is None
-    assert t.retry_policy == RetryPolicy.NONE
+    assert t.retry_policy is None
 
 
 def test_a_cron_trigger_has_every_field_and_the_4x_elements(fmt: str) -> None:

@@ -36,6 +36,7 @@ from celery_quartz.hooks import StoreHooks, StoreOperation, call_safely
 from celery_quartz.job import DEFAULT_MAX_DATA_BYTES
 from celery_quartz.liveness import DEFAULT_CHECKIN_MISFIRE_THRESHOLD
 from celery_quartz.misfire import DEFAULT_MISFIRE_THRESHOLD
+from celery_quartz.retry import RetryPolicy
 from celery_quartz.store.abc import (
     ClusterStore,
     HistoryKeeper,
@@ -138,6 +139,8 @@ class SqlStore(Store):
         checkin_misfire_threshold: float = DEFAULT_CHECKIN_MISFIRE_THRESHOLD,
         redact_keys: str = DEFAULT_REDACT_KEYS,
         record_history: bool = True,
+        default_retry_policy: RetryPolicy | None = None,
+        pause_when_retries_exhausted: bool = False,
     ) -> None:
         """Open the store of ``scheduler_name`` on ``url`` (or on an existing ``engine``).
 
@@ -156,7 +159,10 @@ class SqlStore(Store):
         transaction that long (:func:`~celery_quartz.store.engine.create_store_engine`).
         ``redact_keys`` is the regular expression of the keys whose values the audit records
         as ``[redacted]`` (``quartz_dashboard_redact_keys``). ``record_history`` off writes no
-        run history (``quartz_history_retention = 0``)."""
+        run history (``quartz_history_retention = 0``). ``default_retry_policy`` applies to
+        triggers and jobs with no retry policy of their own (``quartz_default_retry_policy``),
+        and ``pause_when_retries_exhausted`` pauses a trigger, that does not say otherwise,
+        whose occurrence fails with no retry left (``quartz_pause_when_retries_exhausted``)."""
         if engine is None:
             if url is None:
                 raise ConfigurationError(
@@ -178,13 +184,15 @@ class SqlStore(Store):
             checkin_misfire_threshold=checkin_misfire_threshold,
             pre_ping=pre_ping,
             record_history=record_history,
+            default_retry_policy=default_retry_policy,
+            pause_when_retries_exhausted=pause_when_retries_exhausted,
         )
         rows = Rows(sql)
         definitions = Definitions(sql, rows)
-        ends = FiringEnds(sql, rows, definitions)
+        audit = AuditTrail(sql, redact_keys)
+        ends = FiringEnds(sql, rows, definitions, audit)
         #: What every role object builds on.
         self.context = sql
-        audit = AuditTrail(sql, redact_keys)
         self.jobs = JobsSql(sql, rows, definitions, audit)
         self.pauses = PausesSql(sql, rows, definitions, audit)
         self.backfills = BackfillsSql(sql, rows, definitions, audit)

@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from celery_quartz.clock import Clock, SystemClock, to_millis
 from celery_quartz.errors import FencedError
 from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.retry import RetryPolicy
 from celery_quartz.store.engine import create_store_engine
 from celery_quartz.store.records import Fence
 from celery_quartz.store.schema import Tables, build_tables
@@ -49,6 +50,8 @@ class SqlContext:
         checkin_misfire_threshold: float,
         pre_ping: bool,
         record_history: bool = True,
+        default_retry_policy: RetryPolicy | None = None,
+        pause_when_retries_exhausted: bool = False,
     ) -> None:
         """The arguments are :class:`~celery_quartz.store.sql.SqlStore`'s, the engine opened."""
         size = getattr(engine.pool, "size", None)  # a QueuePool's; SQLite's pools keep none
@@ -72,6 +75,11 @@ class SqlContext:
         #: end of a firing and every non-run decision records a history row, and the runs
         #: their run status (:mod:`celery_quartz.store.sql._history_rows`).
         self.record_history = record_history
+        #: The retry policy of triggers and jobs with none of their own
+        #: (``quartz_default_retry_policy``), and whether a trigger whose retries ran out is
+        #: paused when it does not say (``quartz_pause_when_retries_exhausted``).
+        self.default_retry_policy = default_retry_policy
+        self.pause_when_retries_exhausted = pause_when_retries_exhausted
         # Trigger kinds register themselves on import.
         import celery_quartz.triggers  # noqa: F401
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -24,19 +22,19 @@ from sqlalchemy import (
 from celery_quartz.clock import from_millis
 from celery_quartz.firing import Firing, backfill_slot_of, run_arguments
 from celery_quartz.history import RunResult
-from celery_quartz.keys import RECOVERING_JOBS_GROUP, RETRYING_JOBS_GROUP, JobKey, TriggerKey
-from celery_quartz.retry import RetryPolicy, decide_retry
+from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store.schema import (
     FiringState,
     TriggerState,
 )
+from celery_quartz.store.sql._again import OccurrenceAgain
+from celery_quartz.store.sql._audit import AuditTrail
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._history_rows import HistoryRows
 from celery_quartz.store.sql._overlaps import HeldOccurrences
 from celery_quartz.store.sql._rows import (
     Rows,
-    datetime_or_none,
     origin_key,
     outcome_columns,
     routed_node,
@@ -50,23 +48,17 @@ from celery_quartz.triggers.base import (
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class _Origin:
-    """The occurrence a recovery or retry firing stands for: its trigger and fire times (ms)."""
-
-    name: str
-    group: str
-    fire_time: int
-    sched_time: int
-
-
 class FiringEnds:
     """What a firing's end releases, and the one-shot firings that run an occurrence again."""
 
-    def __init__(self, sql: SqlContext, rows: Rows, definitions: Definitions) -> None:
+    def __init__(
+        self, sql: SqlContext, rows: Rows, definitions: Definitions, audit: AuditTrail
+    ) -> None:
         self.sql = sql
         self.rows = rows
         self.definitions = definitions
+        #: The recovery and retry firings an end may leave behind.
+        self.again = OccurrenceAgain(sql, rows, definitions, audit)
         #: The run history's rows, written by every end (shared with the misfire handler).
         self.history: HistoryRows = definitions.history
         #: The occurrences ``buffer_one`` held, released by the end of the firing they waited for.
@@ -150,7 +142,9 @@ class FiringEnds:
         (False, ``interrupted``); then what it held is released, keeping ``outcome`` as its
         trigger's last when given."""
         occurrence = self.history.occurrence(conn, row)
-        recovered = bool(row.requests_recovery) and self._schedule_recovery_firing(conn, row, now)
+        recovered = bool(row.requests_recovery) and self.again.schedule_recovery_firing(
+            conn, row, now
+        )
         result = RunResult.RECOVERED if recovered else RunResult.INTERRUPTED
         self.history.record_run(conn, row, occurrence, result, outcome, now)
         self.release_after_firing(conn, row, outcome)
@@ -175,7 +169,7 @@ class FiringEnds:
         elif failed:
             # Before the release: a finished one-shot trigger is removed there, and the retry
             # reads its policy and data (and keeps a non-durable job alive).
-            retried = self.schedule_retry_firing(conn, row, self.sql.now())
+            retried = self.again.schedule_retry_firing(conn, row, self.sql.now(), outcome)
             result = RunResult.RETRIED if retried else RunResult.FAILED
         else:
             result = RunResult.SUCCEEDED
@@ -290,176 +284,6 @@ class FiringEnds:
                 continue
             firings.append(_firing(r, self.sql.scheduler_name, instance_name))
         return firings
-
-    def _schedule_recovery_firing(self, conn: Connection, row: Row[Any], now: int) -> bool:
-        """A one-shot trigger that runs the interrupted occurrence again, as soon as possible."""
-        source, origin = self._firing_source(conn, row)
-        key = TriggerKey(f"recover_{row.fire_instance_id}", RECOVERING_JOBS_GROUP)
-        # A recovered retry firing is still that retry: it keeps its attempt number.
-        if not self._store_one_shot_firing(
-            conn, row, source, origin, key, start=now, recovering=True
-        ):
-            return False
-        logger.info(
-            "worker %s died running firing %s of trigger %s.%s (scheduled %s); recovery firing "
-            "%s scheduled",
-            row.worker_name,
-            row.fire_instance_id,
-            origin.group,
-            origin.name,
-            from_millis(origin.sched_time).isoformat(),
-            key,
-        )
-        return True
-
-    def schedule_retry_firing(self, conn: Connection, row: Row[Any], now: int) -> bool:
-        """Apply the retry policy to the failed firing ``row``: a one-shot trigger that runs the
-        same occurrence again after the policy's delay, or nothing (one decision, logged). True
-        when a retry is scheduled.
-
-        The policy and the rules are the original trigger's: no retry at, or within a second of,
-        its next occurrence (the occurrence wins), nor after its end. An original that has gone
-        since (a one-shot that completed) is stood for by the failed retry firing's own trigger,
-        which carries a copy of its policy and end.
-        """
-        source, origin = self._firing_source(conn, row)
-        if source is None:
-            return False  # the trigger was removed while its firing ran: nothing to retry for
-        original = source
-        if (origin.name, origin.group) != (source.trigger_name, source.trigger_group):
-            original = self.rows.trigger_row(conn, TriggerKey(origin.name, origin.group)) or source
-        policy = RetryPolicy.parse(original.retry_policy)
-        if not policy:
-            return False
-        attempt = row.retry_attempt + 1
-        occurrence = (
-            f"occurrence {origin.group}.{origin.name} "
-            f"(scheduled {from_millis(origin.sched_time).isoformat()})"
-        )
-        decision = decide_retry(
-            policy,
-            attempt,
-            failed_at_millis=now,
-            next_fire_millis=original.next_fire_time,
-            end_millis=original.end_time,
-        )
-        if decision.at_millis is None:
-            logger.info(
-                "retry: %s failed after %d retr%s, all its policy allows; the trigger keeps "
-                "its schedule",
-                occurrence,
-                row.retry_attempt,
-                "y" if row.retry_attempt == 1 else "ies",
-            )
-            return False
-        if not decision.granted:
-            logger.info(
-                "retry: %s failed; retry %d at %s dropped: %s",
-                occurrence,
-                attempt,
-                from_millis(decision.at_millis).isoformat(),
-                decision.dropped_because,
-            )
-            return False
-        key = TriggerKey(f"retry_{row.fire_instance_id}", RETRYING_JOBS_GROUP)
-        if self._store_one_shot_firing(
-            conn,
-            row,
-            source,
-            origin,
-            key,
-            start=decision.at_millis,
-            retry_attempt=attempt,
-            retry_policy=original.retry_policy,
-            end=original.end_time,
-        ):
-            logger.info(
-                "retry: %s failed; retry %d of %d scheduled at %s (%s)",
-                occurrence,
-                attempt,
-                policy.max_attempts,
-                from_millis(decision.at_millis).isoformat(),
-                key,
-            )
-            return True
-        return False
-
-    def _firing_source(self, conn: Connection, row: Row[Any]) -> tuple[Row[Any] | None, _Origin]:
-        """The trigger row of the fired ``row`` (None if removed), and the occurrence the firing
-        stands for: for a recovery or retry firing, the first occurrence, however many recoveries
-        and retries ago."""
-        source = self.rows.trigger_row(conn, TriggerKey(row.trigger_name, row.trigger_group))
-        if source is not None and source.origin_trigger_name is not None:
-            return source, _Origin(
-                source.origin_trigger_name,
-                source.origin_trigger_group,
-                source.origin_fire_time,
-                source.origin_sched_time,
-            )
-        return source, _Origin(row.trigger_name, row.trigger_group, row.fired_time, row.sched_time)
-
-    def _store_one_shot_firing(
-        self,
-        conn: Connection,
-        row: Row[Any],
-        source: Row[Any] | None,
-        origin: _Origin,
-        key: TriggerKey,
-        *,
-        start: int,
-        recovering: bool = False,
-        retry_attempt: int | None = None,
-        retry_policy: str | None = None,
-        end: int | None = None,
-    ) -> bool:
-        """Store the one-shot trigger ``key`` that runs ``origin`` again at ``start`` (a recovery
-        or retry firing of the fired ``row``): the same job, priority, execution group and
-        trigger data, the source's retry policy unless given, and the fired row's retry attempt
-        unless given. It ignores misfires: however late its schedulers come back, it runs.
-        False when the job is gone."""
-        from celery_quartz.triggers.simple import SimpleTrigger
-
-        job_key = JobKey(row.job_name, row.job_group)
-        if (
-            conn.execute(
-                select(self.sql.tables.jobs.c.job_name).where(self.sql.job_key(job_key))
-            ).first()
-            is None
-        ):
-            what = "recovery" if recovering else "retry"
-            logger.info(
-                "firing %s gets no %s firing: job %s is gone", row.fire_instance_id, what, job_key
-            )
-            return False
-        if retry_policy is None and source is not None:
-            retry_policy = source.retry_policy
-        trigger = SimpleTrigger(
-            key=key,
-            job_key=job_key,
-            start_at=from_millis(start),
-            end_at=datetime_or_none(end),
-            repeat_count=0,
-            repeat_interval=timedelta(0),
-            priority=row.priority,
-            misfire_instruction=MisfireInstruction.IGNORE_MISFIRE_POLICY,
-            data=json.loads(source.job_data) if source is not None else {},
-            retry_policy=RetryPolicy.parse(retry_policy),
-        )
-        self.definitions.store_trigger(conn, trigger, True, from_millis(start))
-        conn.execute(
-            update(self.sql.tables.triggers)
-            .where(self.sql.trigger_key(key))
-            .values(
-                origin_trigger_name=origin.name,
-                origin_trigger_group=origin.group,
-                origin_fire_time=origin.fire_time,
-                origin_sched_time=origin.sched_time,
-                recovering=recovering,
-                retry_attempt=row.retry_attempt if retry_attempt is None else retry_attempt,
-                execution_group=row.execution_group,
-            )
-        )
-        return True
 
 
 def _firing(r: Any, scheduler_name: str, instance_name: str) -> Firing:

@@ -35,7 +35,7 @@ from celery_quartz.job import Job, check_success_deadline, encode_json, encode_j
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.pausing import PauseRecord, PauseRequest
-from celery_quartz.retry import RetryPolicy
+from celery_quartz.retry import RetryPolicy, stored_policy
 from celery_quartz.routing import LiveWorker, Router, direct_queue
 from celery_quartz.store.schema import (
     ERROR_TEXT,
@@ -224,6 +224,7 @@ def job_from_row(row: Row[Any]) -> Job:
         disallow_concurrent=row.is_nonconcurrent,
         persist_job_data=row.is_update_data,
         require_success_within=_deadline(row._mapping.get("require_success_within")),
+        retry_policy=RetryPolicy.parse_optional(row._mapping.get("retry_policy")),
     )
 
 
@@ -274,8 +275,9 @@ def trigger_from_row(row: Row[Any], data_column: str = "job_data") -> Trigger:
         times_triggered=row.times_triggered,
         execution_group=row.execution_group,
         preferred_node=PreferredNode.from_columns(row.preferred_node, row.preferred_node_auto),
-        retry_policy=RetryPolicy.parse(row.retry_policy),
+        retry_policy=RetryPolicy.parse_optional(row.retry_policy),
         overlap_policy=OverlapPolicy.parse(row.overlap_policy),
+        pause_when_retries_exhausted=row.pause_when_retries_exhausted,
     )
 
 
@@ -305,6 +307,7 @@ class Rows:
             "is_update_data": bool(job.persist_job_data),
             "requests_recovery": bool(job.requests_recovery),
             "require_success_within": _millis_of(job.require_success_within),
+            "retry_policy": stored_policy(job.retry_policy),
         }
 
     def trigger_values(self, trigger: Trigger, state: str) -> dict[str, Any]:
@@ -331,8 +334,9 @@ class Rows:
             "times_triggered": trigger.times_triggered,
             "execution_group": trigger.execution_group,
             **pin_columns(trigger.preferred_node),
-            "retry_policy": trigger.retry_policy.to_string() if trigger.retry_policy else None,
+            "retry_policy": stored_policy(trigger.retry_policy),
             "overlap_policy": stored_overlap_policy(trigger),
+            "pause_when_retries_exhausted": trigger.pause_when_retries_exhausted,
         }
 
     #: Keys per statement when reading rows by key (SQLite allows 32,766 parameters).

@@ -19,16 +19,10 @@ from celery_quartz.store.sql._audit import AuditTrail
 from celery_quartz.store.sql._context import SqlContext
 from celery_quartz.store.sql._definitions import Definitions
 from celery_quartz.store.sql._overlaps import HeldOccurrences
+from celery_quartz.store.sql._pause_rows import Moves, pause_matching
 from celery_quartz.store.sql._rows import ALL_GROUPS_PAUSED, PAUSE_COLUMNS, Rows, pause_record
 
-#: Each trigger whose state a pause or resume moved: (before, after).
-_Moves = dict[TriggerKey, tuple[str, str]]
-#: A pause, state by state: what each state becomes.
-_PAUSES = (
-    (TriggerState.WAITING, TriggerState.PAUSED),
-    (TriggerState.ACQUIRED, TriggerState.PAUSED),
-    (TriggerState.BLOCKED, TriggerState.PAUSED_BLOCKED),
-)
+_Moves = Moves
 #: Keys per statement when pausing or resuming a set of triggers.
 _KEYS_PER_STATEMENT = 500
 
@@ -182,26 +176,7 @@ class PausesSql(PauseStore):
         return False
 
     def _pause_triggers(self, conn: Connection, where: Any, request: PauseRequest | None) -> _Moves:
-        t = self.sql.tables.triggers
-        record = self.rows.pause_values(request)
-        moved: _Moves = {}
-        # An ACQUIRED trigger becomes PAUSED too: the scheduler holding it sees the change when it
-        # fires and drops the firing (the state is no longer ACQUIRED). One statement per state,
-        # so the audit knows each trigger's state before.
-        for old, new in _PAUSES:
-            for row in conn.execute(
-                update(t)
-                .where(where, t.c.trigger_state == old)
-                .values(trigger_state=new, **record)
-                .returning(t.c.trigger_name, t.c.trigger_group)
-            ):
-                moved[TriggerKey.stored(row.trigger_name, row.trigger_group)] = (old, new)
-        if request is not None:
-            # Paused already: the latest pause's record is the one kept.
-            conn.execute(
-                update(t).where(where, t.c.trigger_state.in_(PAUSED_STATES)).values(record)
-            )
-        return moved
+        return pause_matching(self.sql, self.rows, conn, where, request)
 
     def _resume_triggers(self, conn: Connection, where: Any) -> _Moves:
         t = self.sql.tables.triggers

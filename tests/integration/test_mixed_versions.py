@@ -80,7 +80,11 @@ def old_tree(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     newest = VERSIONS / _migrations(REPO)[-1]
     target = tmp_path / "old-tree"
     try:
-        added = _git("log", "--diff-filter=A", "--format=%H", "-1", "--", str(newest))
+        # The commit of main's own line that brought it in: a merge is read against its first
+        # parent, so a migration added (or renamed into place) on a merged branch counts too.
+        added = _git(
+            "log", "--first-parent", "-m", "--diff-filter=A", "--format=%H", "-1", "--", str(newest)
+        )
         assert added, f"no commit adds {newest} (is the clone shallow?)"
         commit = _git("rev-parse", f"{added}^")
         _git("worktree", "add", "--detach", str(target), commit)

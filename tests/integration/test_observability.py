@@ -83,7 +83,10 @@ def test_beat_and_worker_export_the_instruments_and_one_trace_per_firing(
         procs.beat("beat2")  # a second node of the cluster: it must not read the gauges too
         procs.worker("worker1", concurrency=1, extra=["-P", "solo"])
         wait_for(lambda: _ledger_rows(pg_url) >= 3, timeout=60, message="three executions")
-        code, body = _get(f"http://127.0.0.1:{health_port}/healthz")
+        # beat2 may have run those before beat1, slower to start on a loaded machine, listens.
+        healthz = f"http://127.0.0.1:{health_port}/healthz"
+        wait_for(lambda: _get(healthz)[0] != 0, timeout=30, message="beat1's health endpoint")
+        code, body = _get(healthz)
         assert (code, body["status"]) == (200, "healthy"), body
         assert body["data"]["last_acquisition_age"] is not None
         assert body["data"]["overdue"] == 0

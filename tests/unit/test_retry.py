@@ -332,11 +332,15 @@ def test_a_retry_that_succeeds_ends_the_retries(store: MemoryStore, clock: FakeC
     assert store.count_rows()["triggers"] == 1
 
 
-def test_a_failure_under_no_policy_is_not_retried(store: MemoryStore) -> None:
+def test_a_failure_under_no_policy_is_not_retried(
+    store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
     add(store, repeating("t1", at(0), 3600))
-    _fail(store, fire_one(store, "t1"))
+    with caplog.at_level(logging.INFO, logger="celery_quartz"):
+        _fail(store, fire_one(store, "t1"))
     assert _retries(store) == []
     assert state(store, "t1") == TriggerState.WAITING
+    assert "retry:" not in caplog.text  # no policy: no retry, and nothing to say about one
 
 
 @pytest.mark.parametrize(

@@ -106,7 +106,8 @@ class OccurrenceAgain:
             end_millis=original.end_time,
         )
         if decision.at_millis is None:
-            if not self._pause_when_exhausted(conn, origin, original, outcome, occurrence):
+            paused = self._pause_when_exhausted(conn, origin, original, outcome, occurrence)
+            if not paused and policy:  # no policy, no retry: nothing to say
                 logger.info(
                     "retry: %s failed after %d retr%s, all its policy allows; the trigger "
                     "keeps its schedule",

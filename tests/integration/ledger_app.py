@@ -394,22 +394,37 @@ def _write(statement: object) -> None:
             time.sleep(0.5)
 
 
-@app.task(name="ledger.record")
-def record(sleep: float = 0.0) -> None:
-    """One row per execution start of an occurrence; a second start cannot insert."""
-    ctx = celery_quartz.current_context() or _unhooked_context()
-    assert ctx is not None, "ledger.record runs only as a celery-quartz firing"
+def _occurrence(ctx: celery_quartz.JobExecutionContext) -> dict[str, Any]:
+    """The columns every ledger table keys an execution by: its occurrence (the original
+    trigger and scheduled time, in ms) and its firing."""
     trigger, scheduled = ctx.occurrence
-    row = {
+    return {
         "trigger_group": trigger.group,
         "trigger_name": trigger.name,
         "scheduled_ms": int(scheduled.timestamp() * 1000),
         "fire_instance_id": ctx.fire_instance_id,
     }
+
+
+def _mark_ended(fire_instance_id: str) -> None:
+    """Record when the ledger row of ``fire_instance_id`` ended."""
+    _write(
+        update(ledger)
+        .where(ledger.c.fire_instance_id == fire_instance_id)
+        .values(ended=time.time())
+    )
+
+
+@app.task(name="ledger.record")
+def record(sleep: float = 0.0) -> None:
+    """One row per execution start of an occurrence; a second start cannot insert."""
+    ctx = celery_quartz.current_context() or _unhooked_context()
+    assert ctx is not None, "ledger.record runs only as a celery-quartz firing"
+    row = _occurrence(ctx)
     logging.getLogger("ledger").info(
         "ledger: %s.%s at %d started as %s",
-        trigger.group,
-        trigger.name,
+        row["trigger_group"],
+        row["trigger_name"],
         row["scheduled_ms"],
         ctx.fire_instance_id,
     )
@@ -427,11 +442,7 @@ def record(sleep: float = 0.0) -> None:
     if sleep:
         time.sleep(sleep)
         if not ctx.recovering:
-            _write(
-                update(ledger)
-                .where(ledger.c.fire_instance_id == ctx.fire_instance_id)
-                .values(ended=time.time())
-            )
+            _mark_ended(ctx.fire_instance_id)
 
 
 def _unhooked_context() -> celery_quartz.JobExecutionContext | None:
@@ -453,16 +464,12 @@ def backfill(sleep: float = 0.0) -> None:
     started and (after ``sleep`` seconds) ended."""
     ctx = celery_quartz.current_context()
     assert ctx is not None, "ledger.backfill runs only as a celery-quartz firing"
-    trigger, scheduled = ctx.occurrence
     started = time.time()
     if sleep:
         time.sleep(sleep)
     _write(
         insert(backfills).values(
-            trigger_group=trigger.group,
-            trigger_name=trigger.name,
-            scheduled_ms=int(scheduled.timestamp() * 1000),
-            fire_instance_id=ctx.fire_instance_id,
+            **_occurrence(ctx),
             backfill_slot_ms=None
             if ctx.backfill_slot is None
             else int(ctx.backfill_slot.timestamp() * 1000),
@@ -478,19 +485,7 @@ def flaky(failures: int = 0) -> None:
     """Record this execution start, then fail unless ``failures`` attempts have failed before."""
     ctx = celery_quartz.current_context()
     assert ctx is not None, "ledger.flaky runs only as a celery-quartz firing"
-    trigger, scheduled = ctx.occurrence
-    _write(
-        insert(attempts).values(
-            trigger_group=trigger.group,
-            trigger_name=trigger.name,
-            scheduled_ms=int(scheduled.timestamp() * 1000),
-            fire_instance_id=ctx.fire_instance_id,
-            firing_trigger_group=ctx.trigger_key.group,
-            retry_attempt=ctx.retry_attempt,
-            fired_by=ctx.fired_by,
-            started=time.time(),
-        )
-    )
+    _record_attempt(ctx.retry_attempt)
     if ctx.retry_attempt < failures:
         raise RuntimeError(f"ledger.flaky: attempt {ctx.retry_attempt} fails on purpose")
 
@@ -498,13 +493,9 @@ def flaky(failures: int = 0) -> None:
 def _record_attempt(number: int) -> None:
     ctx = celery_quartz.current_context()
     assert ctx is not None, "runs only as a celery-quartz firing"
-    trigger, scheduled = ctx.occurrence
     _write(
         insert(attempts).values(
-            trigger_group=trigger.group,
-            trigger_name=trigger.name,
-            scheduled_ms=int(scheduled.timestamp() * 1000),
-            fire_instance_id=ctx.fire_instance_id,
+            **_occurrence(ctx),
             firing_trigger_group=ctx.trigger_key.group,
             retry_attempt=number,
             fired_by=ctx.fired_by,
@@ -580,7 +571,6 @@ def progress(steps: int = 4, step_seconds: float = 1.5) -> None:
     ctx.report_progress(100, "done")
 
 
-
 @app.task(name="ledger.overlapping", acks_late=True)
 def overlapping(seconds: float = 3.0) -> None:
     """Record the start in the ledger, run ``seconds`` (longer than its trigger's interval),
@@ -589,13 +579,9 @@ def overlapping(seconds: float = 3.0) -> None:
     end: a worker of concurrency 1 running it takes no other message meanwhile."""
     ctx = celery_quartz.current_context()
     assert ctx is not None, "ledger.overlapping runs only as a celery-quartz firing"
-    trigger, scheduled = ctx.occurrence
     _write(
         insert(ledger).values(
-            trigger_group=trigger.group,
-            trigger_name=trigger.name,
-            scheduled_ms=int(scheduled.timestamp() * 1000),
-            fire_instance_id=ctx.fire_instance_id,
+            **_occurrence(ctx),
             fired_by=ctx.fired_by,
             worker=ctx.worker_name,
             started=time.time(),
@@ -604,11 +590,8 @@ def overlapping(seconds: float = 3.0) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and not ctx.cancelled:
         time.sleep(0.1)
-    _write(
-        update(ledger)
-        .where(ledger.c.fire_instance_id == ctx.fire_instance_id)
-        .values(ended=time.time())
-    )
+    _mark_ended(ctx.fire_instance_id)
+
 
 if not os.environ.get("CQ_NO_HOOKS"):
     celery_quartz.install(app)

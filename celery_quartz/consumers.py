@@ -241,7 +241,8 @@ class QueueWatch:
             beside = read.hooked.get(queue)
             logger.warning(
                 "queue %r is consumed by %s without the celery-quartz hooks "
-                "(celery_quartz.install(app) not called)%s: its firings run unrecorded",
+                "(celery_quartz.install(app) not called)%s: its firings run unrecorded; "
+                "or by another cluster's worker (its own store), which drops them",
                 queue,
                 ", ".join(workers),
                 f", beside {', '.join(beside)} with them" if beside else "",

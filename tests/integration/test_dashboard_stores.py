@@ -34,11 +34,11 @@ def _second_database(postgres: PostgresServer) -> Iterator[str]:
             postgres.drop_database(name)
 
 
-def _schedule(url: str, name: str) -> None:
+def _schedule(url: str, name: str, queue: str) -> None:
     store = ledger_app.prepared_store(url)
     try:
         Quartz(ledger_app.app, store=store).schedule_job(
-            Job(key=JobKey(name, "stores"), task="ledger.record"),
+            Job(key=JobKey(name, "stores"), task="ledger.record", options={"queue": queue}),
             SimpleTrigger(
                 key=TriggerKey(name, "stores"),
                 start_at=datetime.now(timezone.utc),
@@ -61,8 +61,11 @@ def test_one_dashboard_and_cli_over_two_clusters_on_two_databases(
     pg_url: str, postgres: PostgresServer, redis_url: str, tmp_path: Path
 ) -> None:
     with _second_database(postgres) as west_url:
-        _schedule(pg_url, "east-report")
-        _schedule(west_url, "west-report")
+        # Each cluster's firings go to a queue of its own (docs/operations.md#past-one-database):
+        # both are named ledger_app on one broker, and a worker that took the other cluster's
+        # firing would not find it in its own database.
+        _schedule(pg_url, "east-report", "east")
+        _schedule(west_url, "west-report", "west")
         stores = {"east": pg_url, "west": west_url}
         api = client(pg_url, dashboard_stores=stores)
         env = {"IDLE_WAIT": "0.5", "CHECKIN_INTERVAL": "1", "CHECKIN_THRESHOLD": "1"}
@@ -75,9 +78,9 @@ def test_one_dashboard_and_cli_over_two_clusters_on_two_databases(
             ) as west,
         ):
             east.beat("beat-east")
-            east.worker("w-east", concurrency=1)
+            east.worker("w-east", concurrency=1, queues="east")
             west.beat("beat-west")
-            west.worker("w-west", concurrency=1)
+            west.worker("w-west", concurrency=1, queues="west")
             wait_for(
                 lambda: (
                     _alive(api)

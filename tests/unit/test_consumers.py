@@ -120,7 +120,9 @@ def test_a_worker_with_a_check_in_row_is_told_from_one_without_the_hooks_on_the_
     assert watch.unhooked_consumers == {"jobs": ("plain@h",)}
     assert (
         "queue 'jobs' is consumed by plain@h without the celery-quartz hooks "
-        "(celery_quartz.install(app) not called), beside hooked@h with them" in caplog.text
+        "(celery_quartz.install(app) not called), beside hooked@h with them: its firings run "
+        "unrecorded; or by another cluster's worker (its own store), which drops them"
+        in caplog.text
     )
     assert "'other'" not in caplog.text
 

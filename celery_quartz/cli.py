@@ -17,7 +17,6 @@ from celery_quartz import presentation
 from celery_quartz.cli_backfill import BACKFILL_COMMANDS
 from celery_quartz.cli_history import HISTORY_COMMANDS
 from celery_quartz.cli_ops import OPERATOR_COMMANDS, add_store_option, json_option, settings_of
-from celery_quartz.config import Settings
 from celery_quartz.errors import ConfigurationError
 from celery_quartz.store import migrate, open_store
 from celery_quartz.store.engine import create_store_engine, redact_url
@@ -90,10 +89,10 @@ def _missing_table(cause: str) -> bool:
 
 
 def _shown_url(ctx: click.Context | None) -> str:
-    """The store URL without its password, or a neutral word when the settings do not read."""
+    """The URL of the store the verb used (``--store NAME``'s, or ``quartz_store_url``), without
+    its password; a neutral word when the settings do not read."""
     try:
-        app = ctx.find_root().obj.app if ctx is not None else None
-        url = str(app.conf.get("quartz_store_url") or Settings.store_url) if app else ""
+        url = settings_of(ctx).store_url if ctx is not None else ""
     except Exception:
         return "the configured store"
     if not url:

@@ -65,6 +65,18 @@ def test_status_on_a_store_without_tables_names_the_upgrade_command(app: Celery)
     assert len(result.output.strip().splitlines()) == 1
 
 
+def test_a_store_without_tables_named_by_store_is_the_one_the_error_shows(
+    app: Celery, tmp_path: Path
+) -> None:
+    other = tmp_path / "other.db"
+    app.conf.quartz_dashboard_stores = {"other": f"sqlite:///{other}"}
+    result = run(app, "triggers", "--store", "other")
+    assert result.exit_code == 1
+    assert "tables are missing" in result.output
+    assert str(other) in result.output
+    assert "quartz.db" not in result.output
+
+
 def test_every_reading_verb_says_the_tables_are_missing(app: Celery) -> None:
     for verb in ("jobs", "triggers", "firings", "nodes"):
         result = run(app, verb)

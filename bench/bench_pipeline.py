@@ -11,10 +11,11 @@ N due triggers are fired and published once (one scheduler node, as ``bench_thro
 does); the Redis queue and the fired rows are then saved. Each run restores both and drains the
 same N messages of ``bench.noop`` with one Celery worker: a stock worker (no hooks), and the same
 worker after ``celery_quartz.install(app)`` (a guarded start and a completion per execution).
-Runs alternate stock and hooked, per pool, in each repeat; the hooked/stock ratio of the drain
-rates is the result, with the CPU the worker, PostgreSQL and Redis spend per execution (from
-``/proc``). Correctness is checked in every run: each message ran once (the task counts its runs
-and records its id in Redis), and after a hooked run no fired row is left.
+Runs alternate stock and hooked, per pool, in each repeat (the order rotated each round); the
+hooked/stock ratio of the drain rates is the result, with the CPU the worker, PostgreSQL and
+Redis spend per execution (from ``/proc``). Correctness is checked in every run: each message
+ran once (the task counts its runs and records its id in Redis), and after a hooked run no fired
+row is left.
 ``--completion-delays 0,0.1`` runs the hooked worker once per ``quartz_worker_completion_delay``
 (0: every end a statement of its own; otherwise successes recorded in batches), each against the
 same stock runs. ``--compare-with DIR`` adds a hooked worker running the celery-quartz of another
@@ -109,6 +110,9 @@ def publish_once(url: str, dsn: str, broker: str, redis: Any, n: int) -> bytes:
     execute(
         dsn, f"DROP TABLE IF EXISTS {BACKUP}", f"CREATE TABLE {BACKUP} AS SELECT * FROM {FIRED}"
     )
+    # The publishing left dead rows in the triggers' tables: vacuum them now, so that no
+    # autovacuum runs under the first drain of the round.
+    execute(dsn, "VACUUM ANALYZE")
     dump = redis.dump(QUEUE)
     assert isinstance(dump, bytes)
     return dump
@@ -499,8 +503,11 @@ def overhead(args: argparse.Namespace, pg: Any, rd: Any) -> int:
         url, dsn = _fresh_store(pg, args.driver)
         dump = publish_once(url, dsn, broker, rd.client(0), n)
         for pool, concurrency in pools:
-            # Alternate the order, so a drift in the machine's speed spreads evenly.
-            order = variants if repeat % 2 == 0 else variants[::-1]
+            # Rotate the order, so that each variant runs first, in the middle and last in turn: a
+            # drift in the machine's speed, or a position's own cost, spreads evenly (reversing
+            # the order would keep the middle one in the middle in every round).
+            turn = repeat % len(variants)
+            order = variants[turn:] + variants[:turn]
             for delay, code, history in order:
                 hooked = delay is not None
                 restore(dsn, rd.client(0), dump)

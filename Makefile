@@ -30,8 +30,8 @@ check-services:
 
 # CQ_REQUIRE_SERVICES=1: tests/conftest.py turns a skipped integration test into a failure.
 # The package and the tests are byte-compiled first: the suite starts hundreds of Python processes
-# (beats, workers, CLI calls), and where PYTHONDONTWRITEBYTECODE is set (as on this project's CI
-# machines) each of them would otherwise compile every module it imports from source again.
+# (beats, workers, CLI calls), and where PYTHONDONTWRITEBYTECODE is set (as on the machines this
+# project is developed on) each of them would otherwise compile every module it imports again.
 test: check-services venv
 	$(PY) -m compileall -q -j 0 celery_quartz tests bench examples
 	CQ_REQUIRE_SERVICES=1 $(PY) -m pytest tests $(PYTEST_FLAGS)

@@ -24,9 +24,10 @@ effect measured against the code before it in one run. ``--history on,off`` runs
 worker with the run history recorded (the default) and with ``quartz_history_retention = 0``,
 in the same alternation, and adds a table of the history's cost: hooked with history / hooked
 without, per pool and delay (issue 28 asks ≥ 0.95), as the median of each round's own ratio (the
-two ran next to each other), with the range. Each round has a fresh database (published anew,
-dropped after it) and each run starts from an empty history. The machine's speed drifts more
-between rounds than the history costs: give ``--repeats 7`` or more when judging a change.
+two ran in the same round, on its database), with the range. Each round has a fresh database
+(published anew, dropped after it) and each run starts from an empty history. The machine's speed
+drifts more between rounds than the history costs: give ``--repeats 7`` or more when judging a
+change.
 
 The rate is measured from the worker's first message taken (the queue shrinks) to the last
 execution recorded, so the worker's start-up is not counted.
@@ -600,8 +601,8 @@ def _history_cost(
                 off = median([r["rate"] for r in off_runs])
                 pg_on = median([r["pg_us"] for r in on_runs])
                 pg_off = median([r["pg_us"] for r in off_runs])
-                # Each round's on and off ran next to each other, on the round's own database:
-                # their ratio is free of the drift between rounds.
+                # Each round's on and off ran in that round, on its own database: their ratio is
+                # free of the drift between rounds.
                 paired = [a["rate"] / b["rate"] for a, b in zip(on_runs, off_runs, strict=True)]
                 rows.append(
                     (

@@ -527,11 +527,17 @@ class PostgresServer(_Server):
         finally:
             conn.close()
 
-    def create_database(self, name: str, driver: str = "psycopg2") -> str:
-        """Create an empty database and return its SQLAlchemy URL."""
+    def create_database(
+        self, name: str, driver: str = "psycopg2", *, template: str | None = None
+    ) -> str:
+        """Create a database and return its SQLAlchemy URL: empty, or a copy of the database
+        ``template`` (which nobody may be connected to meanwhile)."""
         from psycopg2 import sql
 
-        self.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template is not None:
+            statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+        self.execute(statement)
         return self.url(driver, name)
 
     def drop_database(self, name: str) -> None:

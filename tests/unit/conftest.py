@@ -69,17 +69,17 @@ def store(clock: FakeClock) -> Iterator[MemoryStore]:
 @pytest.fixture(
     params=[
         "sqlite",
-        pytest.param("pg_url", marks=pytest.mark.integration),
-        pytest.param("pg_url_psycopg3", marks=pytest.mark.integration),
+        pytest.param("pg_store_url", id="pg_url", marks=pytest.mark.integration),
+        pytest.param("pg_store_url_psycopg3", id="pg_url_psycopg3", marks=pytest.mark.integration),
     ]
 )
 def db(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[SqlStore]:
     """The SQL store on SQLite and on PostgreSQL with each driver, reading the fake clock: the
-    statements written per dialect (a batch's JSON insert and advance, the compare-and-swap)."""
+    statements written per dialect (a batch's JSON insert and advance, the compare-and-swap).
+    On PostgreSQL its database is a copy of one holding the tables already (``pg_store_url``)."""
     if request.param == "sqlite":
         sql_store: SqlStore = MemoryStore(scheduler_name="unit", clock=clock)
     else:
         sql_store = store_at(request.getfixturevalue(request.param), "unit", clock=clock)
-        sql_store.create_tables()
     yield sql_store
     sql_store.dispose()

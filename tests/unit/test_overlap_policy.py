@@ -396,11 +396,10 @@ def test_a_resume_keeps_a_hold_whose_firing_still_runs(db: SqlStore, clock: Fake
 
 
 @pytest.fixture
-def pg(pg_url: str, clock: FakeClock) -> Iterator[SqlStore]:
+def pg(pg_store_url: str, clock: FakeClock) -> Iterator[SqlStore]:
     """The SQL store on PostgreSQL alone: two threads claim on it at once (the RAM store is one
     connection)."""
-    store = store_at(pg_url, "unit", clock=clock)
-    store.create_tables()
+    store = store_at(pg_store_url, "unit", clock=clock)
     yield store
     store.dispose()
 

@@ -365,10 +365,14 @@ def test_ends_recorded_together_keep_each_triggers_latest_success(
     assert db.complete_executions(finished) == 0  # already complete
 
 
-@pytest.fixture(params=["pg_url", "pg_url_psycopg3"])
+@pytest.fixture(
+    params=[
+        pytest.param("pg_store_url", id="pg_url"),
+        pytest.param("pg_store_url_psycopg3", id="pg_url_psycopg3"),
+    ]
+)
 def pg_db(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[SqlStore]:
     db = store_at(request.getfixturevalue(request.param), clock=clock)
-    db.create_tables()
     yield db
     db.dispose()
 

@@ -268,7 +268,7 @@ def _writer(d: Dashboard, action: str, work: Callable[..., Any], *path: str) -> 
     return endpoint
 
 
-def _on_everything(work: Callable[..., Any]) -> Callable[..., Any]:
+def on_everything(work: Callable[..., Any]) -> Callable[..., Any]:
     """An action on every trigger of the scheduler: no key in its path."""
 
     def run(client: Any, body: dict[str, Any]) -> Any:
@@ -390,6 +390,6 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         path = f"{s}/trigger-groups/{{group}}/{verb}"
         table.append(Route(path, _writer(d, action, on_group, "group"), methods=["POST"]))
     for verb, (action, on_all) in ALL_ACTIONS.items():
-        writer = _writer(d, action, _on_everything(on_all))
+        writer = _writer(d, action, on_everything(on_all))
         table.append(Route(f"{s}/{verb}", writer, methods=["POST"]))
     return table

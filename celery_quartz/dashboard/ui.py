@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from celery_quartz.dashboard import api, history_pages
 from celery_quartz.dashboard.actions import (
+    ALL_ACTIONS,
     GROUP_ACTIONS,
     JOB_ACTIONS,
     TRIGGER_ACTIONS,
@@ -158,6 +159,9 @@ _EDIT_TEXTS = (
     "calendar",
     "description",
 )
+#: The edit form's details that a "clear" box (``clear_<detail>``) removes: the edit sets
+#: them to none.
+_EDIT_CLEARABLE = ("preferred_node", "execution_group", "calendar", "description")
 
 
 def _backfill_form(form: Any) -> dict[str, Any]:
@@ -177,10 +181,19 @@ def _backfill_form(form: Any) -> dict[str, Any]:
 
 
 def _edit_form(form: Any) -> dict[str, Any]:
-    """The edit form's filled fields as an edit's body (an empty field is left as it is)."""
+    """The edit form's filled fields as an edit's body: an empty field is left as it is, and
+    a ticked ``clear_<detail>`` box sets that detail to none (with a value too, it is refused:
+    which one was meant?)."""
     body: dict[str, Any] = {}
     for name in (*_EDIT_TEXTS, *_EDIT_NUMBERS):
         value = str(form.get(name) or "").strip()
+        if name in _EDIT_CLEARABLE and form.get(f"clear_{name}"):
+            if value:
+                raise HttpError(
+                    422, "invalid", f"{name}: give a new value or clear it, not both", name
+                )
+            body[name] = None
+            continue
         if not value:
             continue
         if name in _EDIT_NUMBERS:
@@ -190,6 +203,10 @@ def _edit_form(form: Any) -> dict[str, Any]:
                 raise HttpError(422, "invalid", f"{name}: not a number: {value!r}", name) from None
         else:
             body[name] = value
+    if not body:
+        raise HttpError(
+            422, "invalid", "nothing to change: fill in a field, or tick a clear box", "body"
+        )
     return body
 
 
@@ -367,27 +384,29 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         return response
 
     async def act(request: Request) -> Response:
-        """A form's action on a trigger, a job or a group; back to where it came from."""
+        """A form's action on a trigger, a job, a group or everything (no key in its path);
+        back to where it came from."""
         p = request.path_params
-        kind, verb, scheduler = p["kind"], p["verb"], p["scheduler"]
-        tables: dict[str, dict[str, Any]] = {
-            "triggers": TRIGGER_ACTIONS,
-            "jobs": JOB_ACTIONS,
-            "groups": GROUP_ACTIONS,
+        kind, verb, scheduler = p.get("kind", "all"), p["verb"], p["scheduler"]
+        # Each kind's table, and the parts of a key its path holds.
+        tables: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
+            "triggers": (TRIGGER_ACTIONS, ("group", "name")),
+            "jobs": (JOB_ACTIONS, ("group", "name")),
+            "groups": (GROUP_ACTIONS, ("group",)),
+            "all": ({v: (a, api.on_everything(w)) for v, (a, w) in ALL_ACTIONS.items()}, ()),
         }
-        table = tables.get(kind, {})
-        if verb not in table or (kind == "groups") == ("name" in p):
+        table, parts = tables.get(kind, ({}, ()))
+        if verb not in table or set(parts) != set(p) - {"scheduler", "kind", "verb"}:
             raise HttpError(404, "not_found", f"no action {verb!r} on {kind}")
         form = await check_csrf(d, request)
         check_text(p)
         action, work = table[verb]
         target = await run_in_threadpool(d.require, request, scheduler, action, cookie=True)
+        key = [p[part] for part in parts]
         body: dict[str, Any] = {}
-        if verb == "preferred-node":
-            body = {"preferred_node": form.get("preferred_node") or None}
-        elif verb == "run-again":
+        if verb == "run-again":
             body = {k: form.get(k, "") for k in ("history_id", "event_time")}
-        elif verb == "pause" and form.get("reason"):
+        elif verb in ("pause", "pause-all") and form.get("reason"):
             body = {"reason": form.get("reason")}
         elif verb == "edit":
             body = _edit_form(form)
@@ -397,24 +416,17 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         if verb == "backfill" and body.get("dry_run"):
             # The dialog's count as its range changes, read by its script: JSON, refusals too.
             try:
-                counted = await run_in_threadpool(
-                    audited, target.client, p["group"], p["name"], body
-                )
+                counted = await run_in_threadpool(audited, target.client, *key, body)
             except QuartzError as error:
                 return error_response(from_quartz_error(error))
             except HttpError as error:
                 return error_response(error)
             return JSONResponse(counted)
         try:
-            if kind == "groups":
-                result = await run_in_threadpool(audited, target.client, p["group"], body)
-            else:
-                result = await run_in_threadpool(
-                    audited, target.client, p["group"], p["name"], body
-                )
+            result = await run_in_threadpool(audited, target.client, *key, body)
         except QuartzError as error:
             raise from_quartz_error(error) from None
-        done = f"{kind} {verb}"
+        done = verb if kind == "all" else f"{kind} {verb}"
         if isinstance(result, dict) and isinstance(result.get("message"), str):
             done = result["message"]
         elif verb == "backfill":
@@ -444,4 +456,5 @@ def routes(d: Dashboard) -> list[BaseRoute]:
         Route(f"{s}/calendars", calendars),
         Route(f"{s}/{{kind}}/{{group}}/{{name}}/{{verb}}", act, methods=["POST"]),
         Route(f"{s}/{{kind}}/{{group}}/{{verb}}", act, methods=["POST"]),
+        Route(f"{s}/{{verb}}", act, methods=["POST"]),
     ]

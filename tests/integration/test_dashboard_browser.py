@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -15,8 +16,12 @@ from typing import Any
 import pytest
 
 from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey
+from celery_quartz.affinity import PreferredNode
+from celery_quartz.calendars import WeeklyCalendar
 from celery_quartz.store import TriggerState
+from celery_quartz.store.views import AuditFilter
 from celery_quartz.triggers import CronTrigger
+from celery_quartz.triggers.cron import CronMisfireInstruction
 from tests.integration import ledger_app
 from tests.integration.dashboard_helpers import ADMIN, serve
 from tests.integration.processes import processes, wait_for
@@ -413,30 +418,94 @@ def test_the_history_and_audit_pages_draw_their_chart_and_rows_in_a_browser(
     ]
 
 
-def test_a_pause_keeps_its_reason_and_the_edit_form_changes_a_trigger_in_place(
+def test_each_pause_form_keeps_its_reason_and_the_edit_form_changes_and_clears_details(
     pg_url: str, tmp_path: Path, browser: Any
 ) -> None:
     quartz = _schedule(pg_url)
+    quartz.add_calendar("weekdays", WeeklyCalendar(description="no weekends"))
     key = TriggerKey("nightly", "reports")
     with serve(pg_url) as base:
         page = browser.new_page()
         _log_in(page, base)
-        page.goto(f"{base}/s/ledger_app/triggers/reports/nightly")
-        page.fill("#pause-reason", "waiting for the vendor")
-        page.click("#action-pause")
-        page.wait_for_selector("#pause-record")
-        record = page.inner_text("#pause-record")
-        assert record.startswith("waiting for the vendor (by admin, "), record
+        here = f"{base}/s/ledger_app/triggers/reports/nightly"
+
+        def submit(button: str, done: str) -> None:
+            page.click(button)
+            page.wait_for_url(re.compile(rf"\?done={re.escape(done)}$"))
+
+        # Each pause form of the trigger's page keeps its reason: the trigger's own, its job's
+        # and its group's; the latest request's record is the one shown.
+        for form, reason in (
+            ("", "waiting for the vendor"),
+            ("job-", "the job's vendor is down"),
+            ("group-", "quarter close"),
+        ):
+            page.goto(here)
+            page.fill(f"#pause-{form}reason", reason)
+            kind = {"": "triggers", "job-": "jobs", "group-": "groups"}[form]
+            submit(f"#action-{form}pause", f"{kind}+pause")
+            shown = page.inner_text("#pause-record")
+            assert re.fullmatch(
+                rf"Paused: {re.escape(reason)} \(by admin, \d{{4}}-\d\d-\d\d [\d:]{{8}} UTC\)",
+                shown,
+            ), shown
+        assert page.inner_text("#trigger-state") == TriggerState.PAUSED
+        assert page.locator("#action-group-resume").count() == 1
+        page.goto(f"{base}/s/ledger_app/triggers?paused=true")
+        row = page.inner_text("tr[data-key='reports.nightly'] .pause")
+        assert row.startswith("Paused: quarter close (by admin, "), row
+
+        # The Edit form: the schedule, priority, misfire instruction, pin, execution group,
+        # calendar and description in one edit; then three of them cleared; then the pin
+        # cleared through its own form (the same edit).
+        page.goto(here)
         page.click("#edit summary")
-        page.fill("#edit-form input[name=cron]", "0 30 4 * * ?")
-        page.fill("#edit-form input[name=priority]", "8")
-        page.click("#action-edit")
-        page.wait_for_selector("#flash")
+        for field, value in (
+            ("input[name=cron]", "0 30 4 * * ?"),
+            ("input[name=priority]", "8"),
+            ("input[name=misfire_instruction]", "DO_NOTHING"),
+            ("#edit-preferred-node", "celery@reports-1"),
+            ("#edit-execution-group", "nightly-batch"),
+            ("#edit-calendar", "weekdays"),
+            ("#edit-description", "after the ETL"),
+        ):
+            page.fill(f"#edit-form {field}", value)
+        submit("#action-edit", "triggers+edit")
         page.screenshot(path=str(tmp_path / "edited.png"), full_page=True)
+        page.goto(here)
+        page.click("#edit summary")
+        for name in ("execution-group", "calendar", "description"):
+            page.check(f"#edit-clear-{name}")
+        submit("#action-edit", "triggers+edit")
+        page.goto(here)
+        submit("#action-unpin", "triggers+edit")
         assert page.inner_text("#trigger-state") == TriggerState.PAUSED
     edited = quartz.get_trigger(key)
     assert isinstance(edited, CronTrigger)
-    assert (edited.expression, edited.priority) == ("0 30 4 * * ?", 8)
+    assert (edited.expression, edited.priority, edited.misfire_instruction) == (
+        "0 30 4 * * ?",
+        8,
+        CronMisfireInstruction.DO_NOTHING,
+    )
+    assert edited.preferred_node is PreferredNode.NONE
+    assert (edited.execution_group, edited.calendar_name, edited.description) == (None, None, None)
     view = quartz.store.trigger_view(key)
     assert view is not None and view.pause is not None
-    assert view.pause.reason == "waiting for the vendor"
+    assert (view.pause.reason, view.pause.requested_by) == ("quarter close", "admin")
+    assert quartz.paused_group_records()["reports"].reason == "quarter close"
+    audit = quartz.store.audit(AuditFilter(action="update_trigger", target=str(key))).items
+    assert {(a.principal, a.via) for a in audit} == {("admin", "dashboard")}
+    unpinned, cleared, first = (a.changes for a in audit)  # newest first
+    assert first["expression"] == ["0 0 2 * * ?", "0 30 4 * * ?"]
+    assert first["priority"] == [5, 8]
+    assert first["misfire_instruction"][1] == CronMisfireInstruction.DO_NOTHING
+    assert first["preferred_node"] == [None, "celery@reports-1"]
+    assert first["execution_group"] == [None, "nightly-batch"]
+    assert first["calendar"] == [None, "weekdays"]
+    assert first["description"] == [None, "after the ETL"]
+    assert cleared == {
+        "execution_group": ["nightly-batch", None],
+        "calendar": ["weekdays", None],
+        "description": ["after the ETL", None],
+    }
+    assert unpinned == {"preferred_node": ["celery@reports-1", None]}

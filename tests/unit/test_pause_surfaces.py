@@ -190,10 +190,64 @@ def test_the_resume_takes_no_body_fields(api: TestClient) -> None:
 
 def test_the_trigger_page_shows_why_who_and_when(app: Celery, api: TestClient) -> None:
     Quartz(app).pause_trigger(TriggerKey("a", "reports"), reason="disk full", requested_by="ops")
+    shown = r"Paused: disk full \(by ops, \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)"
     page = api.get("/s/pauses/triggers/reports/a").text
-    assert re.search(r'id="pause-record">disk full \(by ops, [^)]+\)', page)
+    assert re.search(f'id="pause-record">{shown}</p>', page)
     listing = api.get("/s/pauses/triggers").text
-    assert "disk full" in listing
+    assert re.search(f'class="muted pause">{shown}</div>', listing)
+    Quartz(app).pause_trigger(TriggerKey("b", "reports"), reason="", requested_by="ops")
+    page = api.get("/s/pauses/triggers/reports/b").text
+    assert re.search(r'id="pause-record">Paused: no reason given \(by ops, ', page)
+
+
+def _form(api: TestClient, path: str, fields: dict[str, str], page: str = "/s/pauses/") -> int:
+    """Post a page's form as the browser does (its CSRF token, from this origin); the status."""
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', api.get(page).text)
+    assert csrf is not None
+    posted = api.post(
+        path,
+        data={"csrf_token": csrf.group(1), "back": page, **fields},
+        headers={"Origin": "http://testserver"},
+        follow_redirects=False,
+    )
+    return posted.status_code
+
+
+def test_the_overviews_pause_all_form_keeps_its_reason_and_resume_all_clears_it(
+    app: Celery, api: TestClient
+) -> None:
+    overview = api.get("/s/pauses/").text
+    assert re.search(r'id="pause-all-reason"[^>]* maxlength="250"', overview)
+    assert _form(api, "/s/pauses/pause-all", {"reason": "incident 7"}) == 303
+    assert {k: (p or {}).get("reason") for k, p in _pauses(app).items()} == {
+        "reports.a": "incident 7",
+        "reports.b": "incident 7",
+        "other.c": "incident 7",
+    }
+    assert {(p or {}).get("requested_by") for p in _pauses(app).values()} == {"admin"}
+    assert _form(api, "/s/pauses/resume-all", {}) == 303
+    assert set(_pauses(app).values()) == {None}
+
+
+def test_the_pause_all_form_is_refused_without_its_token_from_elsewhere_and_read_only(
+    app: Celery, api: TestClient
+) -> None:
+    assert api.post("/s/pauses/pause-all", data={"reason": "x"}).status_code == 403
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', api.get("/s/pauses/").text)
+    assert csrf is not None
+    elsewhere = api.post(
+        "/s/pauses/pause-all",
+        data={"csrf_token": csrf.group(1), "reason": "x"},
+        headers={"Origin": "https://evil.example"},
+    )
+    assert elsewhere.status_code == 403
+    too_long = _form(api, "/s/pauses/pause-all", {"reason": "x" * 251})
+    assert too_long == 422
+    app.conf.quartz_dashboard_read_only = True
+    with TestClient(create_app(app), headers={"Authorization": f"Bearer {TOKEN}"}) as read_only:
+        assert 'id="global-actions"' not in read_only.get("/s/pauses/").text
+        assert _form(read_only, "/s/pauses/pause-all", {"reason": "x"}) == 403
+    assert set(_pauses(app).values()) == {None}
 
 
 # -- editing in place: the CLI, the API and the form -------------------------------------------
@@ -299,6 +353,21 @@ def test_the_trigger_pages_edit_form_changes_the_trigger(app: Celery, api: TestC
     assert posted.status_code == 303, posted.text
     trigger = api.get(f"{API}/triggers/reports/a").json()
     assert trigger["priority"] == 3
+
+
+def test_the_edit_forms_clear_box_sets_a_detail_to_none_and_not_with_a_value(
+    app: Celery, api: TestClient
+) -> None:
+    page = "/s/pauses/triggers/reports/a"
+    edit = f"{page}/edit"
+    assert _form(api, edit, {"execution_group": "batch", "description": "d"}, page) == 303
+    assert _form(api, edit, {"execution_group": "other", "clear_execution_group": "1"}, page) == 422
+    assert _form(api, edit, {"description": ""}, page) == 422  # nothing to change
+    trigger = api.get(f"{API}/triggers/reports/a").json()
+    assert (trigger["execution_group"], trigger["description"]) == ("batch", "d")
+    assert _form(api, edit, {"clear_execution_group": "1", "clear_description": "1"}, page) == 303
+    trigger = api.get(f"{API}/triggers/reports/a").json()
+    assert (trigger["execution_group"], trigger["description"]) == (None, None)
 
 
 # -- retries, continued: inherited policies and the pause when retries run out ---------------------

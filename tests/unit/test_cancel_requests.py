@@ -100,9 +100,7 @@ def test_no_other_policy_marks_the_firing_in_flight(
     assert db.cancel_requested([first]) == set()
 
 
-def test_an_ended_or_unknown_firing_is_not_cancel_requested(
-    db: SqlStore, clock: FakeClock
-) -> None:
+def test_an_ended_or_unknown_firing_is_not_cancel_requested(db: SqlStore, clock: FakeClock) -> None:
     add(db, _every("t", 10, "cancel_previous"))
     first = _running(db, "t")
     clock.set(at(10))

@@ -38,6 +38,7 @@ from celery.signals import (
     task_postrun,
     task_received,
     task_revoked,
+    worker_init,
     worker_process_init,
     worker_process_shutdown,
     worker_shutdown,
@@ -67,6 +68,7 @@ def install(app: Celery) -> None:
     runtime.connect(task_received, lost.on_received)
     runtime.connect(task_failure, lost.on_failure)
     runtime.connect(task_revoked, lost.on_revoked)
+    runtime.connect(worker_init, runtime.in_worker_process)
     runtime.connect(worker_process_init, runtime.in_pool_process)
     # Before the check-in's own receiver (connected when the worker starts): the ends still
     # waiting are recorded before the worker's check-in row is removed.

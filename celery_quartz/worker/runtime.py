@@ -61,6 +61,8 @@ class WorkerRuntime:
         self._batch: CompletionBatch | None = None
         self._progress: ProgressWriter | None = None
         self._cancels: CancelWatch | None = None
+        #: The worker's main process (its pid), once Celery's ``worker_init`` said so.
+        self._worker_process: int | None = None
         #: The prefork pool process this is (its pid), if it is one: a revoke terminates it.
         self._pool_process: int | None = None
         self._lock = threading.Lock()
@@ -129,16 +131,29 @@ class WorkerRuntime:
         if writer is not None and writer.pid == os.getpid():
             writer.forget(fire_instance_id)
 
+    def in_worker_process(self, *_: Any, **__: Any) -> None:
+        """Celery's ``worker_init``, in the worker's main process (before its pool starts)."""
+        self._worker_process = os.getpid()
+
     def in_pool_process(self, *_: Any, **__: Any) -> None:
-        """Celery's ``worker_process_init``: this process is a prefork pool process, which a
-        revoke with ``terminate=True`` stops; it does not read cancel requests."""
-        self._pool_process = os.getpid()
+        """Celery's ``worker_process_init``, sent in each prefork pool process (forked, or a
+        fresh interpreter) and, by the solo pool, in the worker's main process. A prefork pool
+        process is stopped by a revoke with ``terminate=True``: it does not read cancel
+        requests. The solo pool runs its tasks in the main process, which does."""
+        if self._worker_process != os.getpid():
+            self._pool_process = os.getpid()
+
+    @property
+    def reads_cancel_requests(self) -> bool:
+        """Whether this process reads the cancel requests of the firings it runs: it runs
+        tasks itself (solo, threads), not as a prefork pool process a revoke terminates."""
+        return self._pool_process != os.getpid()
 
     def watch_cancel(self, context: JobExecutionContext) -> None:
         """A firing started in this process: unless a revoke can terminate it (a prefork pool
         process), its cancel request is read from the store while it runs (a forked child
         starts its own watch)."""
-        if self._pool_process == os.getpid():
+        if not self.reads_cancel_requests:
             return
         watch = self._cancels
         if watch is None or watch.pid != os.getpid():

@@ -236,3 +236,27 @@ def test_the_watch_reads_the_real_store_once_a_second_while_a_firing_runs_and_ne
     seen = len(reads)
     deadline.wait(2.5)
     assert len(reads) <= seen + 1  # at most the round already under way
+
+
+def test_a_worker_process_reads_cancel_requests_and_a_prefork_pool_process_does_not() -> None:
+    """Celery sends ``worker_process_init`` in each prefork pool process (forked, or a fresh
+    interpreter that never saw ``worker_init``) and, from the solo pool, in the worker's main
+    process after its ``worker_init``."""
+    from celery import Celery
+
+    from celery_quartz.worker import WorkerRuntime
+
+    threads = WorkerRuntime(Celery("threads"))  # no worker_process_init at all
+    assert threads.reads_cancel_requests
+    solo = WorkerRuntime(Celery("solo"))
+    solo.in_worker_process()
+    solo.in_pool_process()
+    assert solo.reads_cancel_requests
+    forked = WorkerRuntime(Celery("prefork"))
+    forked.in_worker_process()
+    forked._worker_process = -1  # the parent's pid, inherited by the fork
+    forked.in_pool_process()
+    assert not forked.reads_cancel_requests
+    spawned = WorkerRuntime(Celery("spawned"))
+    spawned.in_pool_process()
+    assert not spawned.reads_cancel_requests

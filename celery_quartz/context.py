@@ -74,6 +74,9 @@ class JobExecutionContext:
     progress_sink: Callable[[JobExecutionContext, float, str | None], None] | None = field(
         default=None, repr=False, compare=False
     )
+    #: Set by the worker when the store says a later firing of the trigger replaced this one
+    #: (:meth:`note_cancel_requested`); read by :attr:`cancelled`.
+    _cancel_requested: bool = field(default=False, init=False, repr=False, compare=False)
 
     def report_progress(self, percent: float, message: str | None = None) -> None:
         """Report how far this run is (``percent``, 0 to 100) and, optionally, what it is doing
@@ -132,18 +135,28 @@ class JobExecutionContext:
 
     @property
     def cancelled(self) -> bool:
-        """Whether this firing was revoked while it runs (its trigger's overlap policy
-        ``cancel_previous`` replaced it, or an operator revoked it): its task id is in the
-        worker's revoked ids (``celery.worker.state.revoked``), which Celery's remote control
-        fills in the worker's process. A prefork pool's process is terminated instead (it never
-        sees this turn true); on a threads pool, which cannot terminate a task, a long task
-        checks it and returns early, and its run is recorded ``cancelled``. Outside a worker,
-        False."""
+        """Whether this firing was cancelled while it runs: its trigger's overlap policy
+        ``cancel_previous`` replaced it, or an operator revoked it. A prefork pool's process is
+        terminated instead (it never sees this turn true). On a pool that cannot terminate a
+        task (solo, threads), a long task checks it and returns early, and its run is recorded
+        ``cancelled``. It turns true when the worker's revoked ids
+        (``celery.worker.state.revoked``, which Celery's remote control fills) hold its task id,
+        or when the worker read from the store that a later firing replaced it (about once a
+        second while it runs: a solo worker reads no remote-control message while a task runs).
+        Outside a worker, False."""
+        if self._cancel_requested:
+            return True
         try:
             from celery.worker import state
         except ImportError:  # pragma: no cover - Celery is a dependency
             return False
         return (self.task_id or self.fire_instance_id) in state.revoked
+
+    def note_cancel_requested(self) -> None:
+        """The worker read from the store that a later firing of the trigger replaced this
+        one (``cancel_previous``): :attr:`cancelled` is true from now on. Called by the worker
+        (:mod:`celery_quartz.worker.cancels`), from a thread of its own."""
+        self._cancel_requested = True
 
     @property
     def merged_job_data(self) -> dict[str, Any]:

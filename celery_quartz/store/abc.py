@@ -624,6 +624,13 @@ class WorkerStore(abc.ABC):
         comes after the end changes nothing); how many rows took one. One statement."""
 
     @abc.abstractmethod
+    def cancel_requested(self, fire_instance_ids: Sequence[str]) -> set[str]:
+        """Those of ``fire_instance_ids`` whose firing a later firing of its trigger replaced
+        while in flight (overlap policy ``cancel_previous``; the claim that decided it marked
+        them): a worker whose pool cannot terminate a run reads it, so the run sees
+        ``current_context().cancelled``. One read; an id with no row is not in the answer."""
+
+    @abc.abstractmethod
     def cancel_firing(self, fire_instance_id: str, worker_name: str) -> bool:
         """End a firing whose message ``worker_name`` discarded unstarted because it was
         revoked: its row removed while it has not started (FIRED or PUBLISHED), what it held

@@ -322,6 +322,9 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         Column("progress", Float),
         Column("progress_message", String(PAUSE_REASON)),
         Column("progress_time", BigInteger),
+        # When a later firing of its trigger replaced it (``cancel_previous``), schema 0011: a
+        # worker whose pool cannot terminate the run reads it (``current_context().cancelled``).
+        Column("cancel_requested_time", BigInteger),
     )
     Index(f"ix_{p}fired_instance", fired.c.sched_name, fired.c.instance_name, fired.c.state)
     Index(f"ix_{p}fired_trigger", fired.c.sched_name, fired.c.trigger_name, fired.c.trigger_group)

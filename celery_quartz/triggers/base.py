@@ -46,6 +46,27 @@ class MisfireInstruction(IntEnum):
     SMART_POLICY = 0
 
 
+class _OverlapPolicyField:
+    """A trigger's ``overlap_policy``: a name (any case, ``-`` for ``_``), an
+    :class:`~celery_quartz.overlap.OverlapPolicy` or None (``allow``) is read into the enum as it
+    is set, at construction (every kind) and at every later assignment; a bad value raises an
+    :class:`InvalidTriggerError` naming the trigger and the value, and leaves the trigger as it
+    was."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attribute = f"_{name}"
+
+    def __get__(self, instance: object, owner: type | None = None) -> OverlapPolicy:
+        if instance is None:
+            return OverlapPolicy.ALLOW  # the dataclass field's default
+        policy: OverlapPolicy = instance.__dict__.get(self._attribute, OverlapPolicy.ALLOW)
+        return policy
+
+    def __set__(self, instance: object, value: OverlapPolicy | str | None) -> None:
+        key = getattr(instance, "key", None)
+        instance.__dict__[self._attribute] = OverlapPolicy.parse(value, f"trigger {key}")
+
+
 #: Every concrete trigger class, by its stored ``kind`` name.
 TRIGGER_KINDS: dict[str, type[Trigger]] = {}
 
@@ -94,9 +115,11 @@ class Trigger(ABC):
     #: the exception's message); None: ``quartz_pause_when_retries_exhausted``.
     pause_when_retries_exhausted: bool | None = None
     #: What an occurrence due while this trigger's previous firing is in flight does: ``allow``,
-    #: ``skip``, ``buffer_one`` or ``cancel_previous`` (see :mod:`celery_quartz.overlap`); a
-    #: name is read into an :class:`~celery_quartz.overlap.OverlapPolicy` by :meth:`validate`.
-    overlap_policy: OverlapPolicy | str = OverlapPolicy.ALLOW
+    #: ``skip``, ``buffer_one`` or ``cancel_previous`` (see :mod:`celery_quartz.overlap`). A
+    #: name (any case, ``-`` for ``_``) is read into an
+    #: :class:`~celery_quartz.overlap.OverlapPolicy` as it is set, by every kind; an unknown one
+    #: raises an :class:`InvalidTriggerError` naming the trigger and the value.
+    overlap_policy: _OverlapPolicyField = _OverlapPolicyField()
 
     # State, advanced by the scheduler.
     #: The next instant it fires (UTC), advanced by the scheduler; ``None`` once it will not fire
@@ -196,7 +219,6 @@ class Trigger(ABC):
                 f"got {self.pause_when_retries_exhausted!r}"
             )
         check_description(f"trigger {self.key}", self.description, InvalidTriggerError)
-        self.overlap_policy = OverlapPolicy.parse(self.overlap_policy, f"trigger {self.key}")
 
     # -- the state machine (Quartz's OperableTrigger) -------------------------------------------
 

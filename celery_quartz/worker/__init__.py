@@ -23,6 +23,8 @@ Messages that did not come from celery-quartz pass through untouched. The parts,
 * :mod:`~celery_quartz.worker.ends`: the successes held for a batch, and the lost ends;
 * :mod:`~celery_quartz.worker.checkin`: the worker's check-in bootstep, and ``quartz_health``;
 * :mod:`~celery_quartz.worker.progress`: the progress running tasks report, written off their path;
+* :mod:`~celery_quartz.worker.cancels`: the cancel requests (``cancel_previous``) read from the
+  store for the runs a pool cannot terminate (solo, threads);
 * this module: :func:`install`, which wires them into Celery.
 """
 
@@ -36,6 +38,8 @@ from celery.signals import (
     task_postrun,
     task_received,
     task_revoked,
+    worker_init,
+    worker_process_init,
     worker_process_shutdown,
     worker_shutdown,
 )
@@ -64,6 +68,8 @@ def install(app: Celery) -> None:
     runtime.connect(task_received, lost.on_received)
     runtime.connect(task_failure, lost.on_failure)
     runtime.connect(task_revoked, lost.on_revoked)
+    runtime.connect(worker_init, runtime.in_worker_process)
+    runtime.connect(worker_process_init, runtime.in_pool_process)
     # Before the check-in's own receiver (connected when the worker starts): the ends still
     # waiting are recorded before the worker's check-in row is removed.
     runtime.connect(worker_process_shutdown, runtime.record_waiting_ends)

@@ -82,6 +82,7 @@ class ExecutionGuard:
         context = JobExecutionContext.from_header(header, worker, task_id)
         context.progress_sink = self.runtime.report_progress
         set_running_firing(request, RunningFiring(task_id, header, context, started.batchable))
+        self.runtime.watch_cancel(context)
         for hooks in self.runtime.execution_hooks:
             call_safely(hooks.after_start, task, context, default=None)
 
@@ -104,6 +105,7 @@ class ExecutionGuard:
         set_running_firing(request, None)
         context = running.context
         self.runtime.forget_progress(context.fire_instance_id)
+        self.runtime.forget_cancel(context.fire_instance_id)
         self._tell_end(task, context, state, retval)
         if state is None:
             # No outcome: a SystemExit or KeyboardInterrupt went through the task, this process
@@ -120,9 +122,10 @@ class ExecutionGuard:
             self._refire(task, store, running)
         else:
             job_data = context.job_data if running.header.persist_job_data else None
-            # A run revoked while it ran (a threads pool cannot terminate it) is cancelled,
-            # however it ended. Only an exception counts as a failure: Ignore and Reject end as
-            # IGNORED/REJECTED.
+            # A run revoked while it ran (a threads or solo pool cannot terminate it: the
+            # revoke, or the store's cancel request, turned context.cancelled true) is
+            # cancelled, however it ended. Only an exception counts as a failure: Ignore and
+            # Reject end as IGNORED/REJECTED.
             cancelled = context.cancelled
             failed = state == FAILURE and not cancelled
             if not failed and not cancelled and job_data is None and running.batchable:

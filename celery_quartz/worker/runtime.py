@@ -16,6 +16,7 @@ from celery_quartz.config import Settings
 from celery_quartz.context import JobExecutionContext
 from celery_quartz.hooks import ExecutionHooks
 from celery_quartz.store import WorkerNodeStore, open_store
+from celery_quartz.worker.cancels import CancelWatch
 from celery_quartz.worker.ends import CompletionBatch, LostEnds
 from celery_quartz.worker.progress import ProgressWriter
 
@@ -41,7 +42,8 @@ class CheckInStatus:
 class WorkerRuntime:
     """The state the worker side's parts share, one per app (:func:`runtime_of`): the settings,
     read once; one store per scheduler name and process; the clock; the execution hooks; this
-    process's successes held for a batch; the lost ends; the check-in's status.
+    process's successes held for a batch; the lost ends; the check-in's status; the progress
+    writer and the cancel watch.
 
     Constructing it attaches it to ``app``; :func:`celery_quartz.worker.install` does.
     """
@@ -58,6 +60,11 @@ class WorkerRuntime:
         self._stores: dict[tuple[int, str], WorkerNodeStore] = {}
         self._batch: CompletionBatch | None = None
         self._progress: ProgressWriter | None = None
+        self._cancels: CancelWatch | None = None
+        #: The worker's main process (its pid), once Celery's ``worker_init`` said so.
+        self._worker_process: int | None = None
+        #: The prefork pool process this is (its pid), if it is one: a revoke terminates it.
+        self._pool_process: int | None = None
         self._lock = threading.Lock()
         self._receivers: list[tuple[Any, Callable[..., Any]]] = []
         setattr(app, _ATTRIBUTE, self)
@@ -123,6 +130,44 @@ class WorkerRuntime:
         writer = self._progress
         if writer is not None and writer.pid == os.getpid():
             writer.forget(fire_instance_id)
+
+    def in_worker_process(self, *_: Any, **__: Any) -> None:
+        """Celery's ``worker_init``, in the worker's main process (before its pool starts)."""
+        self._worker_process = os.getpid()
+
+    def in_pool_process(self, *_: Any, **__: Any) -> None:
+        """Celery's ``worker_process_init``, sent in each prefork pool process (forked, or a
+        fresh interpreter) and, by the solo pool, in the worker's main process. A prefork pool
+        process is stopped by a revoke with ``terminate=True``: it does not read cancel
+        requests. The solo pool runs its tasks in the main process, which does."""
+        if self._worker_process != os.getpid():
+            self._pool_process = os.getpid()
+
+    @property
+    def reads_cancel_requests(self) -> bool:
+        """Whether this process reads the cancel requests of the firings it runs: it runs
+        tasks itself (solo, threads), not as a prefork pool process a revoke terminates."""
+        return self._pool_process != os.getpid()
+
+    def watch_cancel(self, context: JobExecutionContext) -> None:
+        """A firing started in this process: unless a revoke can terminate it (a prefork pool
+        process), its cancel request is read from the store while it runs (a forked child
+        starts its own watch)."""
+        if not self.reads_cancel_requests:
+            return
+        watch = self._cancels
+        if watch is None or watch.pid != os.getpid():
+            with self._lock:
+                watch = self._cancels
+                if watch is None or watch.pid != os.getpid():
+                    watch = self._cancels = CancelWatch(self.store)
+        watch.watch(context)
+
+    def forget_cancel(self, fire_instance_id: str) -> None:
+        """The firing ended: its cancel request is no longer read."""
+        watch = self._cancels
+        if watch is not None and watch.pid == os.getpid():
+            watch.forget(fire_instance_id)
 
     def record_waiting_ends(self, *_: Any, **__: Any) -> None:
         """Record the ends this process still holds (its pool process, or the worker, stops)."""

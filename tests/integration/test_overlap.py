@@ -1,7 +1,7 @@
 """Overlap policies with real beat and workers on PostgreSQL and Redis (docs/steering.md#overlap-
 policy): a task that runs longer than its trigger's interval, under ``skip`` (two schedulers
 racing each skip), ``buffer_one`` (through a pause and a resume) and ``cancel_previous`` (a prefork
-run terminated on another worker; a threads run cancelled cooperatively)."""
+run terminated on another worker; a threads run and a solo run cancelled cooperatively)."""
 
 from __future__ import annotations
 
@@ -163,6 +163,36 @@ def test_cancel_previous_is_cooperative_on_a_threads_pool(
     assert cancelled.fire_instance_id == first.fire_instance_id
     # It saw current_context().cancelled and returned early, well before its 30 s.
     assert first.ended is not None and first.ended - first.started < 10
+
+
+def test_cancel_previous_is_cooperative_on_a_solo_pool_through_the_stores_cancel_request(
+    pg_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    """A solo worker reads no remote-control message while its task runs: the run learns of
+    the cancel from the store (the claim's cancel request, read about once a second), returns
+    early, is recorded cancelled, and the new firing runs next."""
+    store = ledger_app.prepared_store(pg_url)
+    quartz = _schedule(store, "solo", "cancel_previous", every=4, runs_for=30)
+    with processes(tmp_path, _env(pg_url, redis_url)) as procs:
+        procs.beat("beat1")
+        procs.worker("w1", concurrency=1, extra=["-P", "solo"])
+
+        def run_cancelled() -> bool:
+            started = {r.fire_instance_id for r in _runs(pg_url, "solo")}
+            return any(r.fire_instance_id in started for r in _cancelled(pg_url, "solo"))
+
+        wait_for(run_cancelled, timeout=25, message="a run cancelled while it ran")
+        wait_for(lambda: len(_runs(pg_url, "solo")) >= 2, timeout=20, message="its successor")
+        quartz.pause_trigger(TriggerKey("solo", GROUP))
+        procs.assert_running("beat1", "w1")
+        _kill_workers(procs, "w1")
+    first, second = _runs(pg_url, "solo")[:2]
+    (cancelled,) = _cancelled(pg_url, "solo")[:1]
+    assert cancelled.fire_instance_id == first.fire_instance_id
+    # It saw current_context().cancelled within about a second of the next firing (4 s after
+    # it), returned early, well before its 30 s, and the next firing ran after it.
+    assert first.ended is not None and first.ended - first.started < 8
+    assert second.started >= first.ended
 
 
 def test_cancel_previous_revokes_a_firing_still_in_the_broker_before_it_starts(

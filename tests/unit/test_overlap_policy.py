@@ -5,7 +5,7 @@ flight ends, ``cancel_previous`` fires it and names the firing to revoke. On SQL
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +20,16 @@ from celery_quartz.overlap import OverlapPolicy
 from celery_quartz.retry import RetryPolicy
 from celery_quartz.store import FiringState, SqlStore, TriggerState
 from celery_quartz.store.views import FiringOutcome
-from celery_quartz.triggers import SimpleMisfireInstruction, SimpleTrigger
+from celery_quartz.triggers import (
+    CalendarIntervalTrigger,
+    CronTrigger,
+    DailyTimeIntervalTrigger,
+    RecurrenceTrigger,
+    SimpleMisfireInstruction,
+    SimpleTrigger,
+    Trigger,
+)
+from celery_quartz.triggers.base import TRIGGER_KINDS
 from tests.stores import store_at
 from tests.unit.builders import A, B, acquire, add, fire_one, next_fire, repeating, state
 from tests.unit.conftest import at
@@ -358,6 +367,48 @@ def test_the_policy_names_are_read_in_any_case_and_with_dashes() -> None:
     assert OverlapPolicy.parse(None) is OverlapPolicy.ALLOW
     with pytest.raises(InvalidTriggerError, match="is not one of allow, skip, buffer_one"):
         OverlapPolicy.parse(3)
+
+
+#: Each trigger kind, built with the given common fields.
+KINDS: dict[str, Callable[..., Trigger]] = {
+    "simple": lambda **common: SimpleTrigger(key=TriggerKey("simple"), **common),
+    "cron": lambda **common: CronTrigger(
+        key=TriggerKey("cron"), expression="0 * * * * ?", **common
+    ),
+    "calendar": lambda **common: CalendarIntervalTrigger(key=TriggerKey("calendar"), **common),
+    "daily": lambda **common: DailyTimeIntervalTrigger(key=TriggerKey("daily"), **common),
+    "rrule": lambda **common: RecurrenceTrigger(
+        key=TriggerKey("rrule"), rule="FREQ=DAILY", **common
+    ),
+}
+
+
+def test_every_trigger_kind_reads_its_policy_into_the_enum_at_construction() -> None:
+    kinds = [build(overlap_policy="Buffer-One") for build in KINDS.values()]
+    assert {type(t).kind for t in kinds} == set(TRIGGER_KINDS)
+    assert all(t.overlap_policy is OverlapPolicy.BUFFER_ONE for t in kinds)
+    assert all(build().overlap_policy is OverlapPolicy.ALLOW for build in KINDS.values())
+    assert all(
+        build(overlap_policy=None).overlap_policy is OverlapPolicy.ALLOW for build in KINDS.values()
+    )
+    later = kinds[0]
+    later.overlap_policy = "CANCEL-previous"
+    assert later.overlap_policy is OverlapPolicy.CANCEL_PREVIOUS
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_trigger_kind_refuses_an_unknown_policy_at_construction_naming_it(
+    kind: str,
+) -> None:
+    with pytest.raises(
+        InvalidTriggerError,
+        match=rf"trigger DEFAULT\.{kind}: overlap_policy 'sometimes' is not one of allow",
+    ):
+        KINDS[kind](overlap_policy="sometimes")
+    trigger = KINDS[kind](overlap_policy="skip")
+    with pytest.raises(InvalidTriggerError, match=rf"trigger DEFAULT\.{kind}: overlap_policy 7"):
+        trigger.overlap_policy = 7  # type: ignore[assignment]
+    assert trigger.overlap_policy is OverlapPolicy.SKIP  # left as it was
 
 
 def test_the_firings_in_flight_are_fired_published_or_executing() -> None:

@@ -305,6 +305,7 @@ class SqlStore(Store):
     complete_executions = _Operation("worker", WorkerStore.complete_executions)
     executing_task_ids = _Operation("worker", WorkerStore.executing_task_ids)
     record_progress = _Operation("worker", WorkerStore.record_progress)
+    cancel_requested = _Operation("worker", WorkerStore.cancel_requested)
     end_lost_execution = _Operation("worker", WorkerStore.end_lost_execution)
     cancel_firing = _Operation("worker", WorkerStore.cancel_firing)
 

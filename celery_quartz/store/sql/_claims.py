@@ -339,7 +339,7 @@ class Claims:
             message = _firing_message(firing, self.sql.scheduler_name, now, instance_name, expires)
             if in_flight and policy is OverlapPolicy.CANCEL_PREVIOUS:
                 message = dataclasses.replace(
-                    message, revokes=self.overlaps.revokes(firing, in_flight)
+                    message, revokes=self.overlaps.revokes(conn, firing, in_flight, now)
                 )
             firings.append(message)
         if updates:

@@ -182,12 +182,39 @@ class Overlaps:
             folded,
         )
 
-    def revokes(self, firing: AcquiredFiring, in_flight: Sequence[Row[Any]]) -> tuple[str, ...]:
+    def revokes(
+        self, conn: Connection, firing: AcquiredFiring, in_flight: Sequence[Row[Any]], now: int
+    ) -> tuple[str, ...]:
         """``cancel_previous``: the task ids of the firings in flight to revoke once the new one
-        is published (the decision is this transaction's; the revoke is the scheduler's)."""
+        is published (the decision is this transaction's; the revoke is the scheduler's). Their
+        rows are marked cancel-requested (``cancel_requested_time``) in this transaction, for
+        the workers whose pool cannot terminate a run (:meth:`WorkerSql.cancel_requested
+        <celery_quartz.store.sql.worker.WorkerSql.cancel_requested>`).
+
+        On PostgreSQL the mark skips a row another transaction holds: the claim holds the
+        trigger's row, and a worker's end of that firing holds the fired row and then waits for
+        the trigger's, so waiting here would deadlock. A row so held is being ended (or, for a
+        few milliseconds, started or given progress); the revoke still goes to it."""
         ids = tuple(message_task_id(r.fire_instance_id, r.expired_count) for r in in_flight)
+        f = self.sql.tables.fired_triggers
+        free = (
+            select(f.c.fire_instance_id)
+            .where(
+                self.sql.scoped(f),
+                f.c.fire_instance_id.in_([r.fire_instance_id for r in in_flight]),
+                f.c.state.in_(IN_FLIGHT),
+                f.c.cancel_requested_time.is_(None),
+            )
+            .with_for_update(skip_locked=True)
+        )
+        marked = conn.execute(
+            update(f)
+            .where(self.sql.scoped(f), f.c.fire_instance_id.in_(free.scalar_subquery()))
+            .values(cancel_requested_time=now)
+        ).rowcount
         logger.info(
-            "overlap: trigger %s fires %s and cancels its firing(s) in flight: %s",
+            "overlap: trigger %s fires %s and cancels its firing(s) in flight: %s (%d marked "
+            "cancel-requested)",
             firing.trigger.key,
             from_millis(firing.scheduled_millis).isoformat(),
             ", ".join(
@@ -195,6 +222,7 @@ class Overlaps:
                 + (f" on {r.worker_name})" if r.worker_name else ")")
                 for r in in_flight
             ),
+            marked,
         )
         return ids
 

@@ -384,6 +384,21 @@ class WorkerSql(WorkerStore):
                 ],
             ).rowcount
 
+    def cancel_requested(self, fire_instance_ids: Sequence[str]) -> set[str]:
+        if not fire_instance_ids:
+            return set()
+        f = self.sql.tables.fired_triggers
+        with self.sql.transaction() as conn:
+            return set(
+                conn.execute(
+                    select(f.c.fire_instance_id).where(
+                        self.sql.scoped(f),
+                        f.c.fire_instance_id.in_(list(fire_instance_ids)),
+                        f.c.cancel_requested_time.is_not(None),
+                    )
+                ).scalars()
+            )
+
     def executing_task_ids(self, worker_name: str) -> dict[str, str]:
         f = self.sql.tables.fired_triggers
         with self.sql.transaction() as conn:

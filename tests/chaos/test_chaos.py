@@ -1,4 +1,4 @@
-"""The short chaos runs that ``make test`` includes: 75 s of kills and restarts on Redis, 45 s on
+"""The short chaos runs that ``make test`` includes: 50 s of kills and restarts on Redis, 45 s on
 RabbitMQ (the two-minute run on several seeds, and the ten-minute one, are in bench/RESULTS.md).
 
 The long run is the same harness: ``python -m tests.chaos --seconds 600`` (``--broker
@@ -20,10 +20,10 @@ from tests.services import PostgresServer, RedisServer
 
 @pytest.mark.slow
 @pytest.mark.chaos
-def test_75_seconds_of_kills_and_restarts_lose_nothing_and_start_nothing_twice(
+def test_50_seconds_of_kills_and_restarts_lose_nothing_and_start_nothing_twice(
     tmp_path: Path, postgres: PostgresServer, redis: RedisServer
 ) -> None:
-    report = run_chaos(tmp_path, postgres, redis, seconds=75, seed=7)
+    report = run_chaos(tmp_path, postgres, redis, seconds=50, seed=7)
     print(report.table())
     assert report.duplicates == 0
     assert report.lost == [], report.table()

@@ -169,4 +169,8 @@ def _rebuild(edited: Trigger, where: str) -> None:
     except InvalidTriggerError:
         raise
     except (ValueError, TypeError) as error:
-        raise InvalidTriggerError(f"{where}: {error}") from None
+        # A kind's own check may name the trigger already (a cron expression's does): once.
+        message = str(error)
+        if not message.startswith(f"{where}: "):
+            message = f"{where}: {message}"
+        raise InvalidTriggerError(message) from None

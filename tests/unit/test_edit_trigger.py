@@ -153,7 +153,12 @@ def test_dry_run_shows_the_edit_and_writes_nothing(quartz: Quartz) -> None:
 @pytest.mark.parametrize(
     ("changes", "error", "message"),
     [
-        ({"cron": "0 0 25 * * ?"}, InvalidTriggerError, "trigger reports.nightly"),
+        # The trigger named once, as scheduling names it.
+        (
+            {"cron": "0 0 25 * * ?"},
+            InvalidTriggerError,
+            r"^trigger reports\.nightly: cron expression '0 0 25 \* \* \?': hour field",
+        ),
         ({"time_zone": "Mars/Olympus"}, InvalidTriggerError, "Mars/Olympus"),
         ({"interval": 60}, InvalidTriggerError, "interval applies to a SIMPLE trigger"),
         ({"priority": 2**31}, InvalidTriggerError, "priority 2147483648 is outside"),

@@ -67,10 +67,13 @@ class TriggerEdit:
             raise ValidationError(f"nothing to edit: give one of {', '.join(EDITABLE)}")
         return cls(dict(changes))
 
-    @property
-    def reschedules(self) -> bool:
-        """Whether the edit moves the next fire time."""
-        return bool(SCHEDULE_FIELDS & set(self.changes))
+    def reschedules(self, stored: Trigger, edited: Trigger) -> bool:
+        """Whether the edit of ``stored`` into ``edited`` moves the next fire time: it gives a
+        schedule or a calendar that differs from the stored one. (A schedule given as it is
+        moves nothing: an occurrence owed stays owed, for its misfire instruction to decide.)"""
+        return bool(SCHEDULE_FIELDS & set(self.changes)) and (
+            edited.detail() != stored.detail() or edited.calendar_name != stored.calendar_name
+        )
 
     def apply(self, stored: Trigger) -> Trigger:
         """The trigger ``stored`` edited (a copy; ``stored`` is left as it was). Raises

@@ -360,6 +360,25 @@ def test_clearing_the_pin_execution_group_calendar_and_description(edits: Edits)
         }, surface
 
 
+def test_a_schedule_or_calendar_given_as_it_is_moves_nothing(edits: Edits) -> None:
+    """The simple and recurrence triggers' next fire time is still ``ANCHOR``, in the past (no
+    scheduler ran): an occurrence owed, which the misfire instruction decides. Giving their
+    schedule and calendar as they are changes nothing, so it is not dropped."""
+    before = _rows(edits.store)
+    assert from_millis(before["cli-simple"]["next_fire_time"]) == ANCHOR
+    same = ("edit", "trigger", "cli-simple", "-g", GROUP, "--interval", "3600", "--calendar", "")
+    done = _cli(edits.app, *same)
+    assert done.output == f"trigger {GROUP}.cli-simple: changed 0 detail(s)\n"
+    answer = edits.api.post(
+        f"{API}/triggers/{GROUP}/api-rrule/edit",
+        json={"rrule": "FREQ=DAILY", "time_zone": "UTC", "calendar": None},
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["changed"] == {}
+    assert _rows(edits.store) == before
+    assert _edits_audited(edits.store) == []
+
+
 # -- a dry run --------------------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ Every other detail leaves the fire times as they are. A firing in flight is not 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -131,10 +132,19 @@ class TriggerEdit:
 
 def _schedule_value(where: str, name: str, value: Any) -> Any:
     if name == "interval":
+        refused = InvalidTriggerError(
+            f"{where}: interval must be a positive number of seconds, at most "
+            f"{timedelta.max.days} days"
+        )
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = timedelta(seconds=value)
+            if not math.isfinite(value):
+                raise refused
+            try:
+                value = timedelta(seconds=value)
+            except OverflowError:
+                raise refused from None
         if not isinstance(value, timedelta) or value <= timedelta(0):
-            raise InvalidTriggerError(f"{where}: interval must be a positive number of seconds")
+            raise refused
         return value
     if not isinstance(value, str) or not value.strip():
         raise InvalidTriggerError(f"{where}: {name} must be a non-empty expression")

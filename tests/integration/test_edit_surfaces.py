@@ -431,10 +431,20 @@ CLI_REFUSALS: list[tuple[str, tuple[str, ...], str]] = [
         ("--tz", "Asia/Tokyo"),
         "error: trigger reports.cli-simple: time_zone does not apply to a SIMPLE trigger",
     ),
+    *(
+        (
+            "cli-simple",
+            ("--interval", bad),
+            "error: trigger reports.cli-simple: interval must be a positive number of seconds, "
+            "at most 999999999 days",
+        )
+        for bad in ("0", "nan", "inf", "1e300")
+    ),
     (
         "cli-simple",
-        ("--interval", "0"),
-        "error: trigger reports.cli-simple: interval must be a positive number of seconds",
+        # A duration a datetime holds, but its next fire time is past the year 9999.
+        ("--interval", "8e13"),
+        "error: trigger reports.cli-simple: based on its edited schedule it will never fire again",
     ),
     (
         "cli-rrule",
@@ -500,11 +510,21 @@ API_REFUSALS: list[tuple[str, dict[str, Any], str, str]] = [
         "trigger reports.api-rrule: recurrence rule 'FREQ=SOMETIMES': FREQ must be one of "
         "['DAILY', 'HOURLY', 'MINUTELY', 'MONTHLY', 'SECONDLY', 'WEEKLY', 'YEARLY']",
     ),
+    *(
+        (
+            "api-simple",
+            {"interval": bad},
+            "interval",
+            "trigger reports.api-simple: interval must be a positive number of seconds, at "
+            "most 999999999 days",
+        )
+        for bad in (-60, 1e300)
+    ),
     (
         "api-simple",
-        {"interval": -60},
+        {"interval": 8e13},
         "interval",
-        "trigger reports.api-simple: interval must be a positive number of seconds",
+        "trigger reports.api-simple: based on its edited schedule it will never fire again",
     ),
     (
         "api-cron",

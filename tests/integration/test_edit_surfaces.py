@@ -190,6 +190,16 @@ CASES = [
         lambda now, _: _next_at(2, 0, "Asia/Tokyo")(now),
     ),
     Case(
+        # The rule's times stay those of its start (09:15 UTC) in any zone.
+        "time_zone",
+        "rrule",
+        ("--tz", "America/New_York"),
+        "America/New_York",
+        SCHEDULE,
+        {"time_zone": ["UTC", "America/New_York"]},
+        lambda now, _: _next_at(9, 15)(now),
+    ),
+    Case(
         "interval",
         "simple",
         ("--interval", "5400"),
@@ -267,7 +277,14 @@ CASES = [
         {"description": [None, "after the ETL"]},
     ),
 ]
-CASE_IDS = ["pin-automatic" if case.api == "*" else case.detail.replace("_", "-") for case in CASES]
+CASE_IDS = [
+    "pin-automatic"
+    if case.api == "*"
+    else f"{case.kind}-zone"
+    if case.detail == "time_zone"
+    else case.detail.replace("_", "-")
+    for case in CASES
+]
 
 
 def _edit(

@@ -15,6 +15,7 @@ Every other detail leaves the fire times as they are. A firing in flight is not 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -67,10 +68,13 @@ class TriggerEdit:
             raise ValidationError(f"nothing to edit: give one of {', '.join(EDITABLE)}")
         return cls(dict(changes))
 
-    @property
-    def reschedules(self) -> bool:
-        """Whether the edit moves the next fire time."""
-        return bool(SCHEDULE_FIELDS & set(self.changes))
+    def reschedules(self, stored: Trigger, edited: Trigger) -> bool:
+        """Whether the edit of ``stored`` into ``edited`` moves the next fire time: it gives a
+        schedule or a calendar that differs from the stored one. (A schedule given as it is
+        moves nothing: an occurrence owed stays owed, for its misfire instruction to decide.)"""
+        return bool(SCHEDULE_FIELDS & set(self.changes)) and (
+            edited.detail() != stored.detail() or edited.calendar_name != stored.calendar_name
+        )
 
     def apply(self, stored: Trigger) -> Trigger:
         """The trigger ``stored`` edited (a copy; ``stored`` is left as it was). Raises
@@ -128,10 +132,19 @@ class TriggerEdit:
 
 def _schedule_value(where: str, name: str, value: Any) -> Any:
     if name == "interval":
+        refused = InvalidTriggerError(
+            f"{where}: interval must be a positive number of seconds, at most "
+            f"{timedelta.max.days} days"
+        )
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = timedelta(seconds=value)
+            if not math.isfinite(value):
+                raise refused
+            try:
+                value = timedelta(seconds=value)
+            except OverflowError:
+                raise refused from None
         if not isinstance(value, timedelta) or value <= timedelta(0):
-            raise InvalidTriggerError(f"{where}: interval must be a positive number of seconds")
+            raise refused
         return value
     if not isinstance(value, str) or not value.strip():
         raise InvalidTriggerError(f"{where}: {name} must be a non-empty expression")
@@ -169,4 +182,8 @@ def _rebuild(edited: Trigger, where: str) -> None:
     except InvalidTriggerError:
         raise
     except (ValueError, TypeError) as error:
-        raise InvalidTriggerError(f"{where}: {error}") from None
+        # A kind's own check may name the trigger already (a cron expression's does): once.
+        message = str(error)
+        if not message.startswith(f"{where}: "):
+            message = f"{where}: {message}"
+        raise InvalidTriggerError(message) from None

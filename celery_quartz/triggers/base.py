@@ -241,7 +241,10 @@ class Trigger(ABC):
         again."""
         if self.start_at is not None and self.start_at >= now:
             return self.compute_first_fire_time(calendar)
-        first = now if self.fires_at(now) else self.next_fire_time_after(now)
+        try:
+            first = now if self.fires_at(now) else self.next_fire_time_after(now)
+        except OverflowError:  # past the last instant a datetime holds (a huge interval)
+            first = None
         self.next_fire_time = self._skip_excluded(first, calendar)
         return self.next_fire_time
 

@@ -117,6 +117,18 @@ def test_an_rrule_is_edited_on_a_recurrence_trigger(quartz: Quartz) -> None:
     assert quartz.get_trigger(KEY).next_fire_time == utc(2026, 3, 6, 9)  # type: ignore[union-attr]
 
 
+def test_a_schedule_given_as_it_is_keeps_an_owed_occurrence(
+    quartz: Quartz, clock: FakeClock
+) -> None:
+    _cron(quartz)
+    clock.advance(86400)  # the 02:00 of the next day is past and owed: a misfire to decide
+    owed = utc(2026, 3, 3, 2)
+    quartz.update_trigger(KEY, cron="0 0 2 * * ?", time_zone="UTC", calendar=None)
+    assert quartz.get_trigger(KEY).next_fire_time == owed  # type: ignore[union-attr]
+    quartz.update_trigger(KEY, cron="0 0 3 * * ?")
+    assert quartz.get_trigger(KEY).next_fire_time == utc(2026, 3, 4, 3)  # type: ignore[union-attr]
+
+
 def test_a_paused_trigger_stays_paused_with_its_record(quartz: Quartz) -> None:
     _cron(quartz)
     quartz.pause_trigger(KEY, reason="hold", requested_by="ops")
@@ -153,7 +165,12 @@ def test_dry_run_shows_the_edit_and_writes_nothing(quartz: Quartz) -> None:
 @pytest.mark.parametrize(
     ("changes", "error", "message"),
     [
-        ({"cron": "0 0 25 * * ?"}, InvalidTriggerError, "trigger reports.nightly"),
+        # The trigger named once, as scheduling names it.
+        (
+            {"cron": "0 0 25 * * ?"},
+            InvalidTriggerError,
+            r"^trigger reports\.nightly: cron expression '0 0 25 \* \* \?': hour field",
+        ),
         ({"time_zone": "Mars/Olympus"}, InvalidTriggerError, "Mars/Olympus"),
         ({"interval": 60}, InvalidTriggerError, "interval applies to a SIMPLE trigger"),
         ({"priority": 2**31}, InvalidTriggerError, "priority 2147483648 is outside"),

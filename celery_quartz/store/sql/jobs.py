@@ -281,7 +281,8 @@ class JobsSql(JobStore):
             row = conn.execute(select(t).where(self.sql.trigger_key(key)).with_for_update()).first()
             if row is None:
                 raise TriggerNotFoundError(f"trigger {key} is not stored")
-            edited = edit.apply(trigger_from_row(row))
+            stored = trigger_from_row(row)
+            edited = edit.apply(stored)
             values = self.rows.trigger_values(edited, row.trigger_state)
             # What firing wrote stays: the counts, the last fire time, and (unless the schedule
             # changed) the next one.
@@ -290,7 +291,7 @@ class JobsSql(JobStore):
                 times_triggered=row.times_triggered,
                 next_fire_time=row.next_fire_time,
             )
-            if edit.reschedules:
+            if edit.reschedules(stored, edited):
                 calendar = self.rows.calendar(conn, edited.calendar_name, key)
                 next_fire_time = edited.reschedule_from(self.sql.clock.now(), calendar)
                 if next_fire_time is None:
@@ -301,11 +302,11 @@ class JobsSql(JobStore):
                 if row.trigger_state == TriggerState.ACQUIRED:
                     values["trigger_state"] = TriggerState.WAITING
             else:
-                edited.next_fire_time = trigger_from_row(row).next_fire_time
+                edited.next_fire_time = stored.next_fire_time
             if not dry_run:
                 conn.execute(update(t).where(self.sql.trigger_key(key)).values(values))
                 changes = self.audit.changes()
-                changes.trigger("update_trigger", trigger_from_row(row), edited)
+                changes.trigger("update_trigger", stored, edited)
                 self.audit.write(conn, changes)
         return edited
 

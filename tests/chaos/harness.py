@@ -405,7 +405,10 @@ def run_outage(
             procs.worker(name, concurrency=4)
         for name in SCHEDULERS:
             procs.beat(name)
-        time.sleep(5 + before)
+        # The outage must meet running nodes, not ones still starting (a loaded machine can take
+        # seconds to start them): every scheduler's loop and every worker up, then ``before``.
+        _wait_started(procs, WORKERS, SCHEDULERS, timeout=60)
+        time.sleep(before)
         server.stop()
         _supervise(procs, down, report)
         server.start(keep_port=True)
@@ -434,6 +437,20 @@ def run_outage(
     report.after_outage = len(started_after)
     store.dispose()
     return report
+
+
+def _wait_started(
+    procs: Processes, workers: Sequence[str], schedulers: Sequence[str], timeout: float
+) -> None:
+    """Until each worker says it is ready and each scheduler's loop has started (their logs)."""
+    wanted = {**{n: " ready." for n in workers}, **{n: " started (" for n in schedulers}}
+
+    def all_started() -> bool:
+        for name in wanted:
+            procs.assert_running(name)
+        return all(line in procs.log(name) for name, line in wanted.items())
+
+    wait_for(all_started, timeout=timeout, message=f"{', '.join(wanted)} started")
 
 
 def _supervise(

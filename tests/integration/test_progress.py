@@ -44,11 +44,15 @@ def test_a_running_tasks_progress_is_seen_in_flight_by_the_cli_and_the_api(
         procs.beat("beat1")
         procs.worker("w1", concurrency=1)
 
+        seen: list[dict[str, Any]] = []
+
         def reported(message: str) -> bool:
-            return any(p and p["message"] == message for p in _cli_progress(pg_url))
+            # What the CLI showed is kept: read again, it may be the task's next report.
+            seen[:] = [p for p in _cli_progress(pg_url) if p and p["message"] == message]
+            return bool(seen)
 
         wait_for(lambda: reported("step 1 of 4"), timeout=60, message="the first report")
-        (first,) = [p for p in _cli_progress(pg_url) if p]
+        (first,) = seen
         assert first["percent"] == 0
         wait_for(lambda: reported("step 3 of 4"), timeout=20, message="a later report")
         items = api.get(f"{API}/firings").json()["items"]

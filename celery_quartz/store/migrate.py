@@ -11,27 +11,43 @@ upgrade: schema first, then nodes), which is sound while each migration is addit
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from importlib import resources
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.config import Config
-from alembic.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, String, column, inspect, select, table, text
 
 from celery_quartz.errors import SchemaVersionError
 from celery_quartz.store.schema import build_tables
 from celery_quartz.table_prefix import DEFAULT_TABLE_PREFIX
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 logger = logging.getLogger(__name__)
+
+# Alembic (and the migration scripts it loads) is imported only when the tables are not at this
+# version's head: a node whose tables are current starts without it.
+_MIGRATION_FILE = re.compile(r"(\d{4})_\w+\.py")
+
+
+@functools.cache
+def packaged_head() -> str:
+    """The newest migration's revision, read from the names of the migration files (each is
+    ``NNNN_<name>.py`` with revision ``NNNN``, one after another: a test checks both against
+    Alembic). What :func:`ensure_schema` compares the tables with before it needs Alembic."""
+    versions = resources.files("celery_quartz.migrations").joinpath("versions")
+    found = [m.group(1) for f in versions.iterdir() if (m := _MIGRATION_FILE.fullmatch(f.name))]
+    return max(found)
 
 
 def _config(connection: Connection | None, prefix: str) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", "celery_quartz:migrations")
     cfg.attributes["connection"] = connection
@@ -40,6 +56,9 @@ def _config(connection: Connection | None, prefix: str) -> Config:
 
 
 def head_revision() -> str:
+    """The newest migration's revision, as Alembic reads the migration scripts."""
+    from alembic.script import ScriptDirectory
+
     head = ScriptDirectory.from_config(_config(None, DEFAULT_TABLE_PREFIX)).get_current_head()
     assert head is not None
     return head
@@ -47,6 +66,9 @@ def head_revision() -> str:
 
 def is_known_revision(revision: str) -> bool:
     """Whether ``revision`` is one of this version's migrations (a newer version's is not)."""
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
     script = ScriptDirectory.from_config(_config(None, DEFAULT_TABLE_PREFIX))
     try:
         return script.get_revision(revision) is not None
@@ -55,9 +77,17 @@ def is_known_revision(revision: str) -> bool:
 
 
 def current_revision(engine: Engine, prefix: str = DEFAULT_TABLE_PREFIX) -> str | None:
+    """The revision the tables under ``prefix`` are at (Alembic's version table), or None when
+    there is none."""
+    name = f"{prefix}alembic_version"
     with engine.connect() as conn:
-        ctx = MigrationContext.configure(conn, opts={"version_table": f"{prefix}alembic_version"})
-        return ctx.get_current_revision()
+        if not inspect(conn).has_table(name):
+            return None
+        version = column("version_num", String)
+        revisions = sorted(conn.execute(select(version).select_from(table(name))).scalars())
+    if len(revisions) > 1:
+        raise SchemaVersionError(f"{name} holds several revisions: {', '.join(revisions)}")
+    return revisions[0] if revisions else None
 
 
 def upgrade(engine: Engine, prefix: str = DEFAULT_TABLE_PREFIX, revision: str = "head") -> None:
@@ -67,6 +97,8 @@ def upgrade(engine: Engine, prefix: str = DEFAULT_TABLE_PREFIX, revision: str = 
             # Held to the end of this transaction: concurrent upgrades run one after another.
             key = zlib.crc32(f"celery_quartz.migrate:{prefix}".encode()) & 0x7FFFFFFF
             conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+        from alembic import command
+
         command.upgrade(_config(conn, prefix), revision)
 
 
@@ -89,9 +121,9 @@ def ensure_schema(
       revisions and the command to run; without it, warn (a scheduler will upgrade them).
     """
     current = current_revision(engine, prefix)
-    head = head_revision()
-    if current == head:
+    if current == packaged_head():
         return
+    head = head_revision()
     if current is not None and not is_known_revision(current):
         logger.warning(
             "%s: the tables (prefix %r) are at schema revision %s, newer than this version's "
@@ -140,6 +172,9 @@ class SchemaReport:
 
 def check(engine: Engine, prefix: str = DEFAULT_TABLE_PREFIX) -> SchemaReport:
     """Compare the database with the schema this version of the package expects."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
     report = SchemaReport(current=current_revision(engine, prefix), head=head_revision())
     metadata = build_tables(prefix).metadata
     with engine.connect() as conn:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -20,7 +21,7 @@ from celery_quartz.affinity import PreferredNode
 from celery_quartz.calendars import WeeklyCalendar
 from celery_quartz.store import TriggerState
 from celery_quartz.store.views import AuditFilter
-from celery_quartz.triggers import CronTrigger
+from celery_quartz.triggers import CronTrigger, RecurrenceTrigger
 from celery_quartz.triggers.cron import CronMisfireInstruction
 from tests.integration import ledger_app
 from tests.integration.dashboard_helpers import ADMIN, serve
@@ -98,6 +99,12 @@ def _schedule(url: str) -> Quartz:
         ]
     )
     return quartz
+
+
+def _submit(page: Any, button: str, done: str) -> None:
+    """Click a form's ``button`` and wait for the page it redirects to, which says ``done``."""
+    page.click(button)
+    page.wait_for_url(re.compile(rf"\?done={re.escape(done)}$"))
 
 
 def _log_in(page: Any, base: str) -> None:
@@ -429,10 +436,6 @@ def test_each_pause_form_keeps_its_reason_and_the_edit_form_changes_and_clears_d
         _log_in(page, base)
         here = f"{base}/s/ledger_app/triggers/reports/nightly"
 
-        def submit(button: str, done: str) -> None:
-            page.click(button)
-            page.wait_for_url(re.compile(rf"\?done={re.escape(done)}$"))
-
         # Each pause form of the trigger's page keeps its reason: the trigger's own, its job's
         # and its group's; the latest request's record is the one shown.
         for form, reason in (
@@ -443,7 +446,7 @@ def test_each_pause_form_keeps_its_reason_and_the_edit_form_changes_and_clears_d
             page.goto(here)
             page.fill(f"#pause-{form}reason", reason)
             kind = {"": "triggers", "job-": "jobs", "group-": "groups"}[form]
-            submit(f"#action-{form}pause", f"{kind}+pause")
+            _submit(page, f"#action-{form}pause", f"{kind}+pause")
             shown = page.inner_text("#pause-record")
             assert re.fullmatch(
                 rf"Paused: {re.escape(reason)} \(by admin, \d{{4}}-\d\d-\d\d [\d:]{{8}} UTC\)",
@@ -470,15 +473,15 @@ def test_each_pause_form_keeps_its_reason_and_the_edit_form_changes_and_clears_d
             ("#edit-description", "after the ETL"),
         ):
             page.fill(f"#edit-form {field}", value)
-        submit("#action-edit", "triggers+edit")
+        _submit(page, "#action-edit", "triggers+edit")
         page.screenshot(path=str(tmp_path / "edited.png"), full_page=True)
         page.goto(here)
         page.click("#edit summary")
         for name in ("execution-group", "calendar", "description"):
             page.check(f"#edit-clear-{name}")
-        submit("#action-edit", "triggers+edit")
+        _submit(page, "#action-edit", "triggers+edit")
         page.goto(here)
-        submit("#action-unpin", "triggers+edit")
+        _submit(page, "#action-unpin", "triggers+edit")
         assert page.inner_text("#trigger-state") == TriggerState.PAUSED
     edited = quartz.get_trigger(key)
     assert isinstance(edited, CronTrigger)
@@ -509,3 +512,82 @@ def test_each_pause_form_keeps_its_reason_and_the_edit_form_changes_and_clears_d
         "description": ["after the ETL", None],
     }
     assert unpinned == {"preferred_node": ["celery@reports-1", None]}
+
+
+def _first_at(hour: int, minute: int, zone: str, now: datetime) -> datetime:
+    """The first ``hour:minute`` on ``zone``'s wall clock at or after ``now``, in UTC: computed
+    without the triggers' code."""
+    local = now.astimezone(ZoneInfo(zone))
+    first = local.replace(hour=hour, minute=minute, second=0, microsecond=0)
+    if first < local:
+        first += timedelta(days=1)
+    return first.astimezone(timezone.utc)
+
+
+def test_the_edit_form_changes_a_zone_an_interval_and_a_rule_moving_the_next_fire_time(
+    pg_url: str, browser: Any
+) -> None:
+    quartz = _schedule(pg_url)
+    # A daily rule at 06:00 UTC, started a week ago.
+    week_ago = datetime.now(timezone.utc) - timedelta(days=7)
+    quartz.schedule_job(
+        Job(key=JobKey("digest", "reports"), task="ledger.noop", durable=True),
+        RecurrenceTrigger(
+            key=TriggerKey("digest", "reports"),
+            rule="FREQ=DAILY;BYHOUR=6",
+            start_at=week_ago.replace(hour=0, minute=0, second=0, microsecond=0),
+        ),
+    )
+    cron, simple, rrule = (
+        TriggerKey("nightly", "reports"),
+        TriggerKey("every-2s", "ops"),
+        TriggerKey("digest", "reports"),
+    )
+    started = quartz.get_trigger(simple)
+    assert started is not None and started.start_at is not None
+    start = started.start_at
+    # Each edit's field, its value, and the first fire time of the new schedule at or after a
+    # moment: the cron expression's 02:00 on Tokyo's clock; the simple trigger's start plus the
+    # new hour (the edit comes seconds after it); the new rule's 18:30 UTC.
+    cases: list[tuple[TriggerKey, str, str, Callable[[datetime], datetime]]] = [
+        (cron, "time_zone", "Asia/Tokyo", lambda now: _first_at(2, 0, "Asia/Tokyo", now)),
+        (simple, "interval", "3600", lambda _: start + timedelta(hours=1)),
+        (
+            rrule,
+            "rrule",
+            "FREQ=DAILY;BYHOUR=18;BYMINUTE=30",
+            lambda now: _first_at(18, 30, "UTC", now),
+        ),
+    ]
+    before = {key: quartz.get_trigger(key) for key, *_ in cases}
+    moments: dict[TriggerKey, tuple[datetime, datetime]] = {}
+    with serve(pg_url) as base:
+        page = browser.new_page()
+        _log_in(page, base)
+        for key, field, value, _ in cases:
+            page.goto(f"{base}/s/ledger_app/triggers/{key.group}/{key.name}")
+            page.click("#edit summary")
+            page.fill(f"#edit-form input[name={field}]", value)
+            since = datetime.now(timezone.utc)
+            _submit(page, "#action-edit", "triggers+edit")
+            moments[key] = (since, datetime.now(timezone.utc))
+
+    zoned, spaced, ruled = (quartz.get_trigger(key) for key in (cron, simple, rrule))
+    assert isinstance(zoned, CronTrigger) and zoned.time_zone == "Asia/Tokyo"
+    assert isinstance(spaced, SimpleTrigger) and spaced.repeat_interval == timedelta(hours=1)
+    assert isinstance(ruled, RecurrenceTrigger)
+    assert ruled.rule == "FREQ=DAILY;BYHOUR=18;BYMINUTE=30"
+    for (key, _, _, first), new in zip(cases, (zoned, spaced, ruled), strict=True):
+        old = before[key]
+        assert old is not None and new is not None
+        assert new.next_fire_time in {first(moment) for moment in moments[key]}, key
+        assert new.next_fire_time != old.next_fire_time, key
+    # One audit row each, the dashboard's, whose diff is exactly the edited detail.
+    diffs = {
+        "time_zone": ["Europe/Helsinki", "Asia/Tokyo"],
+        "repeat_interval_us": [2_000_000, 3_600_000_000],
+        "rule": ["FREQ=DAILY;BYHOUR=6", "FREQ=DAILY;BYHOUR=18;BYMINUTE=30"],
+    }
+    for key, (name, diff) in zip((cron, simple, rrule), diffs.items(), strict=True):
+        [row] = quartz.store.audit(AuditFilter(action="update_trigger", target=str(key))).items
+        assert (row.principal, row.via, row.changes) == ("admin", "dashboard", {name: diff}), key

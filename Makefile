@@ -10,7 +10,8 @@ STAMP := $(VENV)/.installed
 # A hung test must fail the run, not hang it. Four test processes (pytest-xdist), each with its
 # own PostgreSQL and Redis (and RabbitMQ node, booted when a test first needs it): the tests with
 # services spend most of their time waiting on the processes they start, so four share 2 cores
-# (13 to 14 minutes on 2 cores with nothing else running; two processes took 18).
+# (13 to 14 minutes on 2 cores with nothing else running; two processes took 18, and six took as
+# long as four: starting the beats and workers keeps both cores busy).
 # The tests are handed out one at a time, longest first (tests/conftest.py), so that no long run
 # starts last.
 PYTEST_FLAGS ?= -n 4 --dist load --maxschedchunk 1 --timeout=900 --durations=40

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from celery_quartz.clock import FakeClock
-from celery_quartz.firing import AcquiredFiring
+from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store import MemoryStore
@@ -20,6 +20,7 @@ from celery_quartz.triggers import (
 from tests.unit.conftest import T0, at
 
 A, B, C = "sched-a", "sched-b", "sched-c"
+W1 = "celery@w1"
 IGNORE = SimpleMisfireInstruction.IGNORE_MISFIRE_POLICY
 
 
@@ -129,3 +130,27 @@ def fire_times(store: MemoryStore, clock: FakeClock, name: str, most: int = 10) 
 
 
 # -- acquisition -------------------------------------------------------------------------------
+
+
+def every(
+    name: str, seconds: float, policy: str, *, count: int = -1, misfire: int = 0
+) -> SimpleTrigger:
+    """A trigger from ``at(0)`` every ``seconds`` with the overlap policy ``policy``."""
+    trigger = repeating(name, at(0), seconds, count=count, misfire=misfire)
+    trigger.overlap_policy = policy
+    return trigger
+
+
+def running(store: MemoryStore, name: str) -> str:
+    """Fire ``name`` (due now) and start it on W1: its fire instance id."""
+    fire_id = fire_one(store, name)
+    store.mark_published(A, [fire_id])
+    assert store.start_execution(fire_id, W1)
+    return fire_id
+
+
+def claim(store: MemoryStore, instance: str = A) -> list[Firing]:
+    """One claim that fires what is due at once (the loop's usual path)."""
+    return store.claim(
+        instance, no_later_than=store.clock.now(), max_count=10, time_window=0
+    ).firings

@@ -16,31 +16,15 @@ from celery_quartz.clock import FakeClock
 from celery_quartz.context import JobExecutionContext
 from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store import SqlStore
-from celery_quartz.triggers import SimpleTrigger
 from celery_quartz.worker.cancels import CancelWatch
 from tests.stores import store_at
-from tests.unit.builders import A, add, fire_one, repeating
+from tests.unit.builders import A, add, claim, every, fire_one, running
 from tests.unit.conftest import T0, at
-
-W1 = "celery@w1"
-
-
-def _every(name: str, seconds: float, policy: str) -> SimpleTrigger:
-    trigger = repeating(name, at(0), seconds)
-    trigger.overlap_policy = policy
-    return trigger
-
-
-def _running(db: SqlStore, name: str) -> str:
-    fire_id = fire_one(db, name)
-    db.mark_published(A, [fire_id])
-    assert db.start_execution(fire_id, W1)
-    return fire_id
 
 
 def _claim(db: SqlStore) -> list[str]:
-    claim = db.claim(A, no_later_than=db.clock.now(), max_count=10, time_window=0)
-    return [f.fire_instance_id for f in claim.firings]
+    """The fire instance ids of one claim."""
+    return [f.fire_instance_id for f in claim(db)]
 
 
 def _requested_at(db: SqlStore, fire_id: str) -> int | None:
@@ -57,8 +41,8 @@ def _requested_at(db: SqlStore, fire_id: str) -> int | None:
 def test_the_claim_that_cancels_a_running_firing_marks_it_cancel_requested(
     db: SqlStore, clock: FakeClock
 ) -> None:
-    add(db, _every("t", 10, "cancel_previous"))
-    first = _running(db, "t")
+    add(db, every("t", 10, "cancel_previous"))
+    first = running(db, "t")
     assert db.cancel_requested([first]) == set()
     clock.set(at(10))
     [new] = _claim(db)
@@ -68,7 +52,7 @@ def test_the_claim_that_cancels_a_running_firing_marks_it_cancel_requested(
 
 
 def test_a_firing_still_in_the_broker_is_marked_too(db: SqlStore, clock: FakeClock) -> None:
-    add(db, _every("t", 10, "cancel_previous"))
+    add(db, every("t", 10, "cancel_previous"))
     first = fire_one(db, "t")
     db.mark_published(A, [first])
     clock.set(at(10))
@@ -79,8 +63,8 @@ def test_a_firing_still_in_the_broker_is_marked_too(db: SqlStore, clock: FakeClo
 def test_the_first_request_is_kept_when_a_later_firing_replaces_the_same_one_again(
     db: SqlStore, clock: FakeClock
 ) -> None:
-    add(db, _every("t", 10, "cancel_previous"))
-    first = _running(db, "t")
+    add(db, every("t", 10, "cancel_previous"))
+    first = running(db, "t")
     clock.set(at(10))
     [second] = _claim(db)
     clock.set(at(20))
@@ -93,16 +77,16 @@ def test_the_first_request_is_kept_when_a_later_firing_replaces_the_same_one_aga
 def test_no_other_policy_marks_the_firing_in_flight(
     db: SqlStore, clock: FakeClock, policy: str
 ) -> None:
-    add(db, _every("t", 10, policy))
-    first = _running(db, "t")
+    add(db, every("t", 10, policy))
+    first = running(db, "t")
     clock.set(at(10))
     _claim(db)
     assert db.cancel_requested([first]) == set()
 
 
 def test_an_ended_or_unknown_firing_is_not_cancel_requested(db: SqlStore, clock: FakeClock) -> None:
-    add(db, _every("t", 10, "cancel_previous"))
-    first = _running(db, "t")
+    add(db, every("t", 10, "cancel_previous"))
+    first = running(db, "t")
     clock.set(at(10))
     _claim(db)
     assert db.complete_execution(first)
@@ -124,8 +108,8 @@ def test_a_row_held_by_another_transaction_is_skipped_not_waited_for(
 ) -> None:
     """A worker ending the firing holds its row and then waits for the trigger's, which the
     claim holds: the claim must not wait for the fired row (a deadlock). It fires, unmarked."""
-    add(pg, _every("t", 10, "cancel_previous"))
-    first = _running(pg, "t")
+    add(pg, every("t", 10, "cancel_previous"))
+    first = running(pg, "t")
     f = pg.tables.fired_triggers
     clock.set(at(10))
     with pg.engine.connect() as holder:
@@ -218,8 +202,8 @@ def test_the_watch_reads_the_real_store_once_a_second_while_a_firing_runs_and_ne
             reads.append(list(ids))
             return store.cancel_requested(ids)
 
-    add(store, _every("t", 10, "cancel_previous"))
-    first = _running(store, "t")
+    add(store, every("t", 10, "cancel_previous"))
+    first = running(store, "t")
     watch = CancelWatch(lambda name: Counting())  # type: ignore[arg-type,return-value]
     context = _context(first)
     watch.watch(context)

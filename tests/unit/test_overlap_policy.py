@@ -31,18 +31,20 @@ from celery_quartz.triggers import (
 )
 from celery_quartz.triggers.base import TRIGGER_KINDS
 from tests.stores import store_at
-from tests.unit.builders import A, B, acquire, add, fire_one, next_fire, repeating, state
+from tests.unit.builders import (
+    W1,
+    A,
+    B,
+    acquire,
+    add,
+    claim,
+    every,
+    fire_one,
+    next_fire,
+    running,
+    state,
+)
 from tests.unit.conftest import at
-
-W1 = "celery@w1"
-
-
-def every(
-    name: str, seconds: float, policy: str, *, count: int = -1, misfire: int = 0
-) -> SimpleTrigger:
-    trigger = repeating(name, at(0), seconds, count=count, misfire=misfire)
-    trigger.overlap_policy = policy
-    return trigger
 
 
 def history(db: SqlStore) -> list[Any]:
@@ -57,19 +59,6 @@ def not_run(db: SqlStore) -> list[tuple[str, str, int]]:
         for r in history(db)
         if r.result in ("skipped", "held", "misfired")
     ]
-
-
-def running(db: SqlStore, name: str) -> str:
-    """Fire ``name`` (due now) and start it on W1: its fire instance id."""
-    fire_id = fire_one(db, name)
-    db.mark_published(A, [fire_id])
-    assert db.start_execution(fire_id, W1)
-    return fire_id
-
-
-def claim(db: SqlStore, instance: str = A) -> list[Firing]:
-    """One claim that fires what is due at once (the loop's usual path)."""
-    return db.claim(instance, no_later_than=db.clock.now(), max_count=10, time_window=0).firings
 
 
 def fire_due(db: SqlStore, instance: str = A) -> list[Firing]:

@@ -144,7 +144,11 @@ def health_check(scheduler: Any) -> HealthReport:
                     f"{allowed:.1f}s)",
                     data,
                 )
-    unserved = loop.store.unserved(loop.router)
+    try:
+        unserved = loop.store.unserved(loop.router)
+    except Exception as exc:  # the ping answered; a failed read is reported, not judged
+        data["unserved_error"] = f"{exc.__class__.__name__}: {exc}"
+        unserved = []
     if unserved:
         data["unserved"] = [u.describe() for u in unserved]
         return HealthReport(

@@ -51,6 +51,18 @@ def store_down(loop: SchedulingLoop, clock: FakeClock) -> None:
     loop.store.engine.connect = refuse  # type: ignore[method-assign, assignment]
 
 
+def store_gone_after_the_ping(loop: SchedulingLoop, clock: FakeClock) -> None:
+    """The store answers the ping and is gone for the reads after it (its database dropped in
+    between): the check still answers, reporting the failed reads."""
+    loop.start()
+
+    def gone(*_: object, **__: object) -> None:
+        raise ConnectionError("database does not exist")
+
+    for read in ("trigger_summary", "overdue_jobs", "unserved"):
+        setattr(loop.store, read, gone)
+
+
 def check_in_stale(loop: SchedulingLoop, clock: FakeClock) -> None:
     loop.start()
     clock.advance(7.5 + 7.5 + 1)  # no step ran: the node's own check-in is past the threshold
@@ -120,6 +132,7 @@ CASES: list[tuple[str, dict[str, object], Setup, HealthStatus]] = [
     ("shutting down", {}, shutting_down, UNHEALTHY),
     ("shut down", {}, shut_down, UNHEALTHY),
     ("store does not answer", {}, store_down, UNHEALTHY),
+    ("store gone after the ping", {}, store_gone_after_the_ping, HEALTHY),
     ("clustered, own check-in too old", {}, check_in_stale, DEGRADED),
     ("clustered, own check-in recent", {}, check_in_fresh, HEALTHY),
     ("non-clustered, check-in old", {"clustered": False}, check_in_stale, HEALTHY),
@@ -156,6 +169,9 @@ def test_health(
     if setup is job_past_its_deadline:
         assert report.data["overdue_jobs"] == ["DEFAULT.job"]
         assert "DEFAULT.job" in report.description
+    if setup is store_gone_after_the_ping:
+        for read in ("overdue_error", "overdue_jobs_error", "unserved_error"):
+            assert report.data[read] == "ConnectionError: database does not exist", read
     if setup is group_unserved:
         assert report.data["unserved"] == [
             "execution group 'reindex': no live worker consumes queue 'reindex'"

@@ -247,15 +247,17 @@ if os.environ.get("CQ_HEALTH_FILE"):
 
         def run() -> None:
             while True:
-                report = health_check(sender.scheduler)
-                text = json.dumps(
-                    {
+                # A check that raises is written as such (the file must not go stale).
+                try:
+                    report = health_check(sender.scheduler)
+                    shown = {
                         "status": report.status.value,
                         "description": report.description,
                         "data": report.data,
-                    },
-                    default=str,
-                )
+                    }
+                except Exception as exc:
+                    shown = {"status": "raised", "description": repr(exc), "data": {}}
+                text = json.dumps(shown, default=str)
                 with open(path + ".tmp", "w") as f:
                     f.write(text)
                 os.replace(path + ".tmp", path)

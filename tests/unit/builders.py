@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from celery_quartz.clock import FakeClock
+from celery_quartz.context import JobExecutionContext
 from celery_quartz.firing import AcquiredFiring, Firing
 from celery_quartz.job import Job
 from celery_quartz.keys import JobKey, TriggerKey
@@ -154,3 +155,15 @@ def claim(store: MemoryStore, instance: str = A) -> list[Firing]:
     return store.claim(
         instance, no_later_than=store.clock.now(), max_count=10, time_window=0
     ).firings
+
+
+def execution_context(fire_id: str = "f1", scheduler: str = "unit") -> JobExecutionContext:
+    """The context of firing ``fire_id`` of trigger ``t1`` (job ``job``), due at T0."""
+    return JobExecutionContext(
+        scheduler_name=scheduler,
+        fire_instance_id=fire_id,
+        job_key=JobKey("job"),
+        trigger_key=TriggerKey("t1"),
+        scheduled_fire_time=T0,
+        fire_time=T0,
+    )

@@ -13,13 +13,11 @@ import pytest
 from sqlalchemy import select
 
 from celery_quartz.clock import FakeClock
-from celery_quartz.context import JobExecutionContext
-from celery_quartz.keys import JobKey, TriggerKey
 from celery_quartz.store import SqlStore
 from celery_quartz.worker.cancels import CancelWatch
 from tests.stores import store_at
-from tests.unit.builders import A, add, claim, every, fire_one, running
-from tests.unit.conftest import T0, at
+from tests.unit.builders import A, add, claim, every, execution_context, fire_one, running
+from tests.unit.conftest import at
 
 
 def _claim(db: SqlStore) -> list[str]:
@@ -127,17 +125,6 @@ def test_a_row_held_by_another_transaction_is_skipped_not_waited_for(
 # -- the worker's watch --------------------------------------------------------------------------
 
 
-def _context(fire_id: str, scheduler: str = "unit") -> JobExecutionContext:
-    return JobExecutionContext(
-        scheduler_name=scheduler,
-        fire_instance_id=fire_id,
-        job_key=JobKey("job"),
-        trigger_key=TriggerKey("t"),
-        scheduled_fire_time=T0,
-        fire_time=T0,
-    )
-
-
 class _Requests:
     """A store that answers from a set of cancel-requested ids, and counts its reads."""
 
@@ -156,7 +143,7 @@ class _Requests:
 def test_the_watch_tells_a_running_firing_its_cancel_request() -> None:
     store = _Requests({"a"})
     watch = CancelWatch(lambda name: store)  # type: ignore[arg-type,return-value]
-    a, b = _context("a"), _context("b")
+    a, b = execution_context("a"), execution_context("b")
     watch._running = {"a": a, "b": b}  # as watch() keeps them, without its thread
     assert not a.cancelled
     assert watch.read_requests() == 1
@@ -171,9 +158,9 @@ def test_the_watch_reads_each_scheduler_name_once_per_round() -> None:
     stores = {"one": _Requests({"x"}), "two": _Requests(set())}
     watch = CancelWatch(lambda name: stores[name])  # type: ignore[arg-type,return-value]
     watch._running = {
-        "x": _context("x", "one"),
-        "y": _context("y", "one"),
-        "z": _context("z", "two"),
+        "x": execution_context("x", "one"),
+        "y": execution_context("y", "one"),
+        "z": execution_context("z", "two"),
     }
     assert watch.read_requests() == 1
     assert stores["one"].reads == [["x", "y"]] and stores["two"].reads == [["z"]]
@@ -183,7 +170,7 @@ def test_a_read_the_store_refuses_is_made_again_at_the_next_round() -> None:
     store = _Requests({"a"})
     store.fail = True
     watch = CancelWatch(lambda name: store)  # type: ignore[arg-type,return-value]
-    a = _context("a")
+    a = execution_context("a")
     watch._running = {"a": a}
     assert watch.read_requests() == 0 and not a.cancelled
     store.fail = False
@@ -205,7 +192,7 @@ def test_the_watch_reads_the_real_store_once_a_second_while_a_firing_runs_and_ne
     add(store, every("t", 10, "cancel_previous"))
     first = running(store, "t")
     watch = CancelWatch(lambda name: Counting())  # type: ignore[arg-type,return-value]
-    context = _context(first)
+    context = execution_context(first)
     watch.watch(context)
     clock.set(at(10))
     _claim(store)

@@ -13,26 +13,14 @@ import pytest
 
 from celery_quartz import presentation
 from celery_quartz.clock import FakeClock
-from celery_quartz.context import MAX_PROGRESS_MESSAGE, JobExecutionContext
-from celery_quartz.keys import JobKey, TriggerKey
+from celery_quartz.context import MAX_PROGRESS_MESSAGE
 from celery_quartz.store import FiringState, SqlStore
 from celery_quartz.store.records import ProgressReport
 from celery_quartz.worker.progress import MIN_INTERVAL, ProgressWriter
-from tests.unit.builders import A, add, repeating
+from tests.unit.builders import A, add, execution_context, repeating
 from tests.unit.conftest import T0, at
 
 W1 = "celery@w1"
-
-
-def _context(fire_id: str = "f1", scheduler: str = "unit") -> JobExecutionContext:
-    return JobExecutionContext(
-        scheduler_name=scheduler,
-        fire_instance_id=fire_id,
-        job_key=JobKey("job"),
-        trigger_key=TriggerKey("t1"),
-        scheduled_fire_time=T0,
-        fire_time=T0,
-    )
 
 
 def _executing(db: SqlStore, name: str = "t1") -> str:
@@ -50,12 +38,12 @@ def _executing(db: SqlStore, name: str = "t1") -> str:
 @pytest.mark.parametrize("percent", [-1, 100.5, math.nan, "50", True, None])
 def test_a_percent_that_is_not_0_to_100_is_refused(percent: object) -> None:
     with pytest.raises(ValueError, match="report_progress: percent must be"):
-        _context().report_progress(percent)  # type: ignore[arg-type]
+        execution_context().report_progress(percent)  # type: ignore[arg-type]
 
 
 def test_a_report_goes_to_the_sink_with_its_message_cut_to_the_bound() -> None:
     seen: list[tuple[str, float, str | None]] = []
-    context = _context()
+    context = execution_context()
     context.progress_sink = lambda ctx, percent, message: seen.append(
         (ctx.fire_instance_id, percent, message)
     )
@@ -65,7 +53,7 @@ def test_a_report_goes_to_the_sink_with_its_message_cut_to_the_bound() -> None:
 
 
 def test_outside_a_worker_with_the_hooks_a_report_goes_nowhere() -> None:
-    _context().report_progress(10, "fine")  # no sink: nothing to do, nothing raised
+    execution_context().report_progress(10, "fine")  # no sink: nothing to do, nothing raised
 
 
 # -- the writer -------------------------------------------------------------------------------
@@ -85,7 +73,7 @@ class _Recording:
 def test_the_writer_writes_each_firing_at_most_once_a_second_and_only_on_change() -> None:
     store = _Recording()
     writer = ProgressWriter(lambda name: store, FakeClock(T0))  # type: ignore[arg-type,return-value]
-    a, b = _context("a"), _context("b")
+    a, b = execution_context("a"), execution_context("b")
     writer.offer(a, 10, "start")
     writer.offer(b, 50, None)
     assert writer.write_due(now=100.0) == 2
@@ -115,7 +103,7 @@ def test_a_store_that_refuses_loses_nothing_but_that_write() -> None:
 
     store = Failing()
     writer = ProgressWriter(lambda name: store, FakeClock(T0))  # type: ignore[arg-type,return-value]
-    writer.offer(_context("a"), 30, None)
+    writer.offer(execution_context("a"), 30, None)
     assert writer.write_due(now=1.0) == 0
     store.fail = False
     assert writer.write_due(now=1.1) == 1  # written at the next round, not a second later

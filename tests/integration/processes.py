@@ -18,23 +18,30 @@ APP = "tests.integration.ledger_app"
 class Processes:
     """Starts beat and worker processes of the ledger app with one environment; stops them all.
 
-    ``launcher`` is the command that runs Celery's umbrella command (``python -m celery``);
-    arguments follow it."""
+    ``launcher`` is the command that runs Celery's umbrella command; arguments follow it. By
+    default that is ``python -m tests.integration.celery_command``: ``python -m celery`` without
+    Flower's plugin, which only :meth:`flower` needs (see that module)."""
 
     def __init__(
         self, workdir: Path, env: dict[str, str], launcher: list[str] | None = None
     ) -> None:
         self.workdir = workdir
         self.env = {**os.environ, "PYTHONPATH": str(REPO), **env}
-        self.launcher = launcher or [sys.executable, "-m", "celery"]
+        self.launcher = launcher or [sys.executable, "-m", "tests.integration.celery_command"]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[object] = []
 
-    def _start(self, name: str, argv: list[str], app: str = APP) -> subprocess.Popen[bytes]:
+    def _start(
+        self,
+        name: str,
+        argv: list[str],
+        app: str = APP,
+        launcher: list[str] | None = None,
+    ) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop_all
         self._logs.append(log)
         proc = subprocess.Popen(
-            [*self.launcher, "-A", app, *argv],
+            [*(launcher or self.launcher), "-A", app, *argv],
             cwd=self.workdir,
             env=self.env,
             stdout=log,
@@ -96,7 +103,11 @@ class Processes:
 
     def flower(self, name: str, port: int) -> subprocess.Popen[bytes]:
         """Flower's web server on 127.0.0.1:``port``, watching the app's broker."""
-        return self._start(name, ["flower", f"--port={port}", "--address=127.0.0.1"])
+        return self._start(
+            name,
+            ["flower", f"--port={port}", "--address=127.0.0.1"],
+            launcher=[sys.executable, "-m", "celery"],
+        )
 
     def kill(self, name: str) -> None:
         """SIGKILL the process and everything it started (a worker's pool processes too)."""

@@ -7,14 +7,14 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# A hung test must fail the run, not hang it. Four test processes (pytest-xdist), each with its
+# A hung test must fail the run, not hang it. Six test processes (pytest-xdist), each with its
 # own PostgreSQL and Redis (and RabbitMQ node, booted when a test first needs it): the tests with
-# services spend most of their time waiting on the processes they start, so four share 2 cores
-# (13 to 14 minutes on 2 cores with nothing else running; two processes took 18, and six took as
-# long as four: starting the beats and workers keeps both cores busy).
+# services spend most of their time waiting on the processes they start, so six share 2 cores.
+# On an Intel Xeon (2 cores, nothing else running) four took 590 to 600 s of pytest and six 534 s
+# (the cores were then busy about 80% of the run; more processes would only queue for them).
 # The tests are handed out one at a time, longest first (tests/conftest.py), so that no long run
 # starts last.
-PYTEST_FLAGS ?= -n 4 --dist load --maxschedchunk 1 --timeout=900 --durations=40
+PYTEST_FLAGS ?= -n 6 --dist load --maxschedchunk 1 --timeout=900 --durations=40
 
 .PHONY: venv check-services test lint docs demo election-demo service-demo migration-demo
 

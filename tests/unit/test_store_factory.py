@@ -110,3 +110,27 @@ def test_a_worker_judges_a_blocked_trigger_late_by_the_configured_threshold(
         assert to_millis(waiting.next_fire_time) == to_millis(now - timedelta(seconds=120))
     finally:
         store.dispose()
+
+
+def test_stores_of_one_table_prefix_share_its_table_definitions(tmp_path: Path) -> None:
+    """The tables are declared once per prefix and process, and shared by stores on any engine;
+    another prefix has its own; a bad prefix is refused at every call, never remembered."""
+    from celery_quartz.errors import ConfigurationError
+    from celery_quartz.store.schema import build_tables
+
+    first = open_store(Settings(store_url="sqlite://", table_prefix="qz_"))
+    second = open_store(
+        Settings(store_url=f"sqlite:///{tmp_path / 'q.db'}", table_prefix="qz_"),
+        upgrade_schema=True,
+    )
+    other = open_store(Settings(store_url="sqlite://", table_prefix="other_"))
+    try:
+        assert second.tables is first.tables is build_tables("qz_")
+        assert first.tables.triggers.name == "qz_triggers"
+        assert other.tables.triggers.name == "other_triggers"
+    finally:
+        for store in (first, second, other):
+            store.dispose()
+    for _ in range(2):
+        with pytest.raises(ConfigurationError, match="9bad"):
+            build_tables("9bad")

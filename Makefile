@@ -10,8 +10,10 @@ STAMP := $(VENV)/.installed
 # A hung test must fail the run, not hang it. Six test processes (pytest-xdist), each with its
 # own PostgreSQL and Redis (and RabbitMQ node, booted when a test first needs it): the tests with
 # services spend most of their time waiting on the processes they start, so six share 2 cores.
-# On an Intel Xeon (2 cores, nothing else running) four took 590 to 600 s of pytest and six 534 s
-# (the cores were then busy about 80% of the run; more processes would only queue for them).
+# On an Intel Xeon (2 cores, nothing else running) four took 590 to 600 s of pytest, with the
+# cores idle a third of the time; six took 534 s, and 462 s once each process also started
+# cheaper (tests/integration/celery_command.py, the pytest settings below), with the cores busy
+# about 85% of the time: more processes would only queue for them.
 # The tests are handed out one at a time, longest first (tests/conftest.py), so that no long run
 # starts last.
 PYTEST_FLAGS ?= -n 6 --dist load --maxschedchunk 1 --timeout=900 --durations=40

@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # own PostgreSQL and Redis (and RabbitMQ node, booted when a test first needs it): the tests with
 # services spend most of their time waiting on the processes they start, so six share 2 cores.
 # On an Intel Xeon (2 cores, nothing else running) four took 590 to 600 s of pytest, with the
-# cores idle a third of the time; six took 534 s, and 462 s once each process also started
+# cores idle a third of the time; six took 534 s, and 462 to 493 s once each process also started
 # cheaper (tests/integration/celery_command.py, the pytest settings below), with the cores busy
 # about 85% of the time: more processes would only queue for them.
 # The tests are handed out one at a time, longest first (tests/conftest.py), so that no long run

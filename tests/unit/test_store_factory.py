@@ -14,8 +14,10 @@ from celery_quartz import Job, JobKey, Quartz, SimpleTrigger, TriggerKey, instal
 from celery_quartz.beat import Scheduler
 from celery_quartz.clock import to_millis
 from celery_quartz.config import Settings
+from celery_quartz.errors import ConfigurationError
 from celery_quartz.firing import HEADER, FiringHeader
 from celery_quartz.store import TriggerState, open_store
+from celery_quartz.store.schema import build_tables
 from celery_quartz.worker import runtime_of
 
 THRESHOLD = 300.0
@@ -115,9 +117,6 @@ def test_a_worker_judges_a_blocked_trigger_late_by_the_configured_threshold(
 def test_stores_of_one_table_prefix_share_its_table_definitions(tmp_path: Path) -> None:
     """The tables are declared once per prefix and process, and shared by stores on any engine;
     another prefix has its own; a bad prefix is refused at every call, never remembered."""
-    from celery_quartz.errors import ConfigurationError
-    from celery_quartz.store.schema import build_tables
-
     first = open_store(Settings(store_url="sqlite://", table_prefix="qz_"))
     second = open_store(
         Settings(store_url=f"sqlite:///{tmp_path / 'q.db'}", table_prefix="qz_"),
